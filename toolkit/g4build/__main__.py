@@ -1,0 +1,3 @@
+from g4build.cli import main
+
+main()

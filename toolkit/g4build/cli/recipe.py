@@ -1,0 +1,9 @@
+"""`g4build recipe` commands."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the root app (filled in by the recipe work)."""

@@ -1,0 +1,63 @@
+"""Where g4build's data lives (patches/, recipes/, ci/) and small YAML helpers.
+
+The data folders sit at the repository's top level. An installed copy finds them through
+``G4BUILD_HOME`` or, for an editable/source install, relative to this file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from g4build.errors import ConfigError
+
+
+def project_root() -> Path:
+    env = os.environ.get("G4BUILD_HOME")
+    if env:
+        return Path(env)
+    # toolkit/g4build/data.py -> repository root
+    return Path(__file__).resolve().parents[2]
+
+
+def patches_dir() -> Path:
+    return project_root() / "patches"
+
+
+def recipes_dir() -> Path:
+    return project_root() / "recipes"
+
+
+def ci_dir() -> Path:
+    return project_root() / "ci"
+
+
+def load_yaml_mapping(path: Path) -> dict[str, Any]:
+    """Read a YAML file whose top level must be a mapping."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: file not found", hint="is G4BUILD_HOME set to the g4build checkout?") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, found {type(data).__name__}")
+    return data
+
+
+def require(mapping: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    """Fetch ``mapping[key]`` and check its type, naming file and key in the error."""
+    if not isinstance(mapping, dict):
+        raise ConfigError(f"{where}: expected a mapping, found {type(mapping).__name__}")
+    if key not in mapping:
+        raise ConfigError(f"{where}: missing key '{key}'")
+    value = mapping[key]
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise ConfigError(f"{where}.{key}: expected {names}, found {type(value).__name__} ({value!r})")
+    return value

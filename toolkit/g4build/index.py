@@ -1,0 +1,253 @@
+"""The package index: where sdists and wheels come from, verified by sha256, cached for offline use.
+
+The index URL is the user's own pip configuration (``PIP_INDEX_URL``, then ``pip config``), falling back
+to pip's built-in default, so mirrors work and no host is written here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html.parser
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+from filelock import FileLock, Timeout
+from platformdirs import user_cache_dir
+
+from g4build.errors import DownloadError, IntegrityError, LockTimeoutError
+
+CHUNK = 1 << 20
+LOCK_TIMEOUT_S = 3600.0
+
+ProgressHook = Callable[[int, int | None], None]  # (bytes so far, total or None)
+
+
+def cache_root() -> Path:
+    """``G4BUILD_CACHE`` or the user cache dir (``~/.cache/g4build`` on Linux)."""
+    return Path(os.environ.get("G4BUILD_CACHE") or user_cache_dir("g4build", appauthor=False))
+
+
+def _pip_default_index() -> str:
+    from pip._internal.models.index import PyPI  # pip's own default, not a host of ours
+
+    return str(PyPI.simple_url)
+
+
+def _pip_config_index() -> str | None:
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"],
+            capture_output=True, text=True, timeout=30, check=False,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found: dict[str, str] = {}
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        value = value.strip().strip("'\"")
+        if key.endswith(".index-url") and value:
+            found[key.split(".", 1)[0]] = value
+    for scope in (":env:", "site", "user", "global"):
+        if scope in found:
+            return found[scope]
+    return None
+
+
+def index_url() -> str:
+    """The simple index base URL, ending without a slash."""
+    url = os.environ.get("PIP_INDEX_URL") or _pip_config_index() or _pip_default_index()
+    return url.rstrip("/")
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexFile:
+    filename: str
+    url: str
+    sha256: str | None
+    size: int | None = None
+    yanked: bool = False
+
+
+class _LinkParser(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str]] = []
+        self._href: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._href = dict(attrs).get("href")
+
+    def handle_data(self, data: str) -> None:
+        if self._href is not None:
+            self.links.append((data.strip(), self._href))
+            self._href = None
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def project_files(project: str, *, session: requests.Session | None = None) -> list[IndexFile]:
+    """List a project's files on the index (PEP 691 JSON, or PEP 503 HTML) with their sha256."""
+    base = index_url()
+    page = f"{base}/{_normalize(project)}/"
+    http = session or requests.Session()
+    try:
+        resp = _get_with_retries(
+            http, page,
+            headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"},
+        )
+    except requests.RequestException as exc:
+        raise DownloadError(
+            f"could not read the package index page {page}: {exc}",
+            hint="check your network or pip's index-url (PIP_INDEX_URL / pip config)",
+        ) from exc
+    if resp.status_code == 404:
+        raise DownloadError(f"the package index at {base} has no project '{project}'")
+    if resp.status_code != 200:
+        raise DownloadError(f"the package index answered {resp.status_code} for {page}")
+    files: list[IndexFile] = []
+    if resp.headers.get("Content-Type", "").startswith("application/vnd.pypi.simple.v1+json"):
+        for f in resp.json().get("files", []):
+            files.append(IndexFile(
+                filename=f["filename"],
+                url=urllib.parse.urljoin(page, f["url"]),
+                sha256=(f.get("hashes") or {}).get("sha256"),
+                size=f.get("size"),
+                yanked=bool(f.get("yanked")),
+            ))
+        return files
+    parser = _LinkParser()
+    parser.feed(resp.text)
+    for text, href in parser.links:
+        url, _, frag = href.partition("#")
+        sha = frag.split("=", 1)[1] if frag.startswith("sha256=") else None
+        files.append(IndexFile(filename=text, url=urllib.parse.urljoin(page, url), sha256=sha))
+    return files
+
+
+def find_file(project: str, filename: str) -> IndexFile:
+    for f in project_files(project):
+        if f.filename == filename:
+            return f
+    raise DownloadError(
+        f"{filename} is not on the package index ({index_url()}/{_normalize(project)}/)",
+        hint="is the version released? does your mirror carry it?",
+    )
+
+
+def _get_with_retries(
+    http: requests.Session, url: str, *, stream: bool = False, headers: dict[str, str] | None = None,
+    attempts: int = 4,
+) -> requests.Response:
+    delay = 1.0
+    for attempt in range(1, attempts + 1):
+        try:
+            resp = http.get(url, stream=stream, headers=headers, timeout=(15, 120))
+            if resp.status_code >= 500 and attempt < attempts:
+                resp.close()
+                raise requests.ConnectionError(f"server answered {resp.status_code}")
+            return resp
+        except (requests.ConnectionError, requests.Timeout):
+            if attempt == attempts:
+                raise
+            time.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def download(url: str, dest: Path, sha256: str, *, progress: ProgressHook | None = None) -> None:
+    """Stream ``url`` to ``dest`` via ``dest.part``; verify sha256, then rename into place.
+
+    An interrupted or mismatching download never leaves ``dest`` behind: only a verified file is renamed.
+    """
+    part = dest.with_name(dest.name + ".part")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    http = requests.Session()
+    h = hashlib.sha256()
+    try:
+        with _get_with_retries(http, url, stream=True) as resp:
+            if resp.status_code != 200:
+                raise DownloadError(f"download of {url} failed: HTTP {resp.status_code}")
+            total = int(resp.headers.get("Content-Length") or 0) or None
+            done = 0
+            with part.open("wb") as out:
+                for chunk in resp.iter_content(CHUNK):
+                    out.write(chunk)
+                    h.update(chunk)
+                    done += len(chunk)
+                    if progress:
+                        progress(done, total)
+    except requests.RequestException as exc:
+        part.unlink(missing_ok=True)
+        raise DownloadError(f"download of {url} failed: {exc}", hint="run the command again; it resumes from scratch") from exc
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    found = h.hexdigest()
+    if found != sha256.lower():
+        part.unlink(missing_ok=True)
+        raise IntegrityError(
+            f"sha256 mismatch for {dest.name}: expected {sha256.lower()}, found {found}; the download was deleted",
+            hint="the index or a mirror served other bytes than the pin records; check your index-url",
+        )
+    os.replace(part, dest)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fetched:
+    path: Path
+    sha256: str
+    cached: bool
+
+
+def fetch_verified(
+    project: str, filename: str, sha256: str | None, *, cache_dir: Path, progress: ProgressHook | None = None,
+) -> Fetched:
+    """Return a verified copy of ``filename`` from the cache, downloading it once if needed.
+
+    ``sha256=None`` means "trust the sha256 the index publishes" (used for releases nobody pinned yet).
+    A cached file is re-hashed before use; a cached file with the right hash needs no network at all.
+    """
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    dest = cache_dir / filename
+    lock = FileLock(str(dest) + ".lock")
+    try:
+        with lock.acquire(timeout=LOCK_TIMEOUT_S):
+            if sha256 and dest.is_file():
+                if sha256_file(dest) == sha256.lower():
+                    return Fetched(path=dest, sha256=sha256.lower(), cached=True)
+                dest.unlink()  # a corrupted cache entry is never used
+            entry = find_file(project, filename)
+            if sha256 is None:
+                if not entry.sha256:
+                    raise IntegrityError(f"the index publishes no sha256 for {filename}; refusing to use it unverified")
+                sha256 = entry.sha256
+                if dest.is_file() and sha256_file(dest) == sha256.lower():
+                    return Fetched(path=dest, sha256=sha256.lower(), cached=True)
+            elif entry.sha256 and entry.sha256.lower() != sha256.lower():
+                raise IntegrityError(
+                    f"the index publishes sha256 {entry.sha256} for {filename}, the pin expects {sha256}",
+                    hint="the pin or the mirror is wrong; nothing was downloaded",
+                )
+            download(entry.url, dest, sha256, progress=progress)
+            return Fetched(path=dest, sha256=sha256.lower(), cached=False)
+    except Timeout as exc:
+        raise LockTimeoutError(f"another g4build holds {lock.lock_file} for over {LOCK_TIMEOUT_S:.0f} s") from exc

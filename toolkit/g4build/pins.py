@@ -1,0 +1,140 @@
+"""Pins: the upstream vLLM releases g4build builds on, loaded from ``patches/pins.yaml``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from g4build.data import load_yaml_mapping, patches_dir, require
+from g4build.errors import ConfigError, UnknownPinError
+
+_HEX = re.compile(r"^[0-9a-f]{7,40}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GitRef:
+    remote: str
+    commit: str  # full sha or a short id (verified as a prefix)
+
+    def matches(self, full_sha: str) -> bool:
+        return full_sha.lower().startswith(self.commit.lower())
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileRef:
+    file: str
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pin:
+    name: str
+    version: str
+    upstream: GitRef
+    sdist: FileRef
+    torch: str
+    cuda: str
+    flashinfer: str
+    wheels: dict[str, FileRef] = field(default_factory=dict)
+    bases: dict[str, GitRef] = field(default_factory=dict)  # per-OS base tree, e.g. "windows"
+
+    @property
+    def parsed_version(self) -> Version:
+        return Version(self.version)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "remote": self.upstream.remote,
+            "commit": self.upstream.commit,
+            "sdist": self.sdist.file,
+            "sha256": self.sdist.sha256,
+            "torch": self.torch,
+            "cuda": self.cuda,
+            "flashinfer": self.flashinfer,
+            "wheels": {k: {"file": v.file, "sha256": v.sha256} for k, v in self.wheels.items()},
+            "bases": {k: {"remote": v.remote, "commit": v.commit} for k, v in self.bases.items()},
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class PinSet:
+    default: str
+    pins: dict[str, Pin]
+    source: Path
+
+    def get(self, name: str | None) -> Pin:
+        key = name or self.default
+        if key not in self.pins:
+            known = ", ".join(sorted(self.pins))
+            raise UnknownPinError(
+                f"unknown pin '{key}': expected one of {known}",
+                hint="run `g4build pins list` to see the pins and what they hold",
+            )
+        return self.pins[key]
+
+    def nearest(self, version: str) -> Pin:
+        """The pin with the highest version not above ``version`` (else the lowest pin)."""
+        target = Version(version)
+        ordered = sorted(self.pins.values(), key=lambda p: p.parsed_version)
+        below = [p for p in ordered if p.parsed_version <= target]
+        return below[-1] if below else ordered[0]
+
+
+def _git_ref(raw: Any, where: str) -> GitRef:
+    remote = require(raw, "remote", str, where)
+    commit = str(require(raw, "commit", (str, int), where)).lower()
+    if not _HEX.match(commit):
+        raise ConfigError(f"{where}.commit: expected 7-40 hex digits, found {commit!r}")
+    return GitRef(remote=remote, commit=commit)
+
+
+def _file_ref(raw: Any, where: str) -> FileRef:
+    file = require(raw, "file", str, where)
+    sha = require(raw, "sha256", str, where).lower()
+    if not _SHA256.match(sha):
+        raise ConfigError(f"{where}.sha256: expected 64 hex digits, found {sha!r}")
+    return FileRef(file=file, sha256=sha)
+
+
+def _pin(name: str, raw: Any, where: str) -> Pin:
+    version = str(require(raw, "version", (str, float, int), where))
+    try:
+        Version(version)
+    except InvalidVersion as exc:
+        raise ConfigError(f"{where}.version: not a version: {version!r}") from exc
+    wheels_raw = raw.get("wheels") or {}
+    bases_raw = raw.get("bases") or {}
+    if not isinstance(wheels_raw, dict) or not isinstance(bases_raw, dict):
+        raise ConfigError(f"{where}: 'wheels' and 'bases' must be mappings")
+    return Pin(
+        name=name,
+        version=version,
+        upstream=_git_ref(require(raw, "upstream", dict, where), f"{where}.upstream"),
+        sdist=_file_ref(require(raw, "sdist", dict, where), f"{where}.sdist"),
+        torch=str(require(raw, "torch", (str, float), where)),
+        cuda=str(require(raw, "cuda", (str, float), where)),
+        flashinfer=str(require(raw, "flashinfer", str, where)),
+        wheels={k: _file_ref(v, f"{where}.wheels.{k}") for k, v in wheels_raw.items()},
+        bases={k: _git_ref(v, f"{where}.bases.{k}") for k, v in bases_raw.items()},
+    )
+
+
+def load_pins(path: Path | None = None) -> PinSet:
+    path = path or patches_dir() / "pins.yaml"
+    data = load_yaml_mapping(path)
+    where = str(path)
+    pins_raw = require(data, "pins", dict, where)
+    if not pins_raw:
+        raise ConfigError(f"{where}.pins: expected at least one pin, found none")
+    pins = {name: _pin(name, raw, f"{where}: pins.{name}") for name, raw in pins_raw.items()}
+    default = require(data, "default", str, where)
+    if default not in pins:
+        raise ConfigError(f"{where}: default pin '{default}' is not one of {', '.join(sorted(pins))}")
+    return PinSet(default=default, pins=pins, source=path)

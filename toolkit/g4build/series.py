@@ -1,0 +1,190 @@
+"""The series model: versioned patch series under ``patches/``, loaded from YAML.
+
+Layout::
+
+    patches/series.yaml                 order: [name, ...]   (which series apply, in which order)
+    patches/<name>/series.yaml          metadata (below)
+    patches/<name>/<pin>/NNNN-*.patch   per-pin patch files, in git diff format (a/ b/ prefixes)
+
+Metadata keys: name, version (int, bumped on any content change), title, why, refs (list of upstream
+issues/PRs), origin, bug, forwarded, applied_upstream (a version or null), python_only (bool), and
+``pins``: a mapping pin name -> {patches: [{file, subject}], fingerprints: {path: [text, ...]},
+note}. A pin with an empty patch list needs nothing (upstream has the fix for that pin; ``note`` says why).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from g4build.data import load_yaml_mapping, patches_dir, require
+from g4build.errors import ConfigError, UsageError
+from g4build.pins import Pin
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeriesPatch:
+    file: str  # relative to the series folder
+    subject: str
+    path: Path  # absolute path of the patch file
+
+    def read_bytes(self) -> bytes:
+        return self.path.read_bytes()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PinVariant:
+    patches: tuple[SeriesPatch, ...]
+    fingerprints: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Series:
+    name: str
+    version: int
+    title: str
+    why: str
+    refs: tuple[str, ...]
+    origin: str
+    bug: str
+    forwarded: str
+    applied_upstream: str | None
+    python_only: bool
+    pins: dict[str, PinVariant]
+    folder: Path
+
+    def variant(self, pin_name: str) -> PinVariant | None:
+        return self.pins.get(pin_name)
+
+    def upstream_in(self, version: str) -> bool:
+        """True when the metadata says upstream carries the whole series at ``version``."""
+        return self.applied_upstream is not None and Version(self.applied_upstream) <= Version(version)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "title": self.title,
+            "why": self.why,
+            "refs": list(self.refs),
+            "origin": self.origin,
+            "bug": self.bug,
+            "forwarded": self.forwarded,
+            "applied_upstream": self.applied_upstream,
+            "python_only": self.python_only,
+            "pins": {
+                pin: {
+                    "patches": [{"file": p.file, "subject": p.subject} for p in v.patches],
+                    "fingerprints": {k: list(t) for k, t in v.fingerprints.items()},
+                    "note": v.note,
+                }
+                for pin, v in self.pins.items()
+            },
+        }
+
+
+def _variant(folder: Path, raw: Any, where: str) -> PinVariant:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping, found {type(raw).__name__}")
+    patches_raw = raw.get("patches") or []
+    if not isinstance(patches_raw, list):
+        raise ConfigError(f"{where}.patches: expected a list, found {type(patches_raw).__name__}")
+    patches = []
+    for i, entry in enumerate(patches_raw):
+        pw = f"{where}.patches[{i}]"
+        file = require(entry, "file", str, pw)
+        subject = require(entry, "subject", str, pw)
+        path = folder / file
+        if not path.is_file():
+            raise ConfigError(f"{pw}.file: {path} does not exist")
+        patches.append(SeriesPatch(file=file, subject=subject, path=path))
+    fps_raw = raw.get("fingerprints") or {}
+    if not isinstance(fps_raw, dict):
+        raise ConfigError(f"{where}.fingerprints: expected a mapping path -> [text]")
+    fingerprints: dict[str, tuple[str, ...]] = {}
+    for rel, texts in fps_raw.items():
+        if isinstance(texts, str):
+            texts = [texts]
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise ConfigError(f"{where}.fingerprints.{rel}: expected a list of strings")
+        fingerprints[str(rel)] = tuple(texts)
+    return PinVariant(patches=tuple(patches), fingerprints=fingerprints, note=str(raw.get("note") or ""))
+
+
+def load_series(folder: Path) -> Series:
+    meta_path = folder / "series.yaml"
+    data = load_yaml_mapping(meta_path)
+    where = str(meta_path)
+    name = require(data, "name", str, where)
+    if name != folder.name:
+        raise ConfigError(f"{where}.name: expected '{folder.name}' (the folder's name), found '{name}'")
+    applied = data.get("applied_upstream")
+    if applied is not None:
+        try:
+            Version(str(applied))
+        except InvalidVersion as exc:
+            raise ConfigError(f"{where}.applied_upstream: not a version: {applied!r}") from exc
+    pins_raw = require(data, "pins", dict, where)
+    refs = data.get("refs") or []
+    if not isinstance(refs, list):
+        raise ConfigError(f"{where}.refs: expected a list")
+    return Series(
+        name=name,
+        version=require(data, "version", int, where),
+        title=require(data, "title", str, where),
+        why=str(data.get("why") or ""),
+        refs=tuple(str(r) for r in refs),
+        origin=str(data.get("origin") or ""),
+        bug=str(data.get("bug") or ""),
+        forwarded=str(data.get("forwarded") or "no"),
+        applied_upstream=None if applied is None else str(applied),
+        python_only=bool(require(data, "python_only", bool, where)),
+        pins={pin: _variant(folder, raw, f"{where}: pins.{pin}") for pin, raw in pins_raw.items()},
+        folder=folder,
+    )
+
+
+def load_all(root: Path | None = None) -> list[Series]:
+    """Every series named in ``patches/series.yaml``'s ``order``, in that order."""
+    root = root or patches_dir()
+    order_path = root / "series.yaml"
+    data = load_yaml_mapping(order_path)
+    order = require(data, "order", list, str(order_path))
+    seen: set[str] = set()
+    result = []
+    for name in order:
+        if not isinstance(name, str) or name in seen:
+            raise ConfigError(f"{order_path}.order: duplicate or non-string entry {name!r}")
+        seen.add(name)
+        folder = root / name
+        if not (folder / "series.yaml").is_file():
+            raise ConfigError(f"{order_path}.order: series '{name}' has no {folder / 'series.yaml'}")
+        result.append(load_series(folder))
+    return result
+
+
+def get_series(name: str, root: Path | None = None) -> Series:
+    all_series = load_all(root)
+    for s in all_series:
+        if s.name == name:
+            return s
+    known = ", ".join(s.name for s in all_series)
+    raise UsageError(f"unknown series '{name}': expected one of {known}", hint="run `g4build patches list`")
+
+
+def stack_digest(pin: Pin, series: Iterable[Series]) -> str:
+    """A short digest of pin + series contents, used in wheel versions (``+cu130.g4.<digest>``)."""
+    h = hashlib.sha256()
+    h.update(f"{pin.name}\0{pin.upstream.commit}\0{pin.sdist.sha256}\0".encode())
+    for s in series:
+        h.update(f"{s.name}\0{s.version}\0".encode())
+        variant = s.variant(pin.name)
+        for p in variant.patches if variant else ():
+            h.update(hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()[:10]
