@@ -1,0 +1,57 @@
+"""Real vLLM source trees for tests: the pinned sdist from the package index (cached), extracted,
+with chosen series applied by ``git apply`` (zero fuzz). Shared by the series behaviour tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+from g4build.index import cache_root, fetch_verified
+from g4build.pins import load_pins
+from g4build.series import load_all
+
+_TREES = Path(os.environ.get("G4BUILD_TEST_TREES") or cache_root() / "test-trees")
+
+
+def sdist_tree(pin_name: str) -> Path:
+    """The pin's sdist, extracted once per machine (read-only use: copy before changing it)."""
+    pin = load_pins().get(pin_name)
+    dest = _TREES / pin.name / "pristine"
+    if (dest / "vllm" / "__init__.py").is_file():
+        return dest
+    got = fetch_verified("vllm", pin.sdist.file, pin.sdist.sha256, cache_dir=cache_root() / "sdists")
+    tmp = dest.with_name("pristine.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with tarfile.open(got.path) as tar:
+        tar.extractall(tmp, filter="data")
+    (top,) = list(tmp.iterdir())
+    shutil.rmtree(dest, ignore_errors=True)
+    top.rename(dest)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def patched_tree(pin_name: str, series_names: list[str] | None = None) -> Path:
+    """A copy of the pin's tree with the named series (default: all, in order) applied."""
+    all_series = load_all()
+    chosen = [s for s in all_series if series_names is None or s.name in series_names]
+    key = "+".join(s.name + str(s.version) for s in chosen) or "none"
+    dest = _TREES / pin_name / f"patched-{key}"
+    stamp = dest / ".g4build-test-tree"
+    if stamp.is_file():
+        return dest
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(sdist_tree(pin_name), tmp, symlinks=True)
+    for s in chosen:
+        variant = s.variant(pin_name)
+        for p in variant.patches if variant else ():
+            subprocess.run(["git", "apply", "--whitespace=nowarn", str(p.path)], cwd=tmp, check=True)
+    (tmp / ".g4build-test-tree").write_text(key)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    return dest
