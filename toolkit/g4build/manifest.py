@@ -1,0 +1,65 @@
+"""build-manifest.json: what made a wheel (pin, series, route, env, tools, timings).
+
+Written beside the wheels and inside the vLLM wheel's ``*.dist-info/``; wheel validation reads it back to
+learn which series a wheel claims (and so which fingerprints to look for).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from g4build import __version__
+from g4build.errors import ValidationError
+from g4build.pins import Pin
+from g4build.series import Series, stack_digest
+
+MANIFEST_NAME = "build-manifest.json"
+SCHEMA = 1
+
+
+def local_label(cuda: str, pin: Pin, series: Iterable[Series]) -> str:
+    """The local version label g4build gives a wheel: ``cu130.g4.<digest>``."""
+    return f"cu{cuda.replace('.', '')}.g4.{stack_digest(pin, series)}"
+
+
+def make_manifest(
+    pin: Pin, series: Iterable[Series], *, route: str, extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``route`` is ``build`` or ``overlay``; ``extra`` adds env, tools, timings, wheels..."""
+    chosen = list(series)
+    data: dict[str, Any] = {
+        "schema": SCHEMA,
+        "g4build": __version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "route": route,
+        "pin": pin.to_dict(),
+        "digest": stack_digest(pin, chosen),
+        "series": [
+            {
+                "name": s.name,
+                "version": s.version,
+                "patches": [p.file for p in (s.variant(pin.name).patches if s.variant(pin.name) else ())],
+            }
+            for s in chosen
+        ],
+    }
+    if extra:
+        data.update(extra)
+    return data
+
+
+def dumps(manifest: dict[str, Any]) -> bytes:
+    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+
+
+def loads(raw: bytes, where: str) -> dict[str, Any]:
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise ValidationError(f"{where}: {MANIFEST_NAME} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("series"), list):
+        raise ValidationError(f"{where}: {MANIFEST_NAME} is not a g4build manifest of schema {SCHEMA}")
+    return data
