@@ -48,8 +48,7 @@ def patched_tree(pin_name: str, series_names: list[str] | None = None) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(sdist_tree(pin_name), tmp, symlinks=True)
     for s in chosen:
-        variant = s.variant(pin_name)
-        for p in variant.patches if variant else ():
+        for p in s.patches_for(pin_name):
             subprocess.run(["git", "apply", "--whitespace=nowarn", str(p.path)], cwd=tmp, check=True)
     (tmp / ".g4build-test-tree").write_text(key)
     shutil.rmtree(dest, ignore_errors=True)

@@ -197,7 +197,9 @@ def download(url: str, dest: Path, sha256: str, *, progress: ProgressHook | None
                         progress(done, total)
     except requests.RequestException as exc:
         part.unlink(missing_ok=True)
-        raise DownloadError(f"download of {url} failed: {exc}", hint="run the command again; it resumes from scratch") from exc
+        raise DownloadError(
+            f"download of {url} failed: {exc}", hint="run the command again; it starts from scratch"
+        ) from exc
     except BaseException:
         part.unlink(missing_ok=True)
         raise

@@ -41,7 +41,7 @@ def make_manifest(
             {
                 "name": s.name,
                 "version": s.version,
-                "patches": [p.file for p in (s.variant(pin.name).patches if s.variant(pin.name) else ())],
+                "patches": [p.file for p in s.patches_for(pin.name)],
             }
             for s in chosen
         ],

@@ -62,6 +62,11 @@ class Series:
     def variant(self, pin_name: str) -> PinVariant | None:
         return self.pins.get(pin_name)
 
+    def patches_for(self, pin_name: str) -> tuple[SeriesPatch, ...]:
+        """The pin's ordered patches (empty when the pin needs none or the series has no variant for it)."""
+        variant = self.pins.get(pin_name)
+        return variant.patches if variant else ()
+
     def upstream_in(self, version: str) -> bool:
         """True when the metadata says upstream carries the whole series at ``version``."""
         return self.applied_upstream is not None and Version(self.applied_upstream) <= Version(version)
@@ -184,7 +189,6 @@ def stack_digest(pin: Pin, series: Iterable[Series]) -> str:
     h.update(f"{pin.name}\0{pin.upstream.commit}\0{pin.sdist.sha256}\0".encode())
     for s in series:
         h.update(f"{s.name}\0{s.version}\0".encode())
-        variant = s.variant(pin.name)
-        for p in variant.patches if variant else ():
+        for p in s.patches_for(pin.name):
             h.update(hashlib.sha256(p.read_bytes()).digest())
     return h.hexdigest()[:10]
