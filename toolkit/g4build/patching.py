@@ -1,0 +1,374 @@
+"""Checking and applying the series stack on a source tree.
+
+Check (quilt-style): each patch is tried forward with zero fuzz on a scratch copy of the touched files, with
+every earlier patch of the stack already applied there. A patch that does not apply forward but reverse-applies
+is ``upstream``; one that would apply only with reduced context is drift and reported as a ``conflict``.
+
+Apply: all or nothing. The whole stack is checked first; then one commit per needed patch, and on any failure
+the tree is reset to the HEAD it had, so it is left byte-for-byte as before.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from g4build import gittree
+from g4build.errors import PatchConflictError
+from g4build.patchfile import FileDiff, parse_patch, touched_paths
+from g4build.series import Series, SeriesPatch
+
+PatchStatus = Literal["applies", "upstream", "conflict"]
+SeriesStatus = Literal["needed", "upstream", "partial", "conflict"]
+
+_CHECKING = re.compile(r"^Checking patch (.+)\.\.\.$")
+_OFFSET = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)\.$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HunkOffset:
+    file: str
+    hunk: int
+    line: int
+    offset: int
+
+    def describe(self) -> str:
+        return f"{self.file} hunk #{self.hunk} at line {self.line} (offset {self.offset:+d})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class HunkProblem:
+    file: str
+    hunk: int  # 0 when the whole file section fails (missing file, new file already there, binary)
+    line: int  # where the patch expects the hunk in the original file
+    why: str
+
+    def describe(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"hunk #{self.hunk} at {where}: {self.why}" if self.hunk else f"{where}: {self.why}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchResult:
+    file: str  # relative to the series folder, e.g. "vllm-0.21.0/0001-x.patch"
+    subject: str
+    status: PatchStatus
+    detail: str
+    offsets: tuple[HunkOffset, ...] = ()
+    problems: tuple[HunkProblem, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"file": self.file, "status": self.status, "detail": self.detail}
+        if self.offsets:
+            data["offsets"] = [{"file": o.file, "hunk": o.hunk, "line": o.line, "offset": o.offset}
+                               for o in self.offsets]
+        if self.problems:
+            data["hunks"] = [{"file": p.file, "hunk": p.hunk, "line": p.line, "why": p.why} for p in self.problems]
+        return data
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeriesResult:
+    name: str
+    version: int
+    status: SeriesStatus
+    note: str
+    patches: tuple[PatchResult, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "status": self.status, "note": self.note,
+                "patches": [p.to_dict() for p in self.patches]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackReport:
+    target: Literal["pin", "release"]
+    name: str  # the pin name, or the release version
+    version: str  # the upstream version checked against (Applied-Upstream compares with it)
+    variant_pin: str  # whose patch variants were used
+    tree: str
+    series: tuple[SeriesResult, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(s.status != "conflict" for s in self.series)
+
+    def conflicts(self) -> list[tuple[SeriesResult, PatchResult]]:
+        return [(s, p) for s in self.series for p in s.patches if p.status == "conflict"] + [
+            (s, PatchResult(file="-", subject="", status="conflict", detail=s.note))
+            for s in self.series if s.status == "conflict" and not s.patches
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {self.target: self.name}
+        if self.target == "release":
+            data["base_pin"] = self.variant_pin
+        data["tree"] = self.tree
+        data["ok"] = self.ok
+        data["series"] = [s.to_dict() for s in self.series]
+        return data
+
+
+def series_status(results: Sequence[PatchResult]) -> SeriesStatus:
+    kinds = {r.status for r in results}
+    if "conflict" in kinds:
+        return "conflict"
+    if kinds <= {"upstream"}:
+        return "upstream"
+    return "needed" if kinds == {"applies"} else "partial"
+
+
+def _why(stderr: str) -> str:
+    text = stderr.lower()
+    if "no such file" in text or "does not exist" in text:
+        return "file missing"
+    if "already exists" in text:
+        return "file already exists"
+    if "patch does not apply" in text or "while searching for" in text:
+        return "context does not match"
+    lines = [ln.removeprefix("error: ") for ln in stderr.splitlines() if ln.startswith("error:")]
+    return lines[-1] if lines else (stderr.strip() or "does not apply")
+
+
+class Scratch:
+    """A private copy of the files a stack touches, where patches are tried and applied cumulatively."""
+
+    def __init__(self, tree: Path, folder: Path, paths: set[str]) -> None:
+        self.tree = tree
+        self.folder = folder
+        # Keep git from finding a repository above the scratch folder.
+        self.env = {"GIT_CEILING_DIRECTORIES": str(folder.parent)}
+        for rel in sorted(paths):
+            src = tree / rel
+            if src.is_file():
+                dst = folder / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dst)
+
+    def _apply(self, patch: str, *extra: str) -> tuple[bool, str]:
+        proc = gittree.run_git(
+            ["apply", "--whitespace=nowarn", *extra, "-"], cwd=self.folder, stdin=patch.encode(
+                "utf-8", errors="surrogateescape"), env=self.env, check=False,
+        )
+        return proc.returncode == 0, (proc.stdout + proc.stderr).decode(errors="replace")
+
+    def check(self, patch: SeriesPatch, upstream_note: str | None) -> PatchResult:
+        data = patch.read_bytes()
+        diffs = parse_patch(data, where=str(patch.path))
+        text = "".join(d.text() for d in diffs)
+        if upstream_note is not None:
+            back, _ = self._apply(text, "--check", "-R")
+            detail = upstream_note + (
+                "" if back else "; note: it does not reverse-apply either, check the Applied-Upstream metadata")
+            return PatchResult(file=patch.file, subject=patch.subject, status="upstream", detail=detail)
+        ok, log = self._apply(text, "--check", "-v")
+        if ok:
+            self._apply(text)
+            offsets = _offsets(log)
+            detail = "applies cleanly" if not offsets else "applies with offsets: " + "; ".join(
+                o.describe() for o in offsets)
+            return PatchResult(file=patch.file, subject=patch.subject, status="applies", detail=detail,
+                               offsets=offsets)
+        back, _ = self._apply(text, "--check", "-R")
+        if back:
+            return PatchResult(file=patch.file, subject=patch.subject, status="upstream",
+                               detail="already in the tree (reverse-applies cleanly)")
+        problems = self._diagnose(diffs, log)
+        return PatchResult(file=patch.file, subject=patch.subject, status="conflict",
+                           detail="; ".join(p.describe() for p in problems), problems=problems)
+
+    def _diagnose(self, diffs: Sequence[FileDiff], whole_log: str) -> tuple[HunkProblem, ...]:
+        problems: list[HunkProblem] = []
+        for d in diffs:
+            if not d.splittable:
+                ok, log = self._apply(d.text(), "--check")
+                if not ok:
+                    problems.append(HunkProblem(file=d.path, hunk=0, line=0, why=_why(log)))
+                continue
+            for h in d.hunks:
+                piece = d.hunk_patch(h)
+                ok, log = self._apply(piece, "--check")
+                if ok:
+                    continue
+                if self._apply(piece, "--check", "-R")[0]:
+                    why = "already present (reverse-applies): partly upstream"
+                elif (ctx := self._reduced_context(piece)) is not None:
+                    why = f"needs fuzz: drift (applies only with context reduced to {ctx} line(s))"
+                else:
+                    why = _why(log)
+                problems.append(HunkProblem(file=d.path, hunk=h.number, line=h.old_start, why=why))
+        if not problems:  # each piece applies alone, but not together (overlapping hunks)
+            problems.append(HunkProblem(file=diffs[0].path, hunk=0, line=0,
+                                        why="hunks apply one by one but not together: " + _why(whole_log)))
+        return tuple(problems)
+
+    def _reduced_context(self, piece: str) -> int | None:
+        for ctx in (2, 1):
+            if self._apply(piece, "--check", f"-C{ctx}")[0]:
+                return ctx
+        return None
+
+
+def _offsets(log: str) -> tuple[HunkOffset, ...]:
+    current = "?"
+    found = []
+    for line in log.splitlines():
+        if m := _CHECKING.match(line):
+            current = m.group(1)
+        elif (m := _OFFSET.match(line)) and int(m.group(3)) != 0:
+            found.append(HunkOffset(file=current, hunk=int(m.group(1)), line=int(m.group(2)),
+                                    offset=int(m.group(3))))
+    return tuple(found)
+
+
+@contextmanager
+def scratch_for(tree: Path, patches: Sequence[SeriesPatch]) -> Iterator[Scratch]:
+    paths: set[str] = set()
+    for p in patches:
+        paths |= touched_paths(parse_patch(p.read_bytes(), where=str(p.path)))
+    with tempfile.TemporaryDirectory(prefix="g4build-check-") as tmp:
+        folder = Path(tmp) / "tree"
+        folder.mkdir()
+        yield Scratch(tree, folder, paths)
+
+
+def check_stack(
+    tree: Path, stack: Sequence[Series], *, variant_pin: str, version: str,
+    target: Literal["pin", "release"] = "pin", name: str | None = None,
+) -> StackReport:
+    """Check every series (in order) against ``tree`` using the patch variants of ``variant_pin``."""
+    all_patches = [p for s in stack for p in s.patches_for(variant_pin)]
+    results: list[SeriesResult] = []
+    earlier_conflict = False
+    with scratch_for(tree, all_patches) as scratch:
+        for s in stack:
+            variant = s.variant(variant_pin)
+            upstream_note = (f"Applied-Upstream {s.applied_upstream} <= {version}"
+                             if s.upstream_in(version) else None)
+            if variant is None:
+                if upstream_note:
+                    results.append(SeriesResult(name=s.name, version=s.version, status="upstream",
+                                                note=upstream_note, patches=()))
+                else:
+                    known = ", ".join(sorted(s.pins)) or "none"
+                    results.append(SeriesResult(
+                        name=s.name, version=s.version, status="conflict", patches=(),
+                        note=f"no patch variant for {variant_pin} (variants: {known}); "
+                             f"write one with `g4build patches refresh {s.name} --pin {variant_pin} --tree …`",
+                    ))
+                    earlier_conflict = True
+                continue
+            if not variant.patches:
+                results.append(SeriesResult(name=s.name, version=s.version, status="upstream", patches=(),
+                                            note=variant.note or upstream_note or "no patches needed for this pin"))
+                continue
+            checked = []
+            for p in variant.patches:
+                r = scratch.check(p, upstream_note)
+                if r.status == "conflict" and earlier_conflict:
+                    r = PatchResult(file=r.file, subject=r.subject, status=r.status, problems=r.problems,
+                                    detail=r.detail + " (checked after an earlier conflict: may depend on it)")
+                earlier_conflict = earlier_conflict or r.status == "conflict"
+                checked.append(r)
+            results.append(SeriesResult(name=s.name, version=s.version, status=series_status(checked),
+                                        note=variant.note, patches=tuple(checked)))
+    return StackReport(target=target, name=name or variant_pin, version=version, variant_pin=variant_pin,
+                       tree=str(tree), series=tuple(results))
+
+
+def conflict_error(report: StackReport, *, tree_hint: str) -> PatchConflictError:
+    items = report.conflicts()
+    first = items[0]
+    more = f" (and {len(items) - 1} more)" if len(items) > 1 else ""
+    return PatchConflictError(
+        f"patch {first[1].file} of {first[0].name} does not apply to {report.name}: {first[1].detail}{more}",
+        hint=f"resolve it in a tree and run `g4build patches refresh {first[0].name} --pin {report.variant_pin} "
+             f"--tree {tree_hint}`",
+    )
+
+
+TRAILER_SERIES = "G4build-Series"
+TRAILER_PATCH = "G4build-Patch"
+TRAILER_PIN = "G4build-Pin"
+
+
+def commit_message(series: Series, patch: SeriesPatch, pin: str) -> str:
+    return (
+        f"{patch.subject}\n\n"
+        f"From patch series {series.name} v{series.version}: {series.title}\n\n"
+        f"{TRAILER_SERIES}: {series.name} v{series.version}\n"
+        f"{TRAILER_PATCH}: {patch.file}\n"
+        f"{TRAILER_PIN}: {pin}\n"
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class AppliedPatch:
+    series: str
+    file: str
+    commit: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApplyResult:
+    report: StackReport
+    head_before: str
+    head_after: str
+    applied: tuple[AppliedPatch, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self.report.to_dict()
+        data["head_before"] = self.head_before
+        data["head_after"] = self.head_after
+        data["commits"] = [{"series": a.series, "file": a.file, "commit": a.commit} for a in self.applied]
+        data["skipped"] = [{"series": s.name, "file": p.file, "detail": p.detail}
+                           for s in self.report.series for p in s.patches if p.status == "upstream"]
+        return data
+
+
+def apply_stack(tree: Path, stack: Sequence[Series], *, pin: str, version: str) -> ApplyResult:
+    """Commit every needed patch of ``stack`` onto the git tree ``tree``, or change nothing."""
+    gittree.require_repo(tree)
+    gittree.require_clean(tree)
+    report = check_stack(tree, stack, variant_pin=pin, version=version)
+    if not report.ok:
+        raise conflict_error(report, tree_hint=str(tree))
+    before = gittree.head(tree)
+    env = gittree.identity_env(tree)
+    applied: list[AppliedPatch] = []
+    by_name = {s.name: s for s in stack}
+    current = ""
+    try:
+        for sr in report.series:
+            series = by_name[sr.name]
+            patches = {p.file: p for p in series.patches_for(pin)}
+            for pr in sr.patches:
+                if pr.status != "applies":
+                    continue
+                patch = patches[pr.file]
+                current = f"{patch.file} of {series.name}"
+                gittree.run_git(["apply", "--index", "--whitespace=nowarn", str(patch.path)], cwd=tree)
+                gittree.run_git(["commit", "-q", "--no-verify", "-F", "-"], cwd=tree, env=env,
+                                stdin=commit_message(series, patch, pin).encode())
+                applied.append(AppliedPatch(series=series.name, file=patch.file, commit=gittree.head(tree)))
+    except BaseException as exc:
+        rollback(tree, before)
+        if isinstance(exc, Exception):
+            raise PatchConflictError(
+                f"applying {current} failed after the check passed: {exc}; the tree was reset to {before[:12]}",
+                hint="is something in the tree git-ignored or changed meanwhile? run `g4build patches check` again",
+            ) from exc
+        raise
+    return ApplyResult(report=report, head_before=before, head_after=gittree.head(tree), applied=tuple(applied))
+
+
+def rollback(tree: Path, commit: str) -> None:
+    """Put a tree that was clean at ``commit`` back exactly as it was."""
+    gittree.run_git(["reset", "-q", "--hard", commit], cwd=tree)
+    gittree.run_git(["clean", "-q", "-f", "-d"], cwd=tree)  # the tree had no untracked files before
