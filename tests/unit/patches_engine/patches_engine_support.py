@@ -114,7 +114,7 @@ class Home:
         (folder / "series.yaml").write_text("# test series\n" + yaml.safe_dump(meta, sort_keys=False))
         order_file = self.patches / "series.yaml"
         order = yaml.safe_load(order_file.read_text())["order"]
-        order_file.write_text(yaml.safe_dump({"order": [*order, name]}))
+        order_file.write_text("# order\n" + yaml.safe_dump({"order": [*order, name]}))
         return self.get(name)
 
     def get(self, name: str) -> Series:
