@@ -181,10 +181,10 @@ def refresh(series: Series, pin: str, patches: Sequence[NewPatch]) -> RefreshRes
     still_used = {e.file for name, v in series.pins.items() if name != pin for e in v.patches}
     keep = {p.file for p in patches}
     removed = []
-    for p in old:
-        if p.file not in keep and p.file not in still_used:
-            p.path.unlink(missing_ok=True)
-            removed.append(p.file)
+    for gone in old:
+        if gone.file not in keep and gone.file not in still_used:
+            gone.path.unlink(missing_ok=True)
+            removed.append(gone.file)
     dump_yaml(meta_path, raw)
     load_series(series.folder)  # the result must load
     return RefreshResult(series=series.name, pin=pin, old_version=series.version, new_version=series.version + 1,

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from tests.unit.patches_engine.patches_engine_support import PINS_YAML, Home, diff_of
 
 

@@ -6,10 +6,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from g4build.errors import PatchConflictError, SourceError
-from g4build.patch_status import tree_status
-from g4build.patching import apply_stack
 from tests.unit.patches_engine.patches_engine_support import (
     PIN,
     Home,
@@ -19,6 +15,10 @@ from tests.unit.patches_engine.patches_engine_support import (
     replace_line,
     snapshot,
 )
+
+from g4build.errors import PatchConflictError, SourceError
+from g4build.patch_status import tree_status
+from g4build.patching import apply_stack
 
 Diff = Callable[[dict[str, str], dict[str, str | None]], bytes]
 BASE = numbered(40)

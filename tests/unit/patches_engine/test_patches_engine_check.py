@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from g4build.patching import check_stack
 from tests.unit.patches_engine.patches_engine_support import (
     PIN,
     Home,
@@ -14,6 +13,8 @@ from tests.unit.patches_engine.patches_engine_support import (
     replace_line,
     snapshot,
 )
+
+from g4build.patching import check_stack
 
 Diff = Callable[[dict[str, str], dict[str, str | None]], bytes]
 BASE = numbered(40)

@@ -7,11 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from g4build.errors import SourceError, UsageError
-from g4build.patch_refresh import diff_patch, new_series, patches_from_commits, refresh
-from g4build.patching import apply_stack, check_stack
-from g4build.series import load_all
 from tests.unit.patches_engine.patches_engine_support import (
     PIN,
     Home,
@@ -20,6 +15,11 @@ from tests.unit.patches_engine.patches_engine_support import (
     numbered,
     replace_line,
 )
+
+from g4build.errors import SourceError, UsageError
+from g4build.patch_refresh import diff_patch, new_series, patches_from_commits, refresh
+from g4build.patching import apply_stack, check_stack
+from g4build.series import load_all
 
 Diff = Callable[[dict[str, str], dict[str, str | None]], bytes]
 BASE = numbered(40)

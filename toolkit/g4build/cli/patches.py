@@ -1,9 +1,258 @@
-"""`g4build patches` commands."""
+"""`g4build patches list|check|apply|status|refresh|new`: the patch series on a vLLM source tree."""
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 import typer
+from packaging.version import InvalidVersion, Version
+from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+from rich.table import Table
+
+from g4build.cli._common import JSON_OPTION, console, err_console, print_json
+from g4build.data import patches_dir
+from g4build.errors import UsageError
+from g4build.index import ProgressHook, cache_root, fetch_verified
+from g4build.patch_refresh import RefreshResult, diff_patch, new_series, patches_from_commits, refresh
+from g4build.patch_status import tree_status
+from g4build.patching import StackReport, apply_stack, check_stack, conflict_error
+from g4build.pins import Pin, load_pins
+from g4build.series import get_series, load_all
+from g4build.source import fetch_source, read_version_file, safe_extract_tar
+
+patches_app = typer.Typer(help="Patch series: list, check for drift, apply, status, refresh.", no_args_is_help=True)
+
+_STYLE = {"needed": "green", "applies": "green", "upstream": "cyan", "partial": "yellow", "conflict": "bold red"}
+
+TREE_OPTION = typer.Option(..., "--tree", help="A vLLM source tree (a git work tree).", file_okay=False)
+PIN_OPTION = typer.Option(..., "--pin", help="Pin name, e.g. vllm-0.21.0.")
+
+
+def _paint(status: str) -> str:
+    return f"[{_STYLE.get(status, 'white')}]{status}[/]"
+
+
+@contextmanager
+def _download_progress(label: str, quiet: bool) -> Iterator[ProgressHook]:
+    with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  console=err_console, transient=True, disable=quiet) as progress:
+        task = progress.add_task(label, total=None)
+
+        def hook(done: int, total: int | None) -> None:
+            progress.update(task, completed=done, total=total)
+
+        yield hook
+
+
+@patches_app.command("list")
+def list_series(json_out: bool = JSON_OPTION) -> None:
+    """List the series in apply order, with their per-pin variants."""
+    stack = load_all()
+    if json_out:
+        print_json({"series": [s.to_dict() for s in stack]})
+        return
+    if not stack:
+        console.print("no series yet (patches/series.yaml has an empty order)")
+        return
+    table = Table(title="patch series (in apply order)")
+    for col in ("#", "series", "version", "title", "python-only", "applied upstream", "pins"):
+        table.add_column(col)
+    for i, s in enumerate(stack, start=1):
+        pins = "\n".join(
+            f"{pin}: {len(v.patches)} patch(es)" if v.patches else f"{pin}: none ({v.note or 'not needed'})"
+            for pin, v in s.pins.items()
+        )
+        table.add_row(str(i), s.name, str(s.version), s.title, "yes" if s.python_only else "no",
+                      s.applied_upstream or "-", pins or "-")
+    console.print(table)
+
+
+def _render(report: StackReport, tree_note: str) -> None:
+    if report.target == "release":
+        title = (f"release {report.name}: patch variants of {report.variant_pin} (the nearest pin), "
+                 f"{tree_note}")
+    else:
+        title = f"{report.name}: {tree_note}"
+    table = Table(title=title, show_lines=True)
+    for col in ("series", "v", "status", "patch", "result", "detail"):
+        table.add_column(col, overflow="fold")
+    for s in report.series:
+        if not s.patches:
+            table.add_row(s.name, str(s.version), _paint(s.status), "-", "-", s.note)
+        for i, p in enumerate(s.patches):
+            first = i == 0
+            table.add_row(s.name if first else "", str(s.version) if first else "", _paint(s.status) if first else "",
+                          p.file, _paint(p.status), p.detail)
+    if not report.series:
+        console.print(f"{title}: no series in patches/series.yaml")
+        return
+    console.print(table)
+
+
+def _release_version(text: str) -> str:
+    try:
+        return str(Version(text))
+    except InvalidVersion as exc:
+        raise UsageError(f"--release: expected a version such as 0.33.0, found {text!r}") from exc
+
+
+@patches_app.command("check")
+def check(
+    pin: str | None = typer.Option(None, "--pin", help="Pin name (default: the pins file's default)."),
+    release: str | None = typer.Option(None, "--release", help="Check an unpinned upstream release X.Y.Z instead."),
+    tree: Path | None = typer.Option(None, "--tree", help="Source tree to check (default: fetch the pin's sdist).",
+                              file_okay=False),
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """Report, per series and patch, whether it applies (zero fuzz), is upstream, or conflicts."""
+    if pin and release:
+        raise UsageError("pass --pin or --release, not both")
+    pinset = load_pins()
+    stack = load_all()
+    with tempfile.TemporaryDirectory(prefix="g4build-release-") as tmp:
+        if release:
+            version = _release_version(release)
+            base = pinset.nearest(version)
+            if tree is None:
+                tree = _release_tree(version, pinset.pins.values(), Path(tmp), quiet=json_out)
+            tree_note = f"tree {tree}"
+            with err_console.status(f"checking {len(stack)} series", spinner="dots") if not json_out else _null():
+                report = check_stack(tree, stack, variant_pin=base.name, version=version, target="release",
+                                     name=version)
+        else:
+            the_pin = pinset.get(pin)
+            if tree is None:
+                with _download_progress(the_pin.sdist.file, json_out) as hook:
+                    tree = fetch_source(the_pin, "sdist", progress=hook).path
+            found, _ = read_version_file(tree)
+            tree_note = f"tree {tree}" + (f" [yellow](its vllm/_version.py says {found})[/]"
+                                          if found and found != the_pin.version else "")
+            with err_console.status(f"checking {len(stack)} series", spinner="dots") if not json_out else _null():
+                report = check_stack(tree, stack, variant_pin=the_pin.name, version=the_pin.version)
+        if json_out:
+            print_json(report.to_dict())
+        else:
+            _render(report, tree_note)
+        if not report.ok:
+            raise conflict_error(report, tree_hint=str(tree))
+
+
+@contextmanager
+def _null() -> Iterator[None]:
+    yield
+
+
+def _release_tree(version: str, pins: Iterable[Pin], workdir: Path, *, quiet: bool) -> Path:
+    """Download vllm-<version>.tar.gz verified against the sha256 the index publishes (or a pin's), extract it."""
+    filename = f"vllm-{version}.tar.gz"
+    pinned = next((p.sdist.sha256 for p in pins if p.sdist.file == filename), None)
+    with _download_progress(filename, quiet) as hook:
+        got = fetch_verified("vllm", filename, pinned, cache_dir=cache_root() / "sdists", progress=hook)
+    if not quiet:
+        err_console.print(f"{filename}: sha256 {got.sha256} ({'cached' if got.cached else 'downloaded'}, verified)")
+    return safe_extract_tar(got.path, workdir / "src")
+
+
+@patches_app.command("apply")
+def apply(pin: str = PIN_OPTION, tree: Path = TREE_OPTION, json_out: bool = JSON_OPTION) -> None:
+    """Apply every needed patch as one commit each, or leave the tree exactly as it was."""
+    the_pin = load_pins().get(pin)
+    result = apply_stack(tree, load_all(), pin=the_pin.name, version=the_pin.version)
+    if json_out:
+        print_json(result.to_dict())
+        return
+    table = Table(title=f"{the_pin.name} applied to {tree}")
+    for col in ("series", "patch", "result"):
+        table.add_column(col, overflow="fold")
+    commits = {(a.series, a.file): a.commit for a in result.applied}
+    for s in result.report.series:
+        for p in s.patches:
+            done = commits.get((s.name, p.file))
+            table.add_row(s.name, p.file, f"committed {done[:12]}" if done else f"skipped: {p.detail}")
+        if not s.patches:
+            table.add_row(s.name, "-", f"nothing to apply: {s.note}")
+    console.print(table)
+    console.print(f"[green]✓[/] {len(result.applied)} commit(s): {result.head_before[:12]} → {result.head_after[:12]}")
+
+
+@patches_app.command("status")
+def status(
+    tree: Path = TREE_OPTION,
+    pin: str | None = typer.Option(None, "--pin", help="Pin whose fingerprints to look for (default: trailers)."),
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """Which series and patches a tree carries (commit trailers; fingerprints for any tree)."""
+    if pin:
+        load_pins().get(pin)
+    result = tree_status(tree, load_all(), pin=pin)
+    if json_out:
+        print_json(result.to_dict())
+        return
+    if not result.series:
+        console.print(f"{tree} carries no g4build series")
+        return
+    table = Table(title=f"series in {tree}" + ("" if result.git else " (not a git tree: fingerprints only)"))
+    for col in ("series", "tree version", "current", "state", "pin", "patches", "fingerprints"):
+        table.add_column(col, overflow="fold")
+    for s in result.series:
+        patches = "\n".join(f"{c.patch or c.subject} ({c.commit[:12]})" for c in s.commits) or "-"
+        table.add_row(s.name, str(s.tree_version or "-"), str(s.known_version or "-"), s.state, s.pin or "-",
+                      patches, s.fingerprints)
+    console.print(table)
+
+
+def _print_refresh(result: RefreshResult, json_out: bool) -> None:
+    if json_out:
+        print_json(result.to_dict())
+    elif not result.changed:
+        console.print(f"{result.series} for {result.pin}: unchanged (still v{result.new_version})")
+    else:
+        console.print(f"[green]✓[/] {result.series} for {result.pin}: v{result.old_version or '-'} → "
+                      f"v{result.new_version}; wrote {', '.join(result.written)}"
+                      + (f"; removed {', '.join(result.removed)}" if result.removed else ""))
+
+
+@patches_app.command("refresh")
+def refresh_cmd(
+    series: str = typer.Argument(..., help="Series name."),
+    pin: str = PIN_OPTION,
+    tree: Path = TREE_OPTION,
+    from_diff: bool = typer.Option(False, "--from-diff",
+                                   help="Take the tree's uncommitted diff as the pin's whole variant (one patch)."),
+    subject: str | None = typer.Option(None, "--subject", help="With --from-diff: patch subject (default: title)."),
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """Regenerate a series' patches for a pin from the tree's series commits; bump its version."""
+    load_pins().get(pin)
+    the_series = get_series(series)
+    if from_diff:
+        patches = [diff_patch(tree, pin, subject or the_series.title)]
+    else:
+        patches = patches_from_commits(tree, the_series, pin)
+    _print_refresh(refresh(the_series, pin, patches), json_out)
+
+
+@patches_app.command("new")
+def new(
+    name: str = typer.Argument(..., help="Name of the new series (its folder under patches/)."),
+    pin: str = PIN_OPTION,
+    tree: Path = TREE_OPTION,
+    title: str = typer.Option(..., "--title", help="One line: what the series does."),
+    why: str = typer.Option("", "--why", help="Why it is needed."),
+    ref: list[str] = typer.Option([], "--ref", help="An upstream issue or PR, e.g. #41703 (repeatable)."),
+    python_only: bool | None = typer.Option(None, "--python-only/--not-python-only",
+                                     help="Default: python-only when the diff touches only .py files."),
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """Start a new series from the tree's uncommitted diff (untracked files included)."""
+    load_pins().get(pin)
+    result = new_series(patches_dir(), name=name, pin=pin, patch=diff_patch(tree, pin, title), title=title,
+                        why=why, refs=ref, python_only=python_only)
+    _print_refresh(result, json_out)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app (filled in by the patches work)."""
+    app.add_typer(patches_app, name="patches")
