@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from g4build import gittree
-from g4build.patching import TRAILER_PATCH, TRAILER_PIN, TRAILER_SERIES
+from g4build.patch_apply import TRAILER_PATCH, TRAILER_PIN, TRAILER_SERIES
 from g4build.series import Series
 
 _SEP_FIELD = "\x1f"

@@ -1,21 +1,19 @@
-"""Checking and applying the series stack on a source tree.
+"""Checking the series stack against a source tree (applying it lives in ``patch_apply``).
 
 Check (quilt-style): each patch is tried forward with zero fuzz on a scratch copy of the touched files, with
 every earlier patch of the stack already applied there. A patch that does not apply forward but reverse-applies
 is ``upstream``; one that would apply only with reduced context is drift and reported as a ``conflict``.
-
-Apply: all or nothing. The whole stack is checked first; then one commit per needed patch, and on any failure
-the tree is reset to the HEAD it had, so it is left byte-for-byte as before.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -94,6 +92,7 @@ class StackReport:
     variant_pin: str  # whose patch variants were used
     tree: str
     series: tuple[SeriesResult, ...]
+    sdist_sha256: str | None = None  # for a release check: the verified sdist's sha256
 
     @property
     def ok(self) -> bool:
@@ -109,6 +108,8 @@ class StackReport:
         data: dict[str, Any] = {self.target: self.name}
         if self.target == "release":
             data["base_pin"] = self.variant_pin
+        if self.sdist_sha256:
+            data["sdist_sha256"] = self.sdist_sha256
         data["tree"] = self.tree
         data["ok"] = self.ok
         data["series"] = [s.to_dict() for s in self.series]
@@ -139,17 +140,37 @@ def _why(stderr: str) -> str:
 class Scratch:
     """A private copy of the files a stack touches, where patches are tried and applied cumulatively."""
 
-    def __init__(self, tree: Path, folder: Path, paths: set[str]) -> None:
-        self.tree = tree
+    def __init__(self, folder: Path) -> None:
         self.folder = folder
         # Keep git from finding a repository above the scratch folder.
         self.env = {"GIT_CEILING_DIRECTORIES": str(folder.parent)}
+
+    @classmethod
+    def of(cls, tree: Path, folder: Path, paths: set[str]) -> Scratch:
+        folder.mkdir()
         for rel in sorted(paths):
             src = tree / rel
             if src.is_file():
                 dst = folder / rel
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, dst)
+        return cls(folder)
+
+    def fork(self) -> Scratch:
+        """An independent copy of this scratch state (small: only the touched files)."""
+        n = len(list(self.folder.parent.iterdir()))
+        dest = self.folder.parent / f"fork-{n}"
+        shutil.copytree(self.folder, dest, symlinks=True)
+        return Scratch(dest)
+
+    def pops_in_reverse(self, patches: Sequence[SeriesPatch]) -> bool:
+        """True when the files already carry all of ``patches``: they reverse-apply from last to first."""
+        trial = self.fork()
+        for p in reversed(patches):
+            text = "".join(d.text() for d in parse_patch(p.read_bytes(), where=str(p.path)))
+            if not trial._apply(text, "-R")[0]:
+                return False
+        return True
 
     def _apply(self, patch: str, *extra: str) -> tuple[bool, str]:
         proc = gittree.run_git(
@@ -233,9 +254,7 @@ def scratch_for(tree: Path, patches: Sequence[SeriesPatch]) -> Iterator[Scratch]
     for p in patches:
         paths |= touched_paths(parse_patch(p.read_bytes(), where=str(p.path)))
     with tempfile.TemporaryDirectory(prefix="g4build-check-") as tmp:
-        folder = Path(tmp) / "tree"
-        folder.mkdir()
-        yield Scratch(tree, folder, paths)
+        yield Scratch.of(tree, Path(tmp) / "tree", paths)
 
 
 def check_stack(
@@ -268,14 +287,20 @@ def check_stack(
                 results.append(SeriesResult(name=s.name, version=s.version, status="upstream", patches=(),
                                             note=variant.note or upstream_note or "no patches needed for this pin"))
                 continue
-            checked = []
-            for p in variant.patches:
-                r = scratch.check(p, upstream_note)
+            trial = scratch.fork()
+            checked = [trial.check(p, upstream_note) for p in variant.patches]
+            if any(r.status == "conflict" for r in checked) and scratch.pops_in_reverse(variant.patches):
+                # e.g. a tree that already carries the series, where a later patch rewrote an earlier one's lines
+                checked = [PatchResult(file=p.file, subject=p.subject, status="upstream",
+                                       detail="already in the tree (the series reverse-applies from its last patch)")
+                           for p in variant.patches]
+            else:
+                scratch = trial
+            for i, r in enumerate(checked):
                 if r.status == "conflict" and earlier_conflict:
-                    r = PatchResult(file=r.file, subject=r.subject, status=r.status, problems=r.problems,
-                                    detail=r.detail + " (checked after an earlier conflict: may depend on it)")
+                    checked[i] = dataclasses.replace(
+                        r, detail=r.detail + " (checked after an earlier conflict: may depend on it)")
                 earlier_conflict = earlier_conflict or r.status == "conflict"
-                checked.append(r)
             results.append(SeriesResult(name=s.name, version=s.version, status=series_status(checked),
                                         note=variant.note, patches=tuple(checked)))
     return StackReport(target=target, name=name or variant_pin, version=version, variant_pin=variant_pin,
@@ -291,84 +316,3 @@ def conflict_error(report: StackReport, *, tree_hint: str) -> PatchConflictError
         hint=f"resolve it in a tree and run `g4build patches refresh {first[0].name} --pin {report.variant_pin} "
              f"--tree {tree_hint}`",
     )
-
-
-TRAILER_SERIES = "G4build-Series"
-TRAILER_PATCH = "G4build-Patch"
-TRAILER_PIN = "G4build-Pin"
-
-
-def commit_message(series: Series, patch: SeriesPatch, pin: str) -> str:
-    return (
-        f"{patch.subject}\n\n"
-        f"From patch series {series.name} v{series.version}: {series.title}\n\n"
-        f"{TRAILER_SERIES}: {series.name} v{series.version}\n"
-        f"{TRAILER_PATCH}: {patch.file}\n"
-        f"{TRAILER_PIN}: {pin}\n"
-    )
-
-
-@dataclass(frozen=True, kw_only=True)
-class AppliedPatch:
-    series: str
-    file: str
-    commit: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class ApplyResult:
-    report: StackReport
-    head_before: str
-    head_after: str
-    applied: tuple[AppliedPatch, ...] = field(default_factory=tuple)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = self.report.to_dict()
-        data["head_before"] = self.head_before
-        data["head_after"] = self.head_after
-        data["commits"] = [{"series": a.series, "file": a.file, "commit": a.commit} for a in self.applied]
-        data["skipped"] = [{"series": s.name, "file": p.file, "detail": p.detail}
-                           for s in self.report.series for p in s.patches if p.status == "upstream"]
-        return data
-
-
-def apply_stack(tree: Path, stack: Sequence[Series], *, pin: str, version: str) -> ApplyResult:
-    """Commit every needed patch of ``stack`` onto the git tree ``tree``, or change nothing."""
-    gittree.require_repo(tree)
-    gittree.require_clean(tree)
-    report = check_stack(tree, stack, variant_pin=pin, version=version)
-    if not report.ok:
-        raise conflict_error(report, tree_hint=str(tree))
-    before = gittree.head(tree)
-    env = gittree.identity_env(tree)
-    applied: list[AppliedPatch] = []
-    by_name = {s.name: s for s in stack}
-    current = ""
-    try:
-        for sr in report.series:
-            series = by_name[sr.name]
-            patches = {p.file: p for p in series.patches_for(pin)}
-            for pr in sr.patches:
-                if pr.status != "applies":
-                    continue
-                patch = patches[pr.file]
-                current = f"{patch.file} of {series.name}"
-                gittree.run_git(["apply", "--index", "--whitespace=nowarn", str(patch.path)], cwd=tree)
-                gittree.run_git(["commit", "-q", "--no-verify", "-F", "-"], cwd=tree, env=env,
-                                stdin=commit_message(series, patch, pin).encode())
-                applied.append(AppliedPatch(series=series.name, file=patch.file, commit=gittree.head(tree)))
-    except BaseException as exc:
-        rollback(tree, before)
-        if isinstance(exc, Exception):
-            raise PatchConflictError(
-                f"applying {current} failed after the check passed: {exc}; the tree was reset to {before[:12]}",
-                hint="is something in the tree git-ignored or changed meanwhile? run `g4build patches check` again",
-            ) from exc
-        raise
-    return ApplyResult(report=report, head_before=before, head_after=gittree.head(tree), applied=tuple(applied))
-
-
-def rollback(tree: Path, commit: str) -> None:
-    """Put a tree that was clean at ``commit`` back exactly as it was."""
-    gittree.run_git(["reset", "-q", "--hard", commit], cwd=tree)
-    gittree.run_git(["clean", "-q", "-f", "-d"], cwd=tree)  # the tree had no untracked files before

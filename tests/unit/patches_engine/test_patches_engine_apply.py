@@ -17,8 +17,8 @@ from tests.unit.patches_engine.patches_engine_support import (
 )
 
 from g4build.errors import PatchConflictError, SourceError
+from g4build.patch_apply import apply_stack
 from g4build.patch_status import tree_status
-from g4build.patching import apply_stack
 
 Diff = Callable[[dict[str, str], dict[str, str | None]], bytes]
 BASE = numbered(40)

@@ -151,3 +151,19 @@ def test_empty_variant_is_upstream_with_its_note_and_missing_variant_conflicts(
     assert other.status == "conflict"
     assert "no patch variant for vllm-1.0.0" in other.note
     assert not report.ok
+
+
+def test_tree_that_already_carries_a_self_rewriting_series_is_upstream(
+    home: Home, mkdiff: Diff, tmp_path: Path,
+) -> None:
+    # patch 2 rewrites the line patch 1 added: on the patched tree patch 1 alone neither applies nor reverses,
+    # but the series pops cleanly from its last patch
+    again = replace_line(TEN, "line 10 patched", "line 10 patched twice")
+    home.add_series("s", [("ten", mkdiff({"m.py": BASE}, {"m.py": TEN})),
+                          ("again", mkdiff({"m.py": TEN}, {"m.py": again}))])
+    home.add_series("t", [("after", mkdiff({"m.py": again}, {"m.py": again + "tail\n"}))])
+    report = _check(home, make_tree(tmp_path / "t", {"m.py": again}, repo=False))
+    assert report.ok, report.to_dict()
+    assert [p.status for p in report.series[0].patches] == ["upstream", "upstream"]
+    assert "reverse-applies from its last patch" in report.series[0].patches[0].detail
+    assert report.series[1].status == "needed"

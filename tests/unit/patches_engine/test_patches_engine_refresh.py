@@ -17,8 +17,9 @@ from tests.unit.patches_engine.patches_engine_support import (
 )
 
 from g4build.errors import SourceError, UsageError
+from g4build.patch_apply import apply_stack
 from g4build.patch_refresh import diff_patch, new_series, patches_from_commits, refresh
-from g4build.patching import apply_stack, check_stack
+from g4build.patching import check_stack
 from g4build.series import load_all
 
 Diff = Callable[[dict[str, str], dict[str, str | None]], bytes]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -14,11 +15,12 @@ from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
 from g4build.data import patches_dir
-from g4build.errors import UsageError
+from g4build.errors import IntegrityError, UsageError
 from g4build.index import ProgressHook, cache_root, fetch_verified
+from g4build.patch_apply import apply_stack
 from g4build.patch_refresh import RefreshResult, diff_patch, new_series, patches_from_commits, refresh
 from g4build.patch_status import tree_status
-from g4build.patching import StackReport, apply_stack, check_stack, conflict_error
+from g4build.patching import StackReport, check_stack, conflict_error
 from g4build.pins import Pin, load_pins
 from g4build.series import get_series, load_all
 from g4build.source import fetch_source, read_version_file, safe_extract_tar
@@ -116,12 +118,15 @@ def check(
         if release:
             version = _release_version(release)
             base = pinset.nearest(version)
-            if tree is None:
-                tree = _release_tree(version, pinset.pins.values(), Path(tmp), quiet=json_out)
+            sha256 = None
             tree_note = f"tree {tree}"
+            if tree is None:
+                tree, sha256 = _release_tree(version, pinset.pins.values(), Path(tmp), quiet=json_out)
+                tree_note = "the release sdist"
             with err_console.status(f"checking {len(stack)} series", spinner="dots") if not json_out else _null():
                 report = check_stack(tree, stack, variant_pin=base.name, version=version, target="release",
                                      name=version)
+            report = dataclasses.replace(report, sdist_sha256=sha256)
         else:
             the_pin = pinset.get(pin)
             if tree is None:
@@ -145,15 +150,24 @@ def _null() -> Iterator[None]:
     yield
 
 
-def _release_tree(version: str, pins: Iterable[Pin], workdir: Path, *, quiet: bool) -> Path:
-    """Download vllm-<version>.tar.gz verified against the sha256 the index publishes (or a pin's), extract it."""
+def _release_tree(version: str, pins: Iterable[Pin], workdir: Path, *, quiet: bool) -> tuple[Path, str]:
+    """Download vllm-<version>.tar.gz verified against the sha256 the index publishes, and extract it.
+
+    When a pin names the same file, the index's sha256 must also equal the pin's.
+    """
     filename = f"vllm-{version}.tar.gz"
-    pinned = next((p.sdist.sha256 for p in pins if p.sdist.file == filename), None)
     with _download_progress(filename, quiet) as hook:
-        got = fetch_verified("vllm", filename, pinned, cache_dir=cache_root() / "sdists", progress=hook)
+        got = fetch_verified("vllm", filename, None, cache_dir=cache_root() / "sdists", progress=hook)
+    for p in pins:
+        if p.sdist.file == filename and p.sdist.sha256 != got.sha256:
+            raise IntegrityError(
+                f"{filename}: the index publishes sha256 {got.sha256}, pin {p.name} records {p.sdist.sha256}",
+                hint="the pin or the mirror is wrong; check patches/pins.yaml and your index-url",
+            )
     if not quiet:
-        err_console.print(f"{filename}: sha256 {got.sha256} ({'cached' if got.cached else 'downloaded'}, verified)")
-    return safe_extract_tar(got.path, workdir / "src")
+        err_console.print(f"{filename}: sha256 {got.sha256} ({'cached' if got.cached else 'downloaded'}, "
+                          "verified against the index)", highlight=False)
+    return safe_extract_tar(got.path, workdir / "src"), got.sha256
 
 
 @patches_app.command("apply")
