@@ -61,9 +61,18 @@ def require_repo(tree: Path) -> None:
 
 
 def dirty_paths(tree: Path) -> list[str]:
-    """Modified, staged and untracked (not ignored) paths; empty for a clean tree."""
-    raw = run_git(["status", "--porcelain=v1", "-z", "--untracked-files=all"], cwd=tree).stdout
+    """Tracked paths with staged or unstaged changes; empty for a clean tree.
+
+    Untracked files (a ``__pycache__`` from running the tree, say) do not count: patches are checked against
+    them like any other file, and a rollback leaves them where they were.
+    """
+    raw = run_git(["status", "--porcelain=v1", "-z", "--untracked-files=no"], cwd=tree).stdout
     return [entry.decode(errors="replace")[3:] for entry in raw.split(b"\0") if entry]
+
+
+def untracked_paths(tree: Path) -> set[str]:
+    raw = run_git(["ls-files", "-z", "--others", "--exclude-standard"], cwd=tree).stdout
+    return {entry.decode(errors="surrogateescape") for entry in raw.split(b"\0") if entry}
 
 
 def require_clean(tree: Path) -> None:
@@ -72,7 +81,7 @@ def require_clean(tree: Path) -> None:
         shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
         raise SourceError(
             f"{tree} has uncommitted changes ({shown}); expected a clean tree",
-            hint="commit or stash them (git stash -u) first; `g4build patches new` turns a diff into a series",
+            hint="commit or stash them (git stash) first; `g4build patches new` turns a diff into a series",
         )
 
 

@@ -64,6 +64,7 @@ def apply_stack(tree: Path, stack: Sequence[Series], *, pin: str, version: str) 
     if not report.ok:
         raise conflict_error(report, tree_hint=str(tree))
     before = gittree.head(tree)
+    untracked = gittree.untracked_paths(tree)
     env = gittree.identity_env(tree)
     applied: list[AppliedPatch] = []
     by_name = {s.name: s for s in stack}
@@ -82,7 +83,7 @@ def apply_stack(tree: Path, stack: Sequence[Series], *, pin: str, version: str) 
                                 stdin=commit_message(series, patch, pin).encode())
                 applied.append(AppliedPatch(series=series.name, file=patch.file, commit=gittree.head(tree)))
     except BaseException as exc:
-        rollback(tree, before)
+        rollback(tree, before, untracked)
         if isinstance(exc, Exception):
             raise PatchConflictError(
                 f"applying {current} failed after the check passed: {exc}; the tree was reset to {before[:12]}",
@@ -92,7 +93,13 @@ def apply_stack(tree: Path, stack: Sequence[Series], *, pin: str, version: str) 
     return ApplyResult(report=report, head_before=before, head_after=gittree.head(tree), applied=tuple(applied))
 
 
-def rollback(tree: Path, commit: str) -> None:
-    """Put a tree that was clean at ``commit`` back exactly as it was."""
+def rollback(tree: Path, commit: str, untracked: set[str]) -> None:
+    """Put a tree that was clean at ``commit`` (plus the ``untracked`` files) back exactly as it was."""
     gittree.run_git(["reset", "-q", "--hard", commit], cwd=tree)
-    gittree.run_git(["clean", "-q", "-f", "-d"], cwd=tree)  # the tree had no untracked files before
+    for rel in sorted(gittree.untracked_paths(tree) - untracked):  # files a half-applied patch created
+        path = tree / rel
+        path.unlink(missing_ok=True)
+        for parent in path.parents:  # and the folders it made for them
+            if parent == tree or not parent.is_dir() or any(parent.iterdir()):
+                break
+            parent.rmdir()

@@ -25,6 +25,9 @@ from g4build.patchfile import parse_patch
 from g4build.series import Series, load_series
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+# Build and run leftovers that never belong in a patch, even in a tree without a .gitignore (an sdist's).
+_NEVER = [":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.py[co]", ":(exclude,glob)**/*.so",
+          ":(exclude,glob)build/**", ":(exclude,glob)**/*.egg-info/**"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +105,7 @@ def uncommitted_diff(tree: Path) -> bytes:
         index = Path(tmp) / "index"
         env = {"GIT_INDEX_FILE": str(index)}
         gittree.run_git(["read-tree", "HEAD"], cwd=tree, env=env)
-        gittree.run_git(["add", "-A", "."], cwd=tree, env=env)
+        gittree.run_git(["add", "-A", "--", ".", *_NEVER], cwd=tree, env=env)
         return gittree.run_git([*gittree.diff_args(), "--cached", "HEAD", "--"], cwd=tree, env=env).stdout
 
 

@@ -84,10 +84,12 @@ def test_conflict_in_the_middle_leaves_tree_unchanged(home: Home, mkdiff: Diff, 
 def test_failure_while_committing_rolls_back(home: Home, mkdiff: Diff, tmp_path: Path) -> None:
     # gen.py is in the tree but git-ignored: the scratch check passes, `git apply --index` then fails on it
     # after the first patch was already committed, which exercises the rollback.
-    home.add_series("a", [("Patch ten", mkdiff({"m.py": BASE}, {"m.py": TEN})),
+    home.add_series("a", [("Patch ten", mkdiff({"m.py": BASE}, {"m.py": TEN, "pkg/sub/new.py": "N = 1\n"})),
                           ("Patch gen", mkdiff({"gen.py": BASE}, {"gen.py": TEN}))])
     tree = make_tree(tmp_path / "t", {"m.py": BASE, ".gitignore": "gen.py\n"})
     (tree / "gen.py").write_text(BASE)
+    (tree / "__pycache__").mkdir()
+    (tree / "__pycache__" / "m.cpython-311.pyc").write_bytes(b"\0untracked, kept")  # untracked files stay
     head = git(tree, "rev-parse", "HEAD")
     before = snapshot(tree)
     with pytest.raises(PatchConflictError) as err:
@@ -95,12 +97,13 @@ def test_failure_while_committing_rolls_back(home: Home, mkdiff: Diff, tmp_path:
     assert "failed after the check passed" in err.value.message
     assert git(tree, "rev-parse", "HEAD") == head
     assert snapshot(tree) == before
-    assert git(tree, "status", "--porcelain") == ""
+    assert git(tree, "status", "--porcelain") == "?? __pycache__/\n"
+    assert not (tree / "pkg").exists()
 
 
 def test_dirty_tree_is_refused(home: Home, mkdiff: Diff, tmp_path: Path) -> None:
     _three_series(home, mkdiff)
-    tree = make_tree(tmp_path / "t", {"m.py": BASE})
+    tree = make_tree(tmp_path / "t", {"m.py": BASE, "notes.txt": "notes\n"})
     (tree / "notes.txt").write_text("wip\n")
     with pytest.raises(SourceError, match=r"uncommitted changes \(notes.txt\)"):
         apply_stack(tree, home.stack(), pin=PIN, version="1.0.0")

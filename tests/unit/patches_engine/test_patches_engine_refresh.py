@@ -126,6 +126,8 @@ def test_new_series_from_uncommitted_diff(home: Home, mkdiff: Diff, tmp_path: Pa
     (tree / "m.py").write_text(TEN)
     (tree / "new_mod.py").write_text("VALUE = 1\n")  # untracked files are part of the diff
     git(tree, "add", "-N", "new_mod.py")
+    (tree / "__pycache__").mkdir()
+    (tree / "__pycache__" / "m.cpython-311.pyc").write_bytes(b"\0junk")  # never part of a patch
     index_before = (tree / ".git" / "index").read_bytes()
     patch = diff_patch(tree, PIN, "Fix the thing")
     result = new_series(home.patches, name="fix-thing", pin=PIN, patch=patch, title="Fix the thing",
@@ -139,6 +141,7 @@ def test_new_series_from_uncommitted_diff(home: Home, mkdiff: Diff, tmp_path: Pa
     assert created.python_only is True
     assert created.refs == ("#99",)
     assert b"+VALUE = 1" in created.patches_for(PIN)[0].read_bytes()
+    assert b"__pycache__" not in created.patches_for(PIN)[0].read_bytes()
     pristine = make_tree(tmp_path / "p", {"m.py": BASE}, repo=False)
     assert check_stack(pristine, [created], variant_pin=PIN, version="1.0.0").series[0].status == "needed"
     with pytest.raises(UsageError, match="already exists"):
