@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from g4build import gittree
 from g4build.data import load_yaml_mapping
 from g4build.errors import ConfigError, SourceError, UsageError
 from g4build.patch_status import SeriesCommit, series_commits
 from g4build.patchfile import parse_patch
 from g4build.series import Series, load_series
+from g4build.series_yaml import append_order, dump, set_pin_patches
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 # Build and run leftovers that never belong in a patch, even in a tree without a .gitignore (an sdist's).
@@ -63,31 +62,6 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
-
-
-def dump_yaml(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` as YAML, keeping the comment block at the top of an existing file."""
-    head = ""
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
-            if not line.startswith("#"):
-                break
-            head += line
-    body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=110,
-                     default_flow_style=False)
-    write_atomic(path, (head + body).encode())
 
 
 def slug(text: str) -> str:
@@ -171,14 +145,8 @@ def refresh(series: Series, pin: str, patches: Sequence[NewPatch]) -> RefreshRes
         return RefreshResult(series=series.name, pin=pin, old_version=series.version, new_version=series.version,
                              changed=False, written=(), removed=())
     meta_path = series.folder / "series.yaml"
-    raw = load_yaml_mapping(meta_path)
-    pins = raw.setdefault("pins", {})
-    variant = dict(pins.get(pin) or {})
-    variant["patches"] = [{"file": p.file, "subject": p.subject} for p in patches]
-    variant.setdefault("fingerprints", {})
-    variant.setdefault("note", "")
-    pins[pin] = variant
-    raw["version"] = series.version + 1
+    entries = [{"file": p.file, "subject": p.subject} for p in patches]
+    meta_text = set_pin_patches(meta_path.read_text(encoding="utf-8"), pin, entries, series.version + 1)
     for p in patches:
         write_atomic(series.folder / p.file, p.data)
     still_used = {e.file for name, v in series.pins.items() if name != pin for e in v.patches}
@@ -188,7 +156,7 @@ def refresh(series: Series, pin: str, patches: Sequence[NewPatch]) -> RefreshRes
         if gone.file not in keep and gone.file not in still_used:
             gone.path.unlink(missing_ok=True)
             removed.append(gone.file)
-    dump_yaml(meta_path, raw)
+    write_atomic(meta_path, meta_text.encode())
     load_series(series.folder)  # the result must load
     return RefreshResult(series=series.name, pin=pin, old_version=series.version, new_version=series.version + 1,
                          changed=True, written=tuple(p.file for p in patches), removed=tuple(removed))
@@ -218,17 +186,17 @@ def new_series(
     if python_only is None:
         python_only = all(p.endswith(".py") for d in diffs for p in (d.old_path, d.new_path) if p)
     order_path = root / "series.yaml"
-    order_raw = load_yaml_mapping(order_path)
-    order = list(order_raw.get("order") or [])
+    order_text = order_path.read_text(encoding="utf-8") if order_path.is_file() else "order: []\n"
+    if name in (load_yaml_mapping(order_path).get("order") or []):
+        raise UsageError(f"series '{name}' is already in {order_path}'s order but has no folder")
     meta = {
         "name": name, "version": 1, "title": title, "why": why, "refs": list(refs), "origin": "g4build",
         "bug": "", "forwarded": "no", "applied_upstream": None, "python_only": python_only,
         "pins": {pin: {"patches": [{"file": patch.file, "subject": patch.subject}], "fingerprints": {}, "note": ""}},
     }
     write_atomic(folder / patch.file, patch.data)
-    dump_yaml(folder / "series.yaml", meta)
-    order_raw["order"] = [*order, name]
-    dump_yaml(order_path, order_raw)
+    write_atomic(folder / "series.yaml", dump(meta).encode())
+    write_atomic(order_path, append_order(order_text, name).encode())
     load_series(folder)
     return RefreshResult(series=name, pin=pin, old_version=None, new_version=1, changed=True,
                          written=(patch.file,), removed=())
