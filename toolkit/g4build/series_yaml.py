@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 _BLANK_OR_COMMENT = re.compile(r"^\s*(#.*)?$")
+_PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")  # a patch path YAML reads back as the same string
 
 
 def _indent(line: str) -> int:
@@ -59,7 +60,8 @@ def _patch_lines(indent: str, patches: list[dict[str, str]]) -> list[str]:
         return [f"{indent}patches: []\n"]
     out = [f"{indent}patches:\n"]
     for p in patches:
-        out.append(f"{indent}  - file: {json.dumps(p['file'])}\n")
+        file = p["file"] if _PLAIN.match(p["file"]) else json.dumps(p["file"])
+        out.append(f"{indent}  - file: {file}\n")
         out.append(f"{indent}    subject: {json.dumps(p['subject'], ensure_ascii=False)}\n")
     return out
 
