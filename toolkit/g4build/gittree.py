@@ -104,3 +104,11 @@ def diff_args() -> list[str]:
     """Options that make ``git diff`` write our patch format whatever the user's diff settings are."""
     return ["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames", "--binary",
             "--src-prefix=a/", "--dst-prefix=b/"]
+
+
+def pristine_commit(tree: Path) -> str:
+    """The first commit of a g4build source tree: the upstream source as fetched, before any patch."""
+    roots = out(["rev-list", "--max-parents=0", "HEAD"], cwd=tree).split()
+    if len(roots) != 1:
+        raise SourceError(f"{tree} has {len(roots)} root commits; expected the one of the fetched source")
+    return roots[0]

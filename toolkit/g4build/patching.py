@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from g4build import gittree
-from g4build.errors import PatchConflictError
+from g4build.errors import PatchConflictError, SourceError
 from g4build.patchfile import FileDiff, parse_patch, touched_paths
 from g4build.series import Series, SeriesPatch
 
@@ -146,8 +146,12 @@ class Scratch:
         self.env = {"GIT_CEILING_DIRECTORIES": str(folder.parent)}
 
     @classmethod
-    def of(cls, tree: Path, folder: Path, paths: set[str]) -> Scratch:
+    def of(cls, tree: Path, folder: Path, paths: set[str], commit: str | None = None) -> Scratch:
+        """Copy ``paths`` from the tree's files, or from ``commit`` of the tree's git history."""
         folder.mkdir()
+        if commit is not None:
+            _copy_from_commit(tree, commit, folder, paths)
+            return cls(folder)
         for rel in sorted(paths):
             src = tree / rel
             if src.is_file():
@@ -248,24 +252,47 @@ def _offsets(log: str) -> tuple[HunkOffset, ...]:
     return tuple(found)
 
 
+def _copy_from_commit(tree: Path, commit: str, folder: Path, paths: set[str]) -> None:
+    if not paths:
+        return
+    listing = gittree.run_git(["ls-tree", "-z", commit, "--", *sorted(paths)], cwd=tree).stdout
+    for entry in listing.split(b"\0"):
+        if not entry:
+            continue
+        meta, _, rel = entry.decode(errors="surrogateescape").partition("\t")
+        mode, kind, sha = meta.split()
+        if kind != "blob":
+            continue
+        dst = folder / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(gittree.run_git(["cat-file", "blob", sha], cwd=tree).stdout)
+        if mode == "100755":
+            dst.chmod(0o755)
+
+
 @contextmanager
-def scratch_for(tree: Path, patches: Sequence[SeriesPatch]) -> Iterator[Scratch]:
+def scratch_for(tree: Path, patches: Sequence[SeriesPatch], commit: str | None = None) -> Iterator[Scratch]:
     paths: set[str] = set()
     for p in patches:
         paths |= touched_paths(parse_patch(p.read_bytes(), where=str(p.path)))
     with tempfile.TemporaryDirectory(prefix="g4build-check-") as tmp:
-        yield Scratch.of(tree, Path(tmp) / "tree", paths)
+        yield Scratch.of(tree, Path(tmp) / "tree", paths, commit)
 
 
 def check_stack(
     tree: Path, stack: Sequence[Series], *, variant_pin: str, version: str,
-    target: Literal["pin", "release"] = "pin", name: str | None = None,
+    target: Literal["pin", "release"] = "pin", name: str | None = None, at_commit: str | None = None,
 ) -> StackReport:
-    """Check every series (in order) against ``tree`` using the patch variants of ``variant_pin``."""
+    """Check every series (in order) against ``tree`` using the patch variants of ``variant_pin``.
+
+    ``at_commit``: check the files as that commit of the (git) tree has them, not the work tree's.
+    """
+    if not tree.is_dir():
+        raise SourceError(f"{tree} is not a folder; expected a vLLM source tree", hint="pass --tree PATH")
     all_patches = [p for s in stack for p in s.patches_for(variant_pin)]
     results: list[SeriesResult] = []
     earlier_conflict = False
-    with scratch_for(tree, all_patches) as scratch:
+    with scratch_for(tree, all_patches, at_commit) as scratch:
         for s in stack:
             variant = s.variant(variant_pin)
             upstream_note = (f"Applied-Upstream {s.applied_upstream} <= {version}"
@@ -304,7 +331,7 @@ def check_stack(
             results.append(SeriesResult(name=s.name, version=s.version, status=series_status(checked),
                                         note=variant.note, patches=tuple(checked)))
     return StackReport(target=target, name=name or variant_pin, version=version, variant_pin=variant_pin,
-                       tree=str(tree), series=tuple(results))
+                       tree=str(tree) if at_commit is None else f"{tree}@{at_commit[:12]}", series=tuple(results))
 
 
 def conflict_error(report: StackReport, *, tree_hint: str) -> PatchConflictError:

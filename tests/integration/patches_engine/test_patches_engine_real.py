@@ -150,7 +150,7 @@ def test_synthetic_series_on_the_real_tree(synthetic_home: tuple[Path, Path], tm
     code, out, err = run("check", "--pin", "vllm-0.21.0", "--json")  # default tree: the pin's sdist
     assert code == PatchConflictError.exit_code, err
     report = json.loads(out)
-    assert report["tree"] == str(tree)
+    assert report["tree"] == f"{tree}@{_git(tree, 'rev-list', '--max-parents=0', 'HEAD')[:12]}"
     assert [(s["name"], s["status"]) for s in report["series"]] == [
         ("syn-a", "needed"), ("syn-up", "upstream"), ("syn-drift", "conflict")]
     (hunk,) = report["series"][2]["patches"][0]["hunks"]

@@ -8,6 +8,7 @@ from pathlib import Path
 from tests.unit.patches_engine.patches_engine_support import (
     PIN,
     Home,
+    git,
     make_tree,
     numbered,
     replace_line,
@@ -167,3 +168,16 @@ def test_tree_that_already_carries_a_self_rewriting_series_is_upstream(
     assert [p.status for p in report.series[0].patches] == ["upstream", "upstream"]
     assert "reverse-applies from its last patch" in report.series[0].patches[0].detail
     assert report.series[1].status == "needed"
+
+
+def test_check_at_the_pristine_commit_ignores_later_commits(home: Home, mkdiff: Diff, tmp_path: Path) -> None:
+    home.add_series("s", [("ten", mkdiff({"m.py": BASE}, {"m.py": TEN}))])
+    tree = make_tree(tmp_path / "t", {"m.py": BASE})
+    root = git(tree, "rev-parse", "HEAD").strip()
+    (tree / "m.py").write_text(TEN)
+    git(tree, "commit", "-q", "-am", "patched on top")
+    (tree / "m.py").write_text("scribbled\n")  # the work tree does not matter either
+    assert _check(home, tree).series[0].status == "conflict"
+    at_root = check_stack(tree, home.stack(), variant_pin=PIN, version="1.0.0", at_commit=root)
+    assert at_root.series[0].status == "needed"
+    assert at_root.tree.endswith(f"@{root[:12]}")

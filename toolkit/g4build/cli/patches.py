@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 import typer
 from packaging.version import InvalidVersion, Version
@@ -16,6 +17,7 @@ from rich.table import Table
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
 from g4build.data import patches_dir
 from g4build.errors import IntegrityError, UsageError
+from g4build.gittree import pristine_commit
 from g4build.index import ProgressHook, cache_root, fetch_verified
 from g4build.patch_apply import apply_stack
 from g4build.patch_refresh import RefreshResult, diff_patch, new_series, patches_from_commits, refresh
@@ -29,7 +31,8 @@ patches_app = typer.Typer(help="Patch series: list, check for drift, apply, stat
 
 _STYLE = {"needed": "green", "applies": "green", "upstream": "cyan", "partial": "yellow", "conflict": "bold red"}
 
-TREE_OPTION = typer.Option(..., "--tree", help="A vLLM source tree (a git work tree).", file_okay=False)
+TREE_OPTION = typer.Option(..., "--tree", help="A vLLM source tree (a git work tree).", file_okay=False,
+                           exists=True)
 PIN_OPTION = typer.Option(..., "--pin", help="Pin name, e.g. vllm-0.21.0.")
 
 
@@ -106,48 +109,57 @@ def check(
     pin: str | None = typer.Option(None, "--pin", help="Pin name (default: the pins file's default)."),
     release: str | None = typer.Option(None, "--release", help="Check an unpinned upstream release X.Y.Z instead."),
     tree: Path | None = typer.Option(None, "--tree", help="Source tree to check (default: fetch the pin's sdist).",
-                              file_okay=False),
+                                     file_okay=False, exists=True),
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Report, per series and patch, whether it applies (zero fuzz), is upstream, or conflicts."""
     if pin and release:
         raise UsageError("pass --pin or --release, not both")
-    pinset = load_pins()
-    stack = load_all()
     with tempfile.TemporaryDirectory(prefix="g4build-release-") as tmp:
         if release:
-            version = _release_version(release)
-            base = pinset.nearest(version)
-            sha256 = None
-            tree_note = f"tree {tree}"
-            if tree is None:
-                tree, sha256 = _release_tree(version, pinset.pins.values(), Path(tmp), quiet=json_out)
-                tree_note = "the release sdist"
-            with err_console.status(f"checking {len(stack)} series", spinner="dots") if not json_out else _null():
-                report = check_stack(tree, stack, variant_pin=base.name, version=version, target="release",
-                                     name=version)
-            report = dataclasses.replace(report, sdist_sha256=sha256)
+            report, note = _check_release(_release_version(release), tree, Path(tmp), json_out)
         else:
-            the_pin = pinset.get(pin)
-            if tree is None:
-                with _download_progress(the_pin.sdist.file, json_out) as hook:
-                    tree = fetch_source(the_pin, "sdist", progress=hook).path
-            found, _ = read_version_file(tree)
-            tree_note = f"tree {tree}" + (f" [yellow](its vllm/_version.py says {found})[/]"
-                                          if found and found != the_pin.version else "")
-            with err_console.status(f"checking {len(stack)} series", spinner="dots") if not json_out else _null():
-                report = check_stack(tree, stack, variant_pin=the_pin.name, version=the_pin.version)
+            report, note = _check_pin(pin, tree, json_out)
         if json_out:
             print_json(report.to_dict())
         else:
-            _render(report, tree_note)
+            _render(report, note)
         if not report.ok:
-            raise conflict_error(report, tree_hint=str(tree))
+            raise conflict_error(report, tree_hint=str(tree or "<your tree>"))
 
 
-@contextmanager
-def _null() -> Iterator[None]:
-    yield
+def _checking(count: int, quiet: bool) -> AbstractContextManager[Any]:
+    return nullcontext() if quiet else err_console.status(f"checking {count} series", spinner="dots")
+
+
+def _check_pin(pin: str | None, tree: Path | None, quiet: bool) -> tuple[StackReport, str]:
+    the_pin = load_pins().get(pin)
+    stack = load_all()
+    pristine = None
+    if tree is None:
+        with _download_progress(the_pin.sdist.file, quiet) as hook:
+            tree = fetch_source(the_pin, "sdist", progress=hook).path
+        pristine = pristine_commit(tree)  # the cached tree may carry commits (applied patches) on top
+    found, _ = read_version_file(tree)
+    note = f"tree {tree}" + (f" [yellow](its vllm/_version.py says {found})[/]"
+                             if found and found != the_pin.version else "")
+    with _checking(len(stack), quiet):
+        report = check_stack(tree, stack, variant_pin=the_pin.name, version=the_pin.version, at_commit=pristine)
+    return report, note
+
+
+def _check_release(version: str, tree: Path | None, workdir: Path, quiet: bool) -> tuple[StackReport, str]:
+    pinset = load_pins()
+    stack = load_all()
+    base = pinset.nearest(version)
+    sha256 = None
+    note = f"tree {tree}"
+    if tree is None:
+        tree, sha256 = _release_tree(version, pinset.pins.values(), workdir, quiet=quiet)
+        note = "the release sdist"
+    with _checking(len(stack), quiet):
+        report = check_stack(tree, stack, variant_pin=base.name, version=version, target="release", name=version)
+    return dataclasses.replace(report, sdist_sha256=sha256), note
 
 
 def _release_tree(version: str, pins: Iterable[Pin], workdir: Path, *, quiet: bool) -> tuple[Path, str]:
