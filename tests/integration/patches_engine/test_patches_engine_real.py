@@ -61,6 +61,28 @@ def test_check_pin_reports_the_repository_series(pin: str) -> None:
     assert code == 0, err
 
 
+@pytest.mark.parametrize("pin", ["vllm-0.21.0", "vllm-0.33.0"])
+def test_apply_the_repository_series_to_a_clone(pin: str, tmp_path: Path) -> None:
+    clone = tmp_path / "clone"
+    _git(tmp_path, "clone", "-q", str(pin_tree(pin)), str(clone))
+    base = _git(clone, "rev-parse", "HEAD").strip()
+    code, out, err = run("apply", "--pin", pin, "--tree", str(clone), "--json")
+    assert code == 0, err
+    applied = json.loads(out)
+    every = [(s.name, p.file) for s in load_all() for p in s.patches_for(pin)]
+    done = [(c["series"], c["file"]) for c in applied["commits"]]
+    skipped = [(k["series"], k["file"]) for k in applied["skipped"]]
+    assert sorted(done + skipped) == sorted(every)
+    assert done == [x for x in every if x in done]  # in stack order
+    changed = [f for f in _git(clone, "diff", "--name-only", base, "HEAD").split() if f.endswith(".py")]
+    for rel in changed:
+        compile((clone / rel).read_text(), rel, "exec")  # every patched Python file still parses
+    _, out, _ = run("status", "--tree", str(clone), "--json")
+    carried = {s["name"]: s["state"] for s in json.loads(out)["series"]}
+    for name in {c["series"] for c in applied["commits"]}:
+        assert carried[name] == "current"
+
+
 def test_check_release_uses_the_index_published_sha256() -> None:
     code, out, err = run("check", "--release", "0.33.0", "--json")
     report = json.loads(out)
