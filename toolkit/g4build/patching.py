@@ -336,10 +336,13 @@ def check_stack(
 
 def conflict_error(report: StackReport, *, tree_hint: str) -> PatchConflictError:
     items = report.conflicts()
-    first = items[0]
+    series, patch = items[0]
     more = f" (and {len(items) - 1} more)" if len(items) > 1 else ""
+    earlier = [s.name for s in report.series[: [s.name for s in report.series].index(series.name)]]
+    prepare = f"`g4build patches apply --pin {report.variant_pin} --tree T" + "".join(
+        f" --series {n}" for n in earlier) + "`, port it by hand, then " if earlier else "port it in a tree T, then "
     return PatchConflictError(
-        f"patch {first[1].file} of {first[0].name} does not apply to {report.name}: {first[1].detail}{more}",
-        hint=f"resolve it in a tree and run `g4build patches refresh {first[0].name} --pin {report.variant_pin} "
-             f"--tree {tree_hint}`",
+        f"patch {patch.file} of {series.name} does not apply to {report.name} ({tree_hint}): {patch.detail}{more}",
+        hint=f"{prepare}`g4build patches refresh {series.name} --pin {report.variant_pin} --tree T --from-diff` "
+             "(or commit each patch with its G4build-* trailers and refresh without --from-diff)",
     )

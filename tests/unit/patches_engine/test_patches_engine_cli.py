@@ -151,8 +151,16 @@ def test_apply_refuses_and_keeps_tree(home: Home, mkdiff: Diff, tmp_path: Path) 
     out = cli(home, "apply", "--pin", PIN, "--tree", str(tree))
     assert out.returncode == PatchConflictError.exit_code
     assert "does not apply" in out.stderr
+    assert f"patches apply --pin {PIN} --tree T --series a`" in out.stderr.replace("\n", " ")
     assert snapshot(tree) == before
     assert git(tree, "log", "--format=%s") == "base\n"
+    # the hint's first step works: only the series before the conflict
+    partial = cli(home, "apply", "--pin", PIN, "--tree", str(tree), "--series", "a", "--json")
+    assert partial.returncode == 0, partial.stderr
+    assert [c["series"] for c in json.loads(partial.stdout)["commits"]] == ["a"]
+    unknown = cli(home, "apply", "--pin", PIN, "--tree", str(tree), "--series", "zzz")
+    assert unknown.returncode == 2
+    assert "unknown series zzz" in unknown.stderr
     plain = make_tree(tmp_path / "plain", {"m.py": BASE}, repo=False)
     out = cli(home, "apply", "--pin", PIN, "--tree", str(plain))
     assert out.returncode == SourceError.exit_code

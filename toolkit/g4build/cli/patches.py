@@ -183,10 +183,21 @@ def _release_tree(version: str, pins: Iterable[Pin], workdir: Path, *, quiet: bo
 
 
 @patches_app.command("apply")
-def apply(pin: str = PIN_OPTION, tree: Path = TREE_OPTION, json_out: bool = JSON_OPTION) -> None:
+def apply(
+    pin: str = PIN_OPTION,
+    tree: Path = TREE_OPTION,
+    series: list[str] = typer.Option([], "--series", help="Apply only these series (repeatable; stack order kept)."),
+    json_out: bool = JSON_OPTION,
+) -> None:
     """Apply every needed patch as one commit each, or leave the tree exactly as it was."""
     the_pin = load_pins().get(pin)
-    result = apply_stack(tree, load_all(), pin=the_pin.name, version=the_pin.version)
+    stack = load_all()
+    unknown = sorted(set(series) - {s.name for s in stack})
+    if unknown:
+        raise UsageError(f"unknown series {', '.join(unknown)}: expected one of {', '.join(s.name for s in stack)}",
+                         hint="run `g4build patches list`")
+    chosen = [s for s in stack if not series or s.name in series]
+    result = apply_stack(tree, chosen, pin=the_pin.name, version=the_pin.version)
     if json_out:
         print_json(result.to_dict())
         return
