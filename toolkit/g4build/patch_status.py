@@ -83,16 +83,17 @@ class CarriedSeries:
     known_version: int | None  # the series' current version, None for a series the checkout does not know
     tree_version: int | None  # from the trailers (None when only fingerprints tell)
     pin: str | None
-    state: str  # "current", "outdated", "incomplete", "unknown series", "fingerprints only"
+    state: str  # "current", "outdated", "unknown series", "fingerprints only"
     commits: tuple[SeriesCommit, ...]
     fingerprints: FingerprintState
     missing_fingerprints: tuple[str, ...]
+    not_committed: tuple[str, ...] = ()  # the pin's patches without a commit (upstream when applied)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "version": self.tree_version, "current_version": self.known_version,
             "pin": self.pin, "state": self.state, "fingerprints": self.fingerprints,
-            "missing_fingerprints": list(self.missing_fingerprints),
+            "missing_fingerprints": list(self.missing_fingerprints), "not_committed": list(self.not_committed),
             "patches": [{"file": c.patch, "subject": c.subject, "commit": c.commit} for c in self.commits],
         }
 
@@ -107,17 +108,17 @@ class TreeStatus:
         return {"tree": self.tree, "git": self.git, "series": [s.to_dict() for s in self.series]}
 
 
-def _state(series: Series | None, commits: Sequence[SeriesCommit], pin: str | None) -> str:
+def _state(series: Series | None, commits: Sequence[SeriesCommit], pin: str | None) -> tuple[str, tuple[str, ...]]:
+    """The series' state in the tree, and the pin's patches it has no commit for (skipped as upstream)."""
     if series is None:
-        return "unknown series"
-    versions = {c.version for c in commits}
-    if versions != {series.version}:
-        return "outdated"
+        return "unknown series", ()
+    if {c.version for c in commits} != {series.version}:
+        return "outdated", ()
     want = [p.file for p in series.patches_for(pin)] if pin else []
     have = [c.patch for c in commits]
-    if pin and want != have:
-        return "incomplete"
-    return "current"
+    if pin and [f for f in want if f in have] != have:
+        return "outdated", ()  # a commit names a patch the series no longer has, or the order changed
+    return "current", tuple(f for f in want if f not in have)
 
 
 def tree_status(tree: Path, stack: Sequence[Series], *, pin: str | None = None) -> TreeStatus:
@@ -142,8 +143,9 @@ def tree_status(tree: Path, stack: Sequence[Series], *, pin: str | None = None) 
                     break
                 if _RANK[state] > _RANK[fp_state]:
                     fp_state, missing = state, miss
+        not_committed: tuple[str, ...] = ()
         if mine:
-            state_text = _state(series, mine, use_pin)
+            state_text, not_committed = _state(series, mine, use_pin)
         elif fp_state in ("present", "partial"):
             state_text = "fingerprints only"
         else:
@@ -151,6 +153,6 @@ def tree_status(tree: Path, stack: Sequence[Series], *, pin: str | None = None) 
         result.append(CarriedSeries(
             name=name, known_version=series.version if series else None,
             tree_version=mine[-1].version if mine else None, pin=use_pin, state=state_text, commits=mine,
-            fingerprints=fp_state, missing_fingerprints=tuple(missing),
+            fingerprints=fp_state, missing_fingerprints=tuple(missing), not_committed=not_committed,
         ))
     return TreeStatus(tree=str(tree), git=git, series=tuple(result))

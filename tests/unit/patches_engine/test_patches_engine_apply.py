@@ -64,6 +64,9 @@ def test_apply_skips_upstream_patches(home: Home, mkdiff: Diff, tmp_path: Path) 
     assert [a.file for a in result.applied] == [f"{PIN}/0002-p2.patch", f"{PIN}/0001-p1.patch"]
     assert result.to_dict()["skipped"][0]["file"] == f"{PIN}/0001-p1.patch"
     assert result.report.series[0].status == "partial"
+    (a, b) = tree_status(tree, home.stack()).series
+    assert (a.name, a.state, a.not_committed) == ("a", "current", (f"{PIN}/0001-p1.patch",))
+    assert (b.state, b.not_committed) == ("current", ())
 
 
 def test_conflict_in_the_middle_leaves_tree_unchanged(home: Home, mkdiff: Diff, tmp_path: Path) -> None:

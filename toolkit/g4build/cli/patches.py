@@ -236,7 +236,9 @@ def status(
         table.add_column(col, overflow="fold")
     for s in result.series:
         patches = "\n".join(f"{c.patch or c.subject} ({c.commit[:12]})" for c in s.commits) or "-"
-        table.add_row(s.name, str(s.tree_version or "-"), str(s.known_version or "-"), s.state, s.pin or "-",
+        state = s.state + (f" ({len(s.not_committed)} patch(es) not committed: upstream when applied)"
+                           if s.not_committed else "")
+        table.add_row(s.name, str(s.tree_version or "-"), str(s.known_version or "-"), state, s.pin or "-",
                       patches, s.fingerprints)
     console.print(table)
 
