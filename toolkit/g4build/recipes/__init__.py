@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from g4build.errors import RecipeError
+from g4build.errors import ConfigError, RecipeError, UsageError
 from g4build.recipes.context import gather_context
 from g4build.recipes.model import Recipe, load_recipe_data, parse_recipe, recipe_names
 from g4build.recipes.overrides import apply_overrides
@@ -41,8 +41,13 @@ __all__ = [
 
 def load_recipe(name_or_path: str, sets: Sequence[str] = (), *, root: Path | None = None) -> Recipe:
     data, path = load_recipe_data(name_or_path, root)
-    where = f"{path}" + (" (after --set)" if sets else "")
-    return parse_recipe(apply_overrides(data, sets), where, source=path)
+    if not sets:
+        return parse_recipe(data, str(path), source=path)
+    parse_recipe(data, str(path), source=path)  # the file itself must be valid before --set is blamed
+    try:
+        return parse_recipe(apply_overrides(data, sets), f"{path} (after --set)", source=path)
+    except ConfigError as exc:
+        raise UsageError(exc.message, hint=exc.hint or "check the --set values") from exc
 
 
 def check_recipe(recipe: Recipe, ctx: CheckContext) -> tuple[Finding, ...]:

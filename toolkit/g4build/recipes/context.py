@@ -68,7 +68,8 @@ def gather_context(
     target: CheckpointInfo | None = read_checkpoint(model_dir) if model_dir is not None else None
     draft = drafter_dir(recipe, draft_dir)
     drafter = read_checkpoint(draft) if draft is not None else None
-    types = transformers_model_types() if ask_transformers and recipe.method == "mtp" else None
+    asked = ask_transformers and recipe.method == "mtp"
+    types = transformers_model_types() if asked else None
     return CheckContext(
         pin=pin,
         known_pins=tuple(pins.pins),
@@ -77,4 +78,5 @@ def gather_context(
         drafter=drafter,
         wheel=wheel_info,
         transformers_model_types=types,
+        transformers_asked=asked,
     )

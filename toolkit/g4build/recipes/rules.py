@@ -55,6 +55,7 @@ class CheckContext:
     drafter: CheckpointInfo | None = None
     wheel: WheelInfo | None = None
     transformers_model_types: frozenset[str] | None = None  # None: no transformers to ask here
+    transformers_asked: bool = False  # False: the caller did not look (rendering), so say nothing firm
 
 
 Rule = Callable[[Recipe, CheckContext], list[Finding]]
@@ -207,7 +208,11 @@ def rule_mtp_transformers(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
                                    "expected 'gemma4_assistant'",
                            hint="point speculative.model at the Gemma 4 assistant checkpoint"))
     known = ctx.transformers_model_types
-    if known is None:
+    if not ctx.transformers_asked:
+        out.append(Finding(rule="mtp-transformers", severity="info",
+                           message="the Gemma 4 MTP drafter needs a transformers that knows 'gemma4_assistant'; "
+                                   "not checked here", hint="run `g4build recipe check` in the serving environment"))
+    elif known is None:
         out.append(Finding(rule="mtp-transformers", severity="warning",
                            message="the Gemma 4 MTP drafter needs a transformers that knows model type "
                                    "'gemma4_assistant'; no transformers is importable here to check",
