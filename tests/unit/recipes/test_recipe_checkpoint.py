@@ -102,6 +102,8 @@ def test_drafter_dir_from_the_recipe_when_local(tmp_path: Path) -> None:
     remote = {**base, "speculative": {"method": "dflash", "model": "org/not-a-folder"}}
     assert drafter_dir(parse_recipe(remote, "t"), None) is None
     assert drafter_dir(parse_recipe(remote, "t"), tmp_path) == tmp_path
+    empty = {**base, "speculative": {"method": "dflash", "model": ""}}
+    assert drafter_dir(parse_recipe(empty, "t"), None) is None  # "" is not the current folder
 
 
 def test_wheel_manifest_names_its_series(tmp_path: Path) -> None:

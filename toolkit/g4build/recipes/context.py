@@ -44,11 +44,11 @@ def transformers_model_types() -> frozenset[str] | None:
 
 
 def drafter_dir(recipe: Recipe, given: Path | None) -> Path | None:
-    """``--draft-dir``, else the recipe's speculative model when it is a local folder."""
+    """``--draft-dir``, else the recipe's speculative model when it is a local checkpoint folder."""
     if given is not None:
         return given
     model = (recipe.speculative or {}).get("model")
-    if isinstance(model, str) and Path(model).is_dir():
+    if isinstance(model, str) and model and (Path(model) / "config.json").is_file():
         return Path(model)
     return None
 
