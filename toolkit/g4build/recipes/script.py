@@ -86,8 +86,8 @@ def header_lines(plan: LaunchPlan, shell: Shell) -> list[str]:
     if plan.overrides:
         lines.append("Rendered with --set for: " + ", ".join(comment_lines(", ".join(plan.overrides)) or ["?"]))
     if plan.wheel is not None:
-        where = "from this script's folder" if plan.wheel.beside_script else "from the path below"
-        lines.append(f"Installs the wheel {' '.join(comment_lines(plan.wheel.path))} {where} before serving.")
+        where = " (in this script's folder)" if plan.wheel.beside_script else ""
+        lines.append(f"Installs the wheel {' '.join(comment_lines(plan.wheel.path))}{where} before serving.")
     if plan.description:
         lines += ["", *comment_lines(plan.description)]
     if plan.notes:
