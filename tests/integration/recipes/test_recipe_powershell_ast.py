@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from g4build.recipes import load_recipe, render, script_filename, write_script
 from tests.integration.recipes.conftest import Stubs, g4build, make_wheel
 from tests.unit.recipes.recipe_shell_semantics import ps_legacy_command_line, ps_verbatim, windows_split
+
+from g4build.recipes import load_recipe, render, script_filename, write_script
 
 tree_sitter = pytest.importorskip("tree_sitter")
 tsp = pytest.importorskip("tree_sitter_powershell")
@@ -105,7 +105,8 @@ def test_every_recipe_parses_and_both_arrays_agree(tmp_path: Path, name: str) ->
 
 HOSTILE = [
     "two words", "it's", 'say "hi"', "$env:PATH $(Remove-Item x) `n @(1)", "a; Remove-Item -Recurse C:\\; b",
-    "line1\nline2\r\nline3", "ünïcödé ✓ 日本語", "x’; Write-Host pwned; ’y ‘a‘ ‚b‛", "C:\\My Models\\x\\",
+    "line1\nline2\r\nline3", "ünïcödé ✓ 日本語", "x\u2019; Write-Host pwned; \u2019y \u2018a\u2018 \u201ab\u201b",
+    "C:\\My Models\\x\\",
     "", "-dash", '{"a": "b c", "d": [1, "x\\"y"]}', "%PATH% ^& !x!",
 ]
 
@@ -117,8 +118,8 @@ def test_hostile_values_read_back_identically_to_what_bash_delivers(tmp_path: Pa
             "--set", f"speculative.model={text}"]
     items = sets[1::2]
     recipe = load_recipe("gemma4-26b-a4b-nvfp4-dflash", items)
-    ps_path = write_script(render(recipe, "powershell", sets=items), tmp_path / script_filename(recipe.name, "powershell"),
-                           "powershell")
+    ps_file = tmp_path / script_filename(recipe.name, "powershell")
+    ps_path = write_script(render(recipe, "powershell", sets=items), ps_file, "powershell")
     ps = PsScript(ps_path.read_bytes())
     assert not ps.root.has_error and ps.errors() == []
     sh_path = write_script(render(recipe, "bash", sets=items), tmp_path / script_filename(recipe.name, "bash"), "bash")

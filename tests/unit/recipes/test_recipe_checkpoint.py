@@ -86,7 +86,7 @@ def test_drafter_config_is_flat(tmp_path: Path) -> None:
 
 def test_missing_or_broken_config(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    with pytest.raises(UsageError, match="config.json"):
+    with pytest.raises(UsageError, match=r"config\.json"):
         read_checkpoint(tmp_path / "empty")
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "config.json").write_text("{not json", encoding="utf-8")

@@ -187,4 +187,5 @@ def test_list_values_starting_with_a_dash_are_refused(base_data: dict[str, Any])
 def test_speculative_json_keeps_order_and_non_ascii(base_data: dict[str, Any]) -> None:
     base_data["speculative"] = {"method": "dflash", "model": "D:/modèles/d", "num_speculative_tokens": 15}
     argv = serve_argv(parse_recipe(base_data, "t"))
-    assert argv[-2:] == ["--speculative-config", '{"method":"dflash","model":"D:/modèles/d","num_speculative_tokens":15}']
+    spec = '{"method":"dflash","model":"D:/modèles/d","num_speculative_tokens":15}'
+    assert argv[-2:] == ["--speculative-config", spec]

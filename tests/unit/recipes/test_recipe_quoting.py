@@ -5,16 +5,16 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-
-from g4build.recipes.render_bash import quote as bash_quote
-from g4build.recipes.render_powershell import quote as ps_quote
-from g4build.recipes.render_powershell import windows_word
 from tests.unit.recipes.recipe_shell_semantics import (
     ps_legacy_command_line,
     ps_legacy_needs_quotes,
     ps_verbatim,
     windows_split,
 )
+
+from g4build.recipes.render_bash import quote as bash_quote
+from g4build.recipes.render_powershell import quote as ps_quote
+from g4build.recipes.render_powershell import windows_word
 
 HOSTILE = [
     "plain",
@@ -26,7 +26,7 @@ HOSTILE = [
     "line1\nline2\r\nline3",
     "tab\there",
     "ünïcödé ✓ 日本語",
-    "’typographic’ ‘quotes’ ‚low‛ ''",
+    "\u2019typographic\u2019 \u2018quotes\u2019 \u201alow\u201b ''",
     "\\",
     "C:\\path with space\\",
     'trailing\\"',
@@ -73,9 +73,9 @@ def test_powershell_verbatim_string_reads_back(value: str) -> None:
 
 
 def test_typographic_quote_cannot_end_a_powershell_string() -> None:
-    text = ps_quote("x’; Remove-Item C:\\ ; ’")
+    text = ps_quote("x\u2019; Remove-Item C:\\ ; \u2019")
     read, end = ps_verbatim(text)
-    assert end == len(text) and read == "x’; Remove-Item C:\\ ; ’"
+    assert end == len(text) and read == "x\u2019; Remove-Item C:\\ ; \u2019"
 
 
 @pytest.mark.parametrize("value", HOSTILE)

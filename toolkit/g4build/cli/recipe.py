@@ -116,8 +116,9 @@ def check_cmd(
     else:
         _print_findings(findings, stderr=False)
         console.print(f"{r.name}: " + ("[green]ok[/]" if ok else "[bold red]fails[/]"), highlight=False)
-    if not ok:
-        raise typer.Exit(code=RecipeError.exit_code)
+    if not ok:  # typer.Exit(code) would be swallowed by the root's standalone_mode=False: raise ours
+        count = sum(1 for f in findings if f.severity == "error")
+        raise RecipeError(f"recipe '{r.name}' breaks {count} rule(s)", hint="see the findings above")
 
 
 @recipe_app.command("render")

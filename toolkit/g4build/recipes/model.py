@@ -10,14 +10,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from g4build.data import load_yaml_mapping, recipes_dir
 from g4build.errors import ConfigError, UsageError
 
 # A scalar an option can take; lists give options that take several values; mappings become compact JSON.
-Scalar = Union[str, int, float, bool]
-ArgValue = Union[Scalar, list[Union[str, int, float]], dict[str, Any]]
+Scalar = str | int | float | bool
+ArgValue = Scalar | list[str | int | float] | dict[str, Any]
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

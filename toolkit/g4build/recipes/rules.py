@@ -265,7 +265,8 @@ def rule_batched_tokens(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     if chunked is None:
         return [Finding(rule="batched-tokens", severity="info",
                         message=f"max-num-batched-tokens ({batched}) < max-model-len ({max_len}) relies on vLLM's "
-                                "default of chunked prefill on", hint="say enable-chunked-prefill: true to be explicit")]
+                                "default of chunked prefill on",
+                        hint="say enable-chunked-prefill: true to be explicit")]
     return []
 
 

@@ -120,7 +120,7 @@ def render_plan(plan: LaunchPlan, shell: str) -> str:
 def script_filename(recipe_name: str, shell: str) -> str:
     if shell not in SUFFIX:
         raise UsageError(f"unknown shell '{shell}': expected one of {', '.join(SHELLS)}")
-    return recipe_name + SUFFIX[shell]  # type: ignore[index]
+    return recipe_name + SUFFIX[shell]
 
 
 def write_script(text: str, path: Path, shell: str) -> Path:
