@@ -33,6 +33,13 @@ if ! nvidia-smi -L; then
   echo 'error: nvidia-smi did not list a GPU (see its message above).' >&2
   exit 1
 fi
+# Other GPUs may work but are not what the recipe was measured on: warn, do not stop.
+if caps="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader)"; then
+  case "${caps}" in
+    *12.0*) ;;
+    *) echo "warning: this recipe is for sm120 (compute capability 12.0); nvidia-smi reports: ${caps//$'\n'/ }" >&2 ;;
+  esac
+fi
 
 vllm_args=(
   'serve'

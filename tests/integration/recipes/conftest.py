@@ -46,13 +46,22 @@ class Stubs:
         self.dir.mkdir()
         self.record = root / "record.jsonl"
         self.add("vllm")
-        self.add("nvidia-smi", 'print("GPU 0: NVIDIA GeForce RTX 5090 (UUID: GPU-stub)")')
+        self.gpu("12.0")
         self.add("python3")
 
     def add(self, name: str, tail: str = "") -> None:
         path = self.dir / name
         path.write_text(STUB.format(python=sys.executable, name=name, tail=tail), encoding="utf-8")
         path.chmod(0o755)
+
+    def gpu(self, compute_capability: str) -> None:
+        """nvidia-smi answering -L with one GPU and --query-gpu=compute_cap with ``compute_capability``."""
+        self.add("nvidia-smi", (
+            'if any(a.startswith("--query-gpu=compute_cap") for a in sys.argv[1:]):\n'
+            f'    print({compute_capability!r})\n'
+            'else:\n'
+            '    print("GPU 0: NVIDIA GeForce RTX 5090 (UUID: GPU-stub)")'
+        ))
 
     def remove(self, name: str) -> None:
         (self.dir / name).unlink()
@@ -62,6 +71,11 @@ class Stubs:
                "G4_STUB_RECORD": str(self.record), "HOME": str(self.dir), "LANG": "C.UTF-8"}
         return subprocess.run(["/bin/bash", str(script)], capture_output=True, text=True, encoding="utf-8",
                               env=env, cwd=self.dir.parent)
+
+    def programs(self) -> list[str]:
+        """The programs called, in order, with nvidia-smi's queries folded into one entry."""
+        names = [c["prog"] for c in self.calls()]
+        return [n for i, n in enumerate(names) if not (n == "nvidia-smi" and i and names[i - 1] == n)]
 
     def calls(self) -> list[dict[str, Any]]:
         if not self.record.exists():

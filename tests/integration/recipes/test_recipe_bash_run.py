@@ -45,9 +45,11 @@ def test_dflash_recipe_runs_vllm_with_the_exact_command(tmp_path: Path, stubs: S
     result = stubs.run(render(tmp_path, "gemma4-26b-a4b-nvfp4-dflash"))
     assert result.returncode == 0, result.stderr
     calls = stubs.calls()
-    assert [c["prog"] for c in calls] == ["nvidia-smi", "vllm"]
+    assert [c["prog"] for c in calls] == ["nvidia-smi", "nvidia-smi", "vllm"]
     assert calls[0]["argv"] == ["-L"]
-    vllm = calls[1]
+    assert calls[1]["argv"] == ["--query-gpu=compute_cap", "--format=csv,noheader"]
+    assert "warning" not in result.stderr
+    vllm = calls[2]
     assert vllm["argv"] == [
         "serve", "./models/gemma-4-26B-A4B-it-NVFP4", *KNOWN_GOOD_ARGS,
         "--speculative-config",
@@ -131,7 +133,7 @@ def test_failing_nvidia_smi_stops_before_vllm(tmp_path: Path, stubs: Stubs) -> N
     result = stubs.run(script)
     assert result.returncode == 1
     assert "did not list a GPU" in result.stderr
-    assert [c["prog"] for c in stubs.calls()] == ["nvidia-smi"]
+    assert stubs.programs() == ["nvidia-smi"]
 
 
 def test_wheel_beside_the_script_is_installed_first(tmp_path: Path, stubs: Stubs) -> None:
@@ -143,9 +145,9 @@ def test_wheel_beside_the_script_is_installed_first(tmp_path: Path, stubs: Stubs
     assert result.returncode == 0, result.stderr
     run = stubs.run(out / "gemma4-26b-a4b-nvfp4-baseline.sh")
     assert run.returncode == 0, run.stderr
-    calls = stubs.calls()
-    assert [c["prog"] for c in calls] == ["nvidia-smi", "python3", "vllm"]
-    assert calls[1]["argv"] == ["-m", "pip", "install", str(wheel)]
+    assert stubs.programs() == ["nvidia-smi", "python3", "vllm"]
+    [pip] = [c for c in stubs.calls() if c["prog"] == "python3"]
+    assert pip["argv"] == ["-m", "pip", "install", str(wheel)]
 
 
 def test_failing_pip_stops_before_vllm(tmp_path: Path, stubs: Stubs) -> None:
@@ -154,8 +156,17 @@ def test_failing_pip_stops_before_vllm(tmp_path: Path, stubs: Stubs) -> None:
     stubs.add("python3", "sys.exit(1)")
     result = stubs.run(script)
     assert result.returncode == 1
-    assert [c["prog"] for c in stubs.calls()] == ["nvidia-smi", "python3"]
-    assert stubs.calls()[1]["argv"] == ["-m", "pip", "install", str(wheel)]
+    assert stubs.programs() == ["nvidia-smi", "python3"]
+    assert stubs.calls()[-1]["argv"] == ["-m", "pip", "install", str(wheel)]
+
+
+def test_another_gpu_only_warns(tmp_path: Path, stubs: Stubs) -> None:
+    script = render(tmp_path, "gemma4-26b-a4b-nvfp4-baseline")
+    stubs.gpu("9.0")
+    result = stubs.run(script)
+    assert result.returncode == 0, result.stderr
+    assert "warning: this recipe is for sm120 (compute capability 12.0); nvidia-smi reports: 9.0" in result.stderr
+    assert stubs.programs() == ["nvidia-smi", "vllm"]
 
 
 def test_vllm_exit_status_is_the_scripts(tmp_path: Path, stubs: Stubs) -> None:

@@ -90,6 +90,8 @@ def test_dflash_script_parses_and_passes_the_exact_command(tmp_path: Path) -> No
     assert ps.env()["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     assert "& vllm @argv" in ps.commands()
     assert "& nvidia-smi -L" in ps.commands()
+    assert any(c.startswith("& nvidia-smi '--query-gpu=compute_cap' '--format=csv,noheader'") for c in ps.commands())
+    assert "-contains '12.0'" in ps.root.text.decode()
     assert ps.assignments()["$PSNativeCommandArgumentPassing"].text.decode() == "'Standard'"
     assert ps.assignments()["$ErrorActionPreference"].text.decode() == "'Stop'"
 

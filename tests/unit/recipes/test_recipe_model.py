@@ -138,6 +138,7 @@ def test_a_set_that_breaks_the_recipe_is_a_usage_error(base_data: dict[str, Any]
         ({"speculative": {"model": "x"}}, "missing key 'method'"),
         ({"model": ""}, "expected a path or a model id"),
         ({"footprint": {"weights_gib": "lots"}}, "expected a number"),
+        ({"hardware": {"vram_gb": 32, "arch": "rtx5090"}}, "expected an SM arch"),
     ],
 )
 def test_malformed_recipes_are_config_errors(base_data: dict[str, Any], change: dict[str, Any], needle: str) -> None:
@@ -145,6 +146,12 @@ def test_malformed_recipes_are_config_errors(base_data: dict[str, Any], change: 
     with pytest.raises(ConfigError) as info:
         parse_recipe(base_data, "test.yaml")
     assert needle in info.value.message
+
+
+@pytest.mark.parametrize(("arch", "cap"), [("sm120", "12.0"), ("SM_121", "12.1"), ("sm90a", "9.0"), ("sm100f", "10.0")])
+def test_arch_names_the_compute_capability(base_data: dict[str, Any], arch: str, cap: str) -> None:
+    base_data["hardware"] = {"vram_gb": 32, "arch": arch}
+    assert parse_recipe(base_data, "t").hardware.compute_capability == cap
 
 
 def test_file_name_must_match_recipe_name(base_data: dict[str, Any], tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ ArgValue = Scalar | list[str | int | float] | dict[str, Any]
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 OPTION_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+ARCH_RE = re.compile(r"^sm_?([0-9]{2,3})[af]?$")
 
 TOP_LEVEL_KEYS = (
     "name",
@@ -71,6 +72,14 @@ class Checkpoint:
 class Hardware:
     vram_gb: float
     arch: str  # e.g. "sm120"
+
+    @property
+    def compute_capability(self) -> str:
+        """What ``nvidia-smi --query-gpu=compute_cap`` prints for this arch: sm120 -> 12.0."""
+        match = ARCH_RE.match(self.arch)
+        assert match is not None  # checked when parsed
+        digits = match.group(1)
+        return f"{int(digits[:-1])}.{digits[-1]}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -274,6 +283,9 @@ def parse_recipe(data: dict[str, Any], where: str, *, source: Path | None = None
     for key in HARDWARE_KEYS:
         if key not in hardware_raw:
             raise ConfigError(f"{where}.hardware: missing key '{key}'")
+    arch = str(_text(hardware_raw["arch"], f"{where}.hardware.arch")).lower()
+    if not ARCH_RE.match(arch):
+        raise ConfigError(f"{where}.hardware.arch: expected an SM arch such as sm120 or sm121, found {arch!r}")
     footprint_raw = data.get("footprint")
     footprint = None
     if footprint_raw is not None:
@@ -300,7 +312,7 @@ def parse_recipe(data: dict[str, Any], where: str, *, source: Path | None = None
         ),
         hardware=Hardware(
             vram_gb=_number(hardware_raw["vram_gb"], f"{where}.hardware.vram_gb"),
-            arch=str(_text(hardware_raw["arch"], f"{where}.hardware.arch")).lower(),
+            arch=arch,
         ),
         pin=_text(data.get("pin"), f"{where}.pin", allow_none=True),
         needs_series=_str_list(data.get("needs_series"), f"{where}.needs_series"),

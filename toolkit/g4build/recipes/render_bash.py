@@ -41,6 +41,14 @@ def render_bash(plan: LaunchPlan) -> str:
         "  echo 'error: nvidia-smi did not list a GPU (see its message above).' >&2",
         "  exit 1",
         "fi",
+        "# Other GPUs may work but are not what the recipe was measured on: warn, do not stop.",
+        "if caps=\"$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader)\"; then",
+        "  case \"${caps}\" in",
+        f"    *{plan.compute_capability}*) ;;",
+        f"    *) echo \"warning: this recipe is for {plan.arch} (compute capability {plan.compute_capability}); "
+        "nvidia-smi reports: ${caps//$'\\n'/ }\" >&2 ;;",
+        "  esac",
+        "fi",
         "",
     ]
     if plan.wheel is not None:

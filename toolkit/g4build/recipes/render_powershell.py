@@ -89,6 +89,13 @@ def render_powershell(plan: LaunchPlan) -> str:
         "    [Console]::Error.WriteLine('error: nvidia-smi did not list a GPU (see its message above).')",
         "    exit 1",
         "}",
+        "# Other GPUs may work but are not what the recipe was measured on: warn, do not stop.",
+        "$caps = @(& nvidia-smi '--query-gpu=compute_cap' '--format=csv,noheader' |"
+        " ForEach-Object { ([string]$_).Trim() })",
+        f"if ($LASTEXITCODE -eq 0 -and -not ($caps -contains '{plan.compute_capability}')) {{",
+        f"    [Console]::Error.WriteLine('warning: this recipe is for {plan.arch} (compute capability "
+        f"{plan.compute_capability}); nvidia-smi reports: ' + ($caps -join ' '))",
+        "}",
         "",
     ]
     if plan.wheel is not None:

@@ -41,6 +41,8 @@ class LaunchPlan:
     env: tuple[tuple[str, str], ...]
     argv: tuple[str, ...]  # after the program name ``vllm``
     wheel: WheelRef | None
+    arch: str  # the recipe's SM arch, e.g. sm120
+    compute_capability: str  # what nvidia-smi reports for it, e.g. 12.0 (a mismatch only warns)
     version: str = __version__
 
 
@@ -74,6 +76,8 @@ def plan_launch(recipe: Recipe, *, wheel: WheelRef | None = None, overrides: Seq
         env=tuple(env),
         argv=tuple(argv),
         wheel=wheel,
+        arch=recipe.hardware.arch,
+        compute_capability=recipe.hardware.compute_capability,
     )
 
 

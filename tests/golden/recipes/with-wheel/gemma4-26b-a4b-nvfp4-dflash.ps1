@@ -40,6 +40,11 @@ if ($LASTEXITCODE -ne 0) {
     [Console]::Error.WriteLine('error: nvidia-smi did not list a GPU (see its message above).')
     exit 1
 }
+# Other GPUs may work but are not what the recipe was measured on: warn, do not stop.
+$caps = @(& nvidia-smi '--query-gpu=compute_cap' '--format=csv,noheader' | ForEach-Object { ([string]$_).Trim() })
+if ($LASTEXITCODE -eq 0 -and -not ($caps -contains '12.0')) {
+    [Console]::Error.WriteLine('warning: this recipe is for sm120 (compute capability 12.0); nvidia-smi reports: ' + ($caps -join ' '))
+}
 
 $wheel = Join-Path -Path $PSScriptRoot -ChildPath 'vllm-0.21.0+cu130.g4.0123456789-cp38-abi3-linux_x86_64.whl'
 & python -m pip install $wheel

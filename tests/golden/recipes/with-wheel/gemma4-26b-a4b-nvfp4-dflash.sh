@@ -34,6 +34,13 @@ if ! nvidia-smi -L; then
   echo 'error: nvidia-smi did not list a GPU (see its message above).' >&2
   exit 1
 fi
+# Other GPUs may work but are not what the recipe was measured on: warn, do not stop.
+if caps="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader)"; then
+  case "${caps}" in
+    *12.0*) ;;
+    *) echo "warning: this recipe is for sm120 (compute capability 12.0); nvidia-smi reports: ${caps//$'\n'/ }" >&2 ;;
+  esac
+fi
 
 script_dir="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 python3 -m pip install "${script_dir}"/'vllm-0.21.0+cu130.g4.0123456789-cp38-abi3-linux_x86_64.whl'
