@@ -185,6 +185,16 @@ def test_option_values_become_exact_words(base_data: dict[str, Any], args: dict[
     assert serve_argv(parse_recipe(base_data, "t"))[2:] == expected
 
 
+def test_non_finite_numbers_are_refused(base_data: dict[str, Any]) -> None:
+    base_data["speculative"] = {"method": "dflash", "x": float("nan")}
+    with pytest.raises(RecipeError, match="cannot be written as JSON"):
+        serve_argv(parse_recipe(base_data, "t"))
+    base_data["speculative"] = None
+    base_data["args"] = {"opt": float("inf")}
+    with pytest.raises(RecipeError, match="not a finite number"):
+        serve_argv(parse_recipe(base_data, "t"))
+
+
 def test_list_values_starting_with_a_dash_are_refused(base_data: dict[str, Any]) -> None:
     base_data["args"] = {"opt": ["ok", "-bad"]}
     with pytest.raises(RecipeError, match="cannot be empty or start with '-'"):

@@ -12,7 +12,10 @@ from g4build.recipes.model import ArgValue, Recipe
 
 def compact_json(value: Any) -> str:
     """JSON as vLLM's JSON options take it: no spaces, keys in the recipe's order, text kept as written."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError as exc:  # NaN / infinity have no JSON form
+        raise RecipeError(f"{value!r} cannot be written as JSON: {exc}", hint="use finite numbers") from exc
 
 
 def _word(value: str | int | float, option: str) -> str:
