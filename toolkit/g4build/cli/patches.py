@@ -11,6 +11,7 @@ from typing import Any
 
 import typer
 from packaging.version import InvalidVersion, Version
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 from rich.table import Table
 
@@ -67,10 +68,10 @@ def list_series(json_out: bool = JSON_OPTION) -> None:
         table.add_column(col)
     for i, s in enumerate(stack, start=1):
         pins = "\n".join(
-            f"{pin}: {len(v.patches)} patch(es)" if v.patches else f"{pin}: none ({v.note or 'not needed'})"
+            f"{pin}: {len(v.patches)} patch(es)" if v.patches else f"{pin}: none ({escape(v.note) or 'not needed'})"
             for pin, v in s.pins.items()
         )
-        table.add_row(str(i), s.name, str(s.version), s.title, "yes" if s.python_only else "no",
+        table.add_row(str(i), s.name, str(s.version), escape(s.title), "yes" if s.python_only else "no",
                       s.applied_upstream or "-", pins or "-")
     console.print(table)
 
@@ -86,11 +87,11 @@ def _render(report: StackReport, tree_note: str) -> None:
         table.add_column(col, overflow="fold")
     for s in report.series:
         if not s.patches:
-            table.add_row(s.name, str(s.version), _paint(s.status), "-", "-", s.note)
+            table.add_row(s.name, str(s.version), _paint(s.status), "-", "-", escape(s.note))
         for i, p in enumerate(s.patches):
             first = i == 0
             table.add_row(s.name if first else "", str(s.version) if first else "", _paint(s.status) if first else "",
-                          p.file, _paint(p.status), p.detail)
+                          escape(p.file), _paint(p.status), escape(p.detail))
     if not report.series:
         console.print(f"{title}: no series in patches/series.yaml")
         return
@@ -208,9 +209,9 @@ def apply(
     for s in result.report.series:
         for p in s.patches:
             done = commits.get((s.name, p.file))
-            table.add_row(s.name, p.file, f"committed {done[:12]}" if done else f"skipped: {p.detail}")
+            table.add_row(s.name, p.file, f"committed {done[:12]}" if done else f"skipped: {escape(p.detail)}")
         if not s.patches:
-            table.add_row(s.name, "-", f"nothing to apply: {s.note}")
+            table.add_row(s.name, "-", f"nothing to apply: {escape(s.note)}")
     console.print(table)
     console.print(f"[green]✓[/] {len(result.applied)} commit(s): {result.head_before[:12]} → {result.head_after[:12]}")
 
