@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from g4build import gittree
-from g4build.data import load_yaml_mapping
 from g4build.errors import ConfigError, SourceError, UsageError
 from g4build.patch_status import SeriesCommit, series_commits
 from g4build.patchfile import parse_patch
@@ -187,7 +188,7 @@ def new_series(
         python_only = all(p.endswith(".py") for d in diffs for p in (d.old_path, d.new_path) if p)
     order_path = root / "series.yaml"
     order_text = order_path.read_text(encoding="utf-8") if order_path.is_file() else "order: []\n"
-    if name in (load_yaml_mapping(order_path).get("order") or []):
+    if name in ((yaml.safe_load(order_text) or {}).get("order") or []):
         raise UsageError(f"series '{name}' is already in {order_path}'s order but has no folder")
     meta = {
         "name": name, "version": 1, "title": title, "why": why, "refs": list(refs), "origin": "g4build",
