@@ -256,7 +256,8 @@ def _actions(raw: Any, where: str) -> dict[str, ActionPin]:
         if not _SHA.match(sha):
             raise ConfigError(f"{at}.sha: expected a full 40-hex commit sha, found {sha!r}",
                               hint="pin actions to commits, not tags")
-        actions[key] = ActionPin(repo=require(item, "repo", str, at), sha=sha, version=require(item, "version", str, at))
+        repo = require(item, "repo", str, at)
+        actions[key] = ActionPin(repo=repo, sha=sha, version=require(item, "version", str, at))
     return actions
 
 
@@ -279,7 +280,9 @@ def load_matrix(path: Path | None = None) -> MatrixSpec:
     toolkit = {str(k): str(v) for k, v in require(data, "cuda_toolkit", dict, where).items()}
     for cuda in axes["cuda"]:
         if not toolkit.get(cuda, "").startswith(cuda + "."):
-            raise ConfigError(f"{where}: cuda_toolkit needs a {cuda}.x release for CUDA {cuda}, found {toolkit.get(cuda)!r}")
+            raise ConfigError(
+                f"{where}: cuda_toolkit needs a {cuda}.x release for CUDA {cuda}, found {toolkit.get(cuda)!r}"
+            )
     required_raw = require(data, "required", list, where)
     nightly_raw = require(data, "nightly", dict, where)
     nw = f"{where}: nightly"
