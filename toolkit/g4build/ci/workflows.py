@@ -105,7 +105,7 @@ def _python(spec: MatrixSpec, version: str) -> Step:
 
 
 def _install_g4build() -> Step:
-    return _run("install g4build", "python -m pip install --upgrade pip\npython -m pip install .\n")
+    return _run("install g4build", "python -m pip install --upgrade pip\npython -m pip install -e .\n")
 
 
 def _expr(inner: str) -> str:
@@ -172,7 +172,14 @@ python -c 'import json; [print(r["name"]) for r in json.load(open("recipes.json"
 """
 
 _FAILED_BUILD = """\
-echo "::error::build $G4_CELL failed; if a patch series stopped applying, this run's drift-report artifact names it"
+{
+  echo "### $G4_CELL failed"
+  echo "If a patch series stopped applying to vLLM $G4_RELEASE, the drift report names it:"
+  echo '```json'
+  cat drift-report/drift.json
+  echo '```'
+} >> "$GITHUB_STEP_SUMMARY"
+echo "::error::build $G4_CELL failed; this run's drift-report artifact says whether a patch series stopped applying"
 """
 
 _CHECK = """\
@@ -277,7 +284,7 @@ def _nightly(spec: MatrixSpec) -> dict[str, Any]:
     }
     build: Job = {
         "name": "build ${{ matrix.id }}",
-        "needs": "resolve",
+        "needs": ["resolve", "drift"],
         "runs-on": "${{ matrix.runner }}",
         "permissions": read,
         "timeout-minutes": n.build_timeout_minutes,
@@ -294,7 +301,9 @@ def _nightly(spec: MatrixSpec) -> dict[str, Any]:
             _run("validate the wheels", _VALIDATE),
             _run("render launch scripts for the wheel", _LAUNCH),
             _run("sccache statistics", "sccache --show-stats\n", condition="always()"),
-            _run("point at the drift report", _FAILED_BUILD, condition="failure()"),
+            _uses(spec, "download-artifact", "fetch the drift report", {"name": "drift-report", "path": "drift-report"},
+                  condition="failure()"),
+            _run("show the drift report", _FAILED_BUILD, condition="failure()"),
             _uses(spec, "upload-artifact", "upload wheels, build-manifest and launch scripts",
                   {"name": "${{ matrix.artifact }}", "path": "wheelhouse/\nlaunch/\nwheel.json\nvalidate.json\n",
                    "if-no-files-found": "error"}),
@@ -334,7 +343,9 @@ def _nightly(spec: MatrixSpec) -> dict[str, Any]:
         "name": "publish the release",
         "needs": ["resolve", "drift", "build", "check", "gpu-smoke"],
         "if": (
-            "${{ !cancelled() && needs.build.result == 'success' && "
+            "${{ !cancelled() && (github.event_name == 'schedule' || "
+            "github.ref == format('refs/heads/{0}', github.event.repository.default_branch)) && "
+            "needs.build.result == 'success' && "
             "(needs.check.result == 'success' || needs.check.result == 'skipped') && "
             "needs.gpu-smoke.result != 'failure' }}"
         ),
