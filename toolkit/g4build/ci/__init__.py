@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from g4build.ci.matrix import (
     Cell,
-    MatrixSpec,
     Target,
     expand,
     github_outputs,
-    load_matrix,
     newest_release,
     resolve_target,
     select_archs,
 )
+from g4build.ci.spec import MatrixSpec, exclusion_notes, load_matrix
 from g4build.ci.workflows import Rendered, render_all, stale_files
 
 __all__ = [
@@ -20,6 +19,7 @@ __all__ = [
     "MatrixSpec",
     "Rendered",
     "Target",
+    "exclusion_notes",
     "expand",
     "github_outputs",
     "load_matrix",

@@ -15,7 +15,9 @@ from typing import Any
 
 import yaml
 
-from g4build.ci.matrix import MatrixSpec, Rule, select_archs
+from g4build.ci import scripts
+from g4build.ci.matrix import select_archs
+from g4build.ci.spec import MatrixSpec
 
 WORKFLOWS_DIR = Path(".github") / "workflows"
 HEADER = (
@@ -124,104 +126,6 @@ def _need(key: str) -> str:
 # ---------------------------------------------------------------- nightly
 
 
-_RESOLVE = """\
-g4build ci resolve --pin "$PIN" --release "$RELEASE" --arch "${ARCH:-default}" --github-output "$GITHUB_OUTPUT"
-"""
-
-_DRIFT = """\
-set +e
-g4build patches check --release "$RELEASE" --json > drift.json
-status=$?
-set -e
-echo "status=$status" >> "$GITHUB_OUTPUT"
-{
-  echo "### Patch series against vLLM $RELEASE (patches check exit $status)"
-  echo '```json'
-  cat drift.json
-  echo '```'
-} >> "$GITHUB_STEP_SUMMARY"
-if [ "$status" -ne 0 ]; then
-  echo "::warning::a series does not apply to vLLM $RELEASE; the cells it breaks fail, see the drift-report artifact"
-fi
-"""
-
-_TARGET_ARGS = """\
-if [ -n "$G4_PIN" ]; then target=(--pin "$G4_PIN"); else target=(--release "$G4_RELEASE"); fi
-"""
-
-_BUILD = _TARGET_ARGS + """\
-g4build wheel --arch "$G4_ARCH" --os "$G4_OS" "${target[@]}" --python "$G4_PYTHON" --cuda "$G4_CUDA" \\
-  --out wheelhouse --json > wheel.json
-"""
-
-_VALIDATE = """\
-pin=()
-if [ -n "$G4_PIN" ]; then pin=(--pin "$G4_PIN"); fi
-g4build validate --arch "$G4_ARCH" "${pin[@]}" --json wheelhouse/*.whl > validate.json
-"""
-
-_LAUNCH = """\
-shell=bash
-if [ "$G4_OS" = windows ]; then shell=powershell; fi
-wheel=$(ls wheelhouse/vllm-*.whl | head -n 1)
-g4build recipe list --json > recipes.json
-python -c 'import json; [print(r["name"]) for r in json.load(open("recipes.json"))]' | tr -d '\\r' |
-  while read -r name; do
-    g4build recipe render "$name" --shell "$shell" --out launch --wheel "$wheel"
-  done
-"""
-
-_FAILED_BUILD = """\
-{
-  echo "### $G4_CELL failed"
-  echo "If a patch series stopped applying to vLLM $G4_RELEASE, the drift report names it:"
-  echo '```json'
-  cat drift-report/drift.json
-  echo '```'
-} >> "$GITHUB_STEP_SUMMARY"
-echo "::error::build $G4_CELL failed; this run's drift-report artifact says whether a patch series stopped applying"
-"""
-
-_CHECK = """\
-g4build validate --arch "$G4_ARCH" --smoke --json dist/wheelhouse/vllm-*.whl
-"""
-
-_SMOKE = """\
-python3 -m venv .smoke
-.smoke/bin/python -m pip install dist/wheelhouse/vllm-*.whl
-nvidia-smi
-.smoke/bin/python -c 'import torch, vllm, vllm._C; assert torch.cuda.is_available()
-print(vllm.__version__, torch.cuda.get_device_capability())'
-"""
-
-_STAGE = """\
-mkdir -p release
-for dir in dist/g4build-*/; do
-  cell=$(basename "$dir")
-  for f in "$dir"wheelhouse/*.whl; do
-    b=$(basename "$f")
-    if [ -e "release/$b" ] && ! cmp -s "$f" "release/$b"; then
-      echo "::error::two cells built different files named $b"; exit 1
-    fi
-    cp "$f" "release/$b"
-  done
-  cp "${dir}wheelhouse/build-manifest.json" "release/build-manifest-${cell#g4build-}.json"
-  if [ -d "${dir}launch" ]; then
-    (cd "${dir}launch" && python3 -m zipfile -c "$OLDPWD/release/launch-${cell#g4build-}.zip" .)
-  fi
-done
-cp dist/drift-report/drift.json release/drift.json
-ls -l release
-"""
-
-_PUBLISH = """\
-tag="g4build-vllm-${RELEASE}-run${RUN}"
-gh release create "$tag" --prerelease --title "vLLM ${RELEASE} with g4build series (run ${RUN})" \\
-  --notes "Wheels built by the nightly workflow for vLLM ${RELEASE} (pin: ${PIN:-none}). See build-manifest-*.json." \\
-  release/*
-"""
-
-
 def _dispatch_inputs(spec: MatrixSpec) -> dict[str, Any]:
     default_archs = ", ".join(select_archs(spec))
     return {
@@ -266,7 +170,7 @@ def _nightly(spec: MatrixSpec) -> dict[str, Any]:
                     ("release", "pin", "build_matrix", "check_matrix", "has_checks", "smoke_artifact")},
         "steps": [
             _checkout(spec), _python(spec, n.tool_python), _install_g4build(),
-            _run("resolve", _RESOLVE, {"PIN": "${{ inputs.pin }}", "RELEASE": "${{ inputs.release }}",
+            _run("resolve", scripts.RESOLVE, {"PIN": "${{ inputs.pin }}", "RELEASE": "${{ inputs.release }}",
                                        "ARCH": "${{ inputs.arch }}"}, step_id="resolve"),
         ],
     }
@@ -277,7 +181,7 @@ def _nightly(spec: MatrixSpec) -> dict[str, Any]:
         "permissions": read,
         "steps": [
             _checkout(spec), _python(spec, n.tool_python), _install_g4build(),
-            _run("check the series against the release", _DRIFT, {"RELEASE": _need("release")}, step_id="check"),
+            _run("check the series against the release", scripts.DRIFT, {"RELEASE": _need("release")}, step_id="check"),
             _uses(spec, "upload-artifact", "upload the drift report",
                   {"name": "drift-report", "path": "drift.json", "if-no-files-found": "error"}, condition="always()"),
         ],
@@ -297,13 +201,13 @@ def _nightly(spec: MatrixSpec) -> dict[str, Any]:
                   {"cuda": "${{ matrix.toolkit }}", "method": "network", "use-github-cache": False}),
             _uses(spec, "sccache", "set up sccache (GitHub Actions cache backend)"),
             _install_g4build(),
-            _run("build the wheels", _BUILD),
-            _run("validate the wheels", _VALIDATE),
-            _run("render launch scripts for the wheel", _LAUNCH),
+            _run("build the wheels", scripts.BUILD),
+            _run("validate the wheels", scripts.VALIDATE),
+            _run("render launch scripts for the wheel", scripts.LAUNCH),
             _run("sccache statistics", "sccache --show-stats\n", condition="always()"),
             _uses(spec, "download-artifact", "fetch the drift report", {"name": "drift-report", "path": "drift-report"},
                   condition="failure()"),
-            _run("show the drift report", _FAILED_BUILD, condition="failure()"),
+            _run("show the drift report", scripts.FAILED_BUILD, condition="failure()"),
             _uses(spec, "upload-artifact", "upload wheels, build-manifest and launch scripts",
                   {"name": "${{ matrix.artifact }}", "path": "wheelhouse/\nlaunch/\nwheel.json\nvalidate.json\n",
                    "if-no-files-found": "error"}),
@@ -323,7 +227,7 @@ def _nightly(spec: MatrixSpec) -> dict[str, Any]:
             _checkout(spec), _python(spec, "${{ matrix.python }}"), _install_g4build(),
             _uses(spec, "download-artifact", "download the build cell's wheels",
                   {"name": "${{ matrix.artifact }}", "path": "dist"}),
-            _run("install the wheel in a fresh venv and import it", _CHECK),
+            _run("install the wheel in a fresh venv and import it", scripts.CHECK),
         ],
     }
     smoke: Job = {
@@ -336,7 +240,7 @@ def _nightly(spec: MatrixSpec) -> dict[str, Any]:
         "steps": [
             _uses(spec, "download-artifact", "download the smoke cell's wheels",
                   {"name": _need("smoke_artifact"), "path": "dist"}),
-            _run("install and load the kernels on the GPU", _SMOKE),
+            _run("install and load the kernels on the GPU", scripts.SMOKE),
         ],
     }
     publish: Job = {
@@ -356,8 +260,8 @@ def _nightly(spec: MatrixSpec) -> dict[str, Any]:
                   {"pattern": "g4build-*", "path": "dist"}),
             _uses(spec, "download-artifact", "download the drift report", {"name": "drift-report",
                                                                            "path": "dist/drift-report"}),
-            _run("stage the release files", _STAGE),
-            _run("create the release", _PUBLISH, {
+            _run("stage the release files", scripts.STAGE),
+            _run("create the release", scripts.PUBLISH, {
                 "GH_TOKEN": "${{ github.token }}", "GH_REPO": "${{ github.repository }}",
                 "RELEASE": _need("release"), "PIN": _need("pin"), "RUN": "${{ github.run_number }}",
             }),
@@ -422,7 +326,3 @@ def stale_files(root: Path, rendered: tuple[Rendered, ...]) -> list[str]:
         if not path.is_file() or path.read_text(encoding="utf-8") != item.text:
             stale.append(item.path.as_posix())
     return stale
-
-
-def exclusion_notes(rules: tuple[Rule, ...]) -> list[str]:
-    return [f"{rule.match}: {rule.why}" for rule in rules]

@@ -8,9 +8,19 @@ import typer
 from rich.table import Table
 
 from g4build import index
-from g4build.ci import expand, github_outputs, load_matrix, newest_release, render_all, resolve_target, select_archs
-from g4build.ci.matrix import MatrixSpec, Target
-from g4build.ci.workflows import exclusion_notes, stale_files
+from g4build.ci import (
+    MatrixSpec,
+    Target,
+    exclusion_notes,
+    expand,
+    github_outputs,
+    load_matrix,
+    newest_release,
+    render_all,
+    resolve_target,
+    select_archs,
+    stale_files,
+)
 from g4build.cli._common import JSON_OPTION, console, print_json
 from g4build.data import project_root
 from g4build.errors import ConfigError
@@ -51,7 +61,7 @@ def matrix_cmd(
             "matrix": str(spec.source),
             "target": {"release": target.release, "pin": target.pin},
             "cells": [c.to_dict(target) for c in cells],
-            "excluded": exclusion_notes(spec.exclude),
+            "excluded": exclusion_notes(spec),
         })
         return
     table = Table(title=f"{target.name} ({'pin ' + target.pin if target.pin else 'unpinned release'})")
@@ -60,7 +70,7 @@ def matrix_cmd(
     for c in cells:
         table.add_row(c.id, c.role, c.runner, "yes" if c.required else "no", c.cache_key(target))
     console.print(table)
-    for note in exclusion_notes(spec.exclude):
+    for note in exclusion_notes(spec):
         console.print(f"excluded: {note}", highlight=False)
 
 
