@@ -61,6 +61,7 @@ def _dump(spec: MatrixSpec, workflow: dict[str, Any]) -> str:
     def comment(m: re.Match[str]) -> str:
         return f"{m[0]} # {versions[m['ref']]}" if m["ref"] in versions else m[0]
 
+    text = re.sub(r"^'on':$", "on:", text, count=1, flags=re.M)  # PyYAML quotes YAML 1.1's boolean word
     text = re.sub(r"uses: (?P<ref>\S+@[0-9a-f]{40})$", comment, text, flags=re.M)
     for grant, why in _GRANT_REASONS.items():
         text = re.sub(rf"^(\s+){re.escape(grant)}$", rf"\g<0> # {why}", text, flags=re.M)
