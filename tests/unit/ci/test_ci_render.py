@@ -60,7 +60,8 @@ def test_check_detects_stale_workflows_after_a_data_edit(project_copy: Path, run
     assert run_g4build("ci", "render", "--check", home=project_copy).returncode == 0
     data = project_copy / "ci" / "matrix.yaml"
     text = data.read_text(encoding="utf-8")
-    data.write_text(text.replace('cron: "23 3 * * *"', 'cron: "5 1 * * *"'), encoding="utf-8")
+    assert 'cron: "5 1 * * *"' not in text
+    data.write_text(re.sub(r'cron: "[^"]*"', 'cron: "5 1 * * *"', text, count=1), encoding="utf-8")
     stale = run_g4build("ci", "render", "--check", home=project_copy)
     assert stale.returncode == 3
     assert "nightly-wheels.yml" in stale.stderr and "tests.yml" not in stale.stderr.split("hint")[0]
