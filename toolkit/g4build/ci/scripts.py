@@ -15,7 +15,6 @@ set +e
 g4build patches check --release "$RELEASE" --json > drift.json
 status=$?
 set -e
-echo "status=$status" >> "$GITHUB_OUTPUT"
 {
   echo "### Patch series against vLLM $RELEASE (patches check exit $status)"
   echo '```json'
@@ -45,11 +44,13 @@ g4build validate --arch "$G4_ARCH" "${pin[@]}" --json wheelhouse/*.whl > validat
 LAUNCH = """\
 shell=bash
 if [ "$G4_OS" = windows ]; then shell=powershell; fi
-wheel=$(ls wheelhouse/vllm-*.whl | head -n 1)
+wheels=(wheelhouse/vllm-*.whl)
+wheel=${wheels[0]}
+if [ ! -f "$wheel" ]; then echo "::error::no vLLM wheel in wheelhouse/"; exit 1; fi
 g4build recipe list --json > recipes.json
 python -c 'import json; [print(r["name"]) for r in json.load(open("recipes.json"))]' | tr -d '\\r' |
   while read -r name; do
-    g4build recipe render "$name" --shell "$shell" --out launch --wheel "$wheel"
+    g4build recipe render "$name" --shell "$shell" --out launch --wheel "$wheel" || exit 1
   done
 """
 
