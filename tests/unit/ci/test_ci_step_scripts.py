@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +129,69 @@ def test_every_run_script_passes_shellcheck(tmp_path: Path) -> None:
     done = subprocess.run([tool, "--severity=info", *scripts], capture_output=True, text=True, timeout=120,
                           check=False)
     assert done.returncode == 0, done.stdout
+
+
+def _bash(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _step(job: str, name: str) -> dict[str, Any]:
+    return next(s for s in _workflow()["jobs"][job]["steps"] if s["name"] == name)
+
+
+def test_resolve_step_runs_the_real_cli_and_feeds_the_build_matrix(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "g4build"
+    wrapper.write_text(f'#!/usr/bin/env bash\nexec "{sys.executable}" -m g4build "$@"\n', encoding="utf-8")
+    wrapper.chmod(0o755)
+    out = tmp_path / "github_output"
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", GITHUB_OUTPUT=str(out),
+               PYTHONPATH=str(ROOT / "toolkit"), PIN="", RELEASE="0.33.0", ARCH="")  # schedule runs: inputs empty
+    step = _step("resolve", "resolve")
+    assert set(step["env"]) == {"PIN", "RELEASE", "ARCH"}
+    done = _bash(step["run"], tmp_path, env)
+    assert done.returncode == 0, done.stderr
+    values = dict(line.split("=", 1) for line in out.read_text(encoding="utf-8").splitlines())
+    assert values["release"] == "0.33.0" and values["pin"] == "vllm-0.33.0"  # a pinned release builds via its pin
+    declared = _workflow()["jobs"]["resolve"]["outputs"]
+    assert set(declared) == set(values)
+    builds = json.loads(values["build_matrix"])["include"]
+    assert {b["arch"] for b in builds} == {"sm120"}  # ARCH unset: the default selection
+
+
+def _artifact(dist: Path, cell: str, wheel: str, content: bytes) -> None:
+    folder = dist / f"g4build-{cell}"
+    (folder / "wheelhouse").mkdir(parents=True)
+    (folder / "wheelhouse" / wheel).write_bytes(content)
+    (folder / "wheelhouse" / "build-manifest.json").write_text(json.dumps({"cell": cell}), encoding="utf-8")
+    (folder / "launch").mkdir()
+    (folder / "launch" / "serve.sh").write_text(f"# {cell}\n", encoding="utf-8")
+
+
+def test_publish_stages_every_cell_and_refuses_clashing_wheels(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    _artifact(dist, "linux-sm120-cu13.0", "vllm-0.21.0+cu130.g4.ab-cp38-abi3-linux_x86_64.whl", b"linux")
+    _artifact(dist, "windows-sm120-cu13.0", "vllm-0.21.0+cu130.g4.ab-cp38-abi3-win_amd64.whl", b"windows")
+    (dist / "drift-report").mkdir()
+    (dist / "drift-report" / "drift.json").write_text("{}", encoding="utf-8")
+    script = _step("publish", "stage the release files")["run"]
+    done = _bash(script, tmp_path, dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    staged = sorted(p.name for p in (tmp_path / "release").iterdir())
+    assert staged == [
+        "build-manifest-linux-sm120-cu13.0.json", "build-manifest-windows-sm120-cu13.0.json", "drift.json",
+        "launch-linux-sm120-cu13.0.zip", "launch-windows-sm120-cu13.0.zip",
+        "vllm-0.21.0+cu130.g4.ab-cp38-abi3-linux_x86_64.whl", "vllm-0.21.0+cu130.g4.ab-cp38-abi3-win_amd64.whl",
+    ]
+    with zipfile.ZipFile(tmp_path / "release" / "launch-windows-sm120-cu13.0.zip") as zf:
+        assert zf.read("serve.sh") == b"# windows-sm120-cu13.0\n"
+
+    clash = tmp_path / "clash"
+    _artifact(clash / "dist", "linux-sm120-cu13.0", "vllm-x.whl", b"one")
+    _artifact(clash / "dist", "linux-sm100-cu13.0", "vllm-x.whl", b"two")
+    (clash / "dist" / "drift-report").mkdir()
+    (clash / "dist" / "drift-report" / "drift.json").write_text("{}", encoding="utf-8")
+    refused = _bash(script, clash, dict(os.environ))
+    assert refused.returncode != 0 and "two cells built different files named vllm-x.whl" in refused.stdout
