@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
-from .conftest import RunG4
+RunG4 = Callable[..., subprocess.CompletedProcess[str]]  # the run_g4build fixture (conftest.py)
 
 
 def test_matrix_json_lists_every_cell_with_what_it_builds(run_g4build: RunG4) -> None:
