@@ -38,7 +38,7 @@ g4build wheel --arch "$G4_ARCH" --os "$G4_OS" "${target[@]}" --python "$G4_PYTHO
 VALIDATE = """\
 pin=()
 if [ -n "$G4_PIN" ]; then pin=(--pin "$G4_PIN"); fi
-g4build validate --arch "$G4_ARCH" "${pin[@]}" --json wheelhouse/*.whl > validate.json
+g4build validate --arch "$G4_ARCH" "${pin[@]}" --json wheelhouse/vllm-*.whl > validate.json
 """
 
 LAUNCH = """\
