@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from g4build.data import project_root
 
@@ -47,3 +48,29 @@ def run_g4build() -> RunG4:
         )
 
     return run
+
+
+def set_windows_base(root: Path, pin: str, present: bool) -> None:
+    """Give ``pin`` a Windows base tree in the copy's pins file, or take it away."""
+    path = root / "patches" / "pins.yaml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    bases = data["pins"][pin].get("bases") or {}
+    if present:
+        bases["windows"] = {"remote": "https://example.invalid/vllm-windows.git", "commit": "0123456789abcdef"}
+    else:
+        bases.pop("windows", None)
+    data["pins"][pin]["bases"] = bases
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+
+@pytest.fixture
+def windows_base() -> Callable[[Path, str, bool], None]:
+    return set_windows_base
+
+
+@pytest.fixture
+def with_windows_base(project_copy: Path) -> Path:
+    """A project copy whose two pins both name a Windows base, so Windows cells are buildable."""
+    for pin in ("vllm-0.21.0", "vllm-0.33.0"):
+        set_windows_base(project_copy, pin, True)
+    return project_copy

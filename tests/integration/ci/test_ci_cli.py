@@ -10,8 +10,8 @@ from pathlib import Path
 RunG4 = Callable[..., subprocess.CompletedProcess[str]]  # the run_g4build fixture (conftest.py)
 
 
-def test_matrix_json_lists_every_cell_with_what_it_builds(run_g4build: RunG4) -> None:
-    done = run_g4build("ci", "matrix", "--json", "--arch", "all")
+def test_matrix_json_lists_every_cell_with_what_it_builds(run_g4build: RunG4, with_windows_base: Path) -> None:
+    done = run_g4build("ci", "matrix", "--json", "--arch", "all", home=with_windows_base)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["target"] == {"release": "0.21.0", "pin": "vllm-0.21.0"}
@@ -23,7 +23,27 @@ def test_matrix_json_lists_every_cell_with_what_it_builds(run_g4build: RunG4) ->
     win = cells["windows-sm120-cu13.0-py3.10"]
     assert win["role"] == "check" and win["required"] is True and win["artifact"] == "g4build-windows-sm120-cu13.0"
     assert not any(i.startswith(("windows-sm121", "windows-sm100")) for i in cells)
-    assert len(out["excluded"]) == 2
+    assert len(out["excluded"]) == 2 and out["left_out"] == []
+
+
+def test_windows_cells_are_left_out_for_a_pin_without_a_windows_base(
+    run_g4build: RunG4, project_copy: Path, tmp_path: Path, windows_base: Callable[[Path, str, bool], None],
+) -> None:
+    windows_base(project_copy, "vllm-0.33.0", False)
+    done = run_g4build("ci", "matrix", "--json", "--pin", "vllm-0.33.0", home=project_copy)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["cells"] and {c["os"] for c in out["cells"]} == {"linux"}
+    assert out["left_out"] == ["windows: left out: pin vllm-0.33.0 names no windows base tree "
+                               "(patches/pins.yaml: pins.vllm-0.33.0.bases.windows)"]
+    github_output = tmp_path / "out"
+    resolved = run_g4build("ci", "resolve", "--release", "0.40.1", "--github-output", str(github_output),
+                           home=project_copy)
+    assert resolved.returncode == 0, resolved.stderr
+    assert "vLLM 0.40.1 is not pinned" in resolved.stderr
+    values = dict(line.split("=", 1) for line in github_output.read_text(encoding="utf-8").splitlines())
+    assert {b["os"] for b in json.loads(values["build_matrix"])["include"]} == {"linux"}
+    assert len(json.loads(values["left_out"])) == 1
 
 
 def test_matrix_for_an_unpinned_release(run_g4build: RunG4) -> None:
@@ -34,18 +54,18 @@ def test_matrix_for_an_unpinned_release(run_g4build: RunG4) -> None:
     assert all("--release" in c["command"] for c in out["cells"] if c["role"] == "build")
 
 
-def test_matrix_table_and_bad_arch(run_g4build: RunG4) -> None:
-    table = run_g4build("ci", "matrix")
+def test_matrix_table_and_bad_arch(run_g4build: RunG4, with_windows_base: Path) -> None:
+    table = run_g4build("ci", "matrix", home=with_windows_base)
     assert table.returncode == 0 and "windows-sm120-cu13.0-py3.13" in table.stdout
     bad = run_g4build("ci", "matrix", "--arch", "sm89")
     assert bad.returncode == 2 and "unknown arch selection 'sm89'" in bad.stderr
 
 
-def test_resolve_appends_github_outputs(run_g4build: RunG4, tmp_path: Path) -> None:
+def test_resolve_appends_github_outputs(run_g4build: RunG4, tmp_path: Path, with_windows_base: Path) -> None:
     out_file = tmp_path / "github_output"
     out_file.write_text("earlier=kept\n", encoding="utf-8")
     done = run_g4build("ci", "resolve", "--pin", "vllm-0.33.0", "--release", "", "--arch", "default",
-                       "--github-output", str(out_file))
+                       "--github-output", str(out_file), home=with_windows_base)
     assert done.returncode == 0, done.stderr
     lines = out_file.read_text(encoding="utf-8").splitlines()
     assert lines[0] == "earlier=kept"

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from g4build.ci import (
     MatrixSpec,
     Target,
+    buildable,
     expand,
     github_outputs,
     load_matrix,
@@ -18,9 +21,10 @@ from g4build.ci import (
     resolve_target,
     select_archs,
 )
+from g4build.data import project_root
 from g4build.errors import ConfigError, UsageError
 from g4build.index import IndexFile
-from g4build.pins import load_pins
+from g4build.pins import PinSet, load_pins
 
 SpecFrom = Callable[[dict[str, Any]], MatrixSpec]
 PIN = Target(release="0.21.0", pin="vllm-0.21.0")
@@ -221,3 +225,38 @@ def test_single_python_matrix_has_no_checks(matrix_data: dict[str, Any], spec_fr
     spec = spec_from(matrix_data)
     out = github_outputs(spec, PIN, expand(spec))
     assert out["has_checks"] == "false" and json.loads(out["check_matrix"]) == {"include": []}
+
+
+def _pins_with_windows(tmp_path: Path, *pins_with_base: str) -> PinSet:
+    data = yaml.safe_load((project_root() / "patches" / "pins.yaml").read_text(encoding="utf-8"))
+    for name, pin in data["pins"].items():
+        pin["bases"] = {"windows": {"remote": "https://example.invalid/w.git", "commit": "abcdef1"}} \
+            if name in pins_with_base else {}
+    path = tmp_path / "pins.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return load_pins(path)
+
+
+def test_windows_cells_need_the_pin_to_name_a_windows_base(tmp_path: Path) -> None:
+    spec = load_matrix()
+    assert spec.needs_base == ("windows",)
+    cells = expand(spec)
+    pins = _pins_with_windows(tmp_path, "vllm-0.21.0")
+    kept, notes = buildable(spec, cells, PIN, pins)
+    assert kept == cells and notes == ()
+    newest = Target(release="0.33.0", pin="vllm-0.33.0")
+    kept, notes = buildable(spec, cells, newest, pins)
+    assert {c.os for c in kept} == {"linux"} and len(kept) == len(cells) // 2
+    assert notes == ("windows: left out: pin vllm-0.33.0 names no windows base tree "
+                     "(patches/pins.yaml: pins.vllm-0.33.0.bases.windows)",)
+    kept, notes = buildable(spec, cells, Target(release="0.40.1", pin=None), pins)
+    assert {c.os for c in kept} == {"linux"} and "0.40.1 is not pinned" in notes[0]
+    windows_only = tuple(c for c in cells if c.os == "windows")
+    with pytest.raises(UsageError, match=r"nothing to build for vllm-0\.33\.0"):
+        buildable(spec, windows_only, newest, pins)
+
+
+def test_needs_base_must_name_an_os(matrix_data: dict[str, Any], spec_from: SpecFrom) -> None:
+    matrix_data["needs_base"] = ["macos"]
+    with pytest.raises(ConfigError, match="needs_base names 'macos'"):
+        spec_from(matrix_data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from g4build.ci.matrix import (
     Cell,
     Target,
+    buildable,
     expand,
     github_outputs,
     newest_release,
@@ -19,6 +20,7 @@ __all__ = [
     "MatrixSpec",
     "Rendered",
     "Target",
+    "buildable",
     "exclusion_notes",
     "expand",
     "github_outputs",

@@ -172,6 +172,34 @@ def _group(spec: MatrixSpec, os_name: str, arch: str, cuda: str) -> list[Cell]:
     ]
 
 
+def buildable(
+    spec: MatrixSpec, cells: Sequence[Cell], target: Target, pins: PinSet,
+) -> tuple[tuple[Cell, ...], tuple[str, ...]]:
+    """The cells a target can build, and why the others are left out (an OS whose base tree the pin lacks)."""
+    kept: list[Cell] = []
+    notes: list[str] = []
+    for os_name in spec.axes["os"]:
+        mine = [c for c in cells if c.os == os_name]
+        if not mine:
+            continue
+        if os_name in spec.needs_base:
+            if target.pin is None:
+                notes.append(f"{os_name}: left out: vLLM {target.release} is not pinned, so no {os_name} base "
+                             f"tree is known (add a pin with bases.{os_name} to patches/pins.yaml)")
+                continue
+            if os_name not in pins.get(target.pin).bases:
+                notes.append(f"{os_name}: left out: pin {target.pin} names no {os_name} base tree "
+                             f"(patches/pins.yaml: pins.{target.pin}.bases.{os_name})")
+                continue
+        kept.extend(mine)
+    if not kept:
+        raise UsageError(
+            f"nothing to build for {target.name}: " + "; ".join(notes),
+            hint="pin a base tree for that OS or choose another pin / release",
+        )
+    return tuple(kept), tuple(notes)
+
+
 def smoke_build(spec: MatrixSpec, cells: Iterable[Cell]) -> Cell | None:
     """The build cell whose wheel the GPU smoke job runs, when the selection built it."""
     for cell in cells:
@@ -221,8 +249,10 @@ def resolve_target(
     return Target(release=version, pin=pinned[0] if pinned else None)
 
 
-def github_outputs(spec: MatrixSpec, target: Target, cells: Sequence[Cell]) -> dict[str, str]:
-    """One-line values for ``$GITHUB_OUTPUT``: the target and the two job matrices."""
+def github_outputs(
+    spec: MatrixSpec, target: Target, cells: Sequence[Cell], notes: Sequence[str] = (),
+) -> dict[str, str]:
+    """One-line values for ``$GITHUB_OUTPUT``: the target, the two job matrices and why cells were left out."""
     builds = [c.to_entry(target) for c in cells if c.role == "build"]
     checks = [c.to_entry(target) for c in cells if c.role == "check"]
     smoke = smoke_build(spec, cells)
@@ -233,4 +263,5 @@ def github_outputs(spec: MatrixSpec, target: Target, cells: Sequence[Cell]) -> d
         "check_matrix": json.dumps({"include": checks}, separators=(",", ":")),
         "has_checks": "true" if checks else "false",
         "smoke_artifact": smoke.artifact if smoke else "",
+        "left_out": json.dumps(list(notes)),
     }

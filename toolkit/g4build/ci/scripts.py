@@ -99,7 +99,11 @@ ls -l release
 
 PUBLISH = """\
 tag="g4build-vllm-${RELEASE}-run${RUN}"
+{
+  echo "Wheels built by the nightly workflow for vLLM ${RELEASE} (pin: ${PIN:-none})."
+  echo "What made each wheel: build-manifest-<cell>.json. Patch drift: drift.json."
+  echo "Cells left out of this run: ${LEFT_OUT}"
+} > notes.md
 gh release create "$tag" --prerelease --title "vLLM ${RELEASE} with g4build series (run ${RUN})" \\
-  --notes "Wheels built by the nightly workflow for vLLM ${RELEASE} (pin: ${PIN:-none}). See build-manifest-*.json." \\
-  release/*
+  --notes-file notes.md release/*
 """

@@ -81,6 +81,7 @@ class MatrixSpec:
     axes: dict[str, tuple[str, ...]]
     build_python: str
     optional_arch: tuple[str, ...]
+    needs_base: tuple[str, ...]
     exclude: tuple[Rule, ...]
     required: tuple[Selector, ...]
     runners: dict[str, str]
@@ -177,6 +178,10 @@ def load_matrix(path: Path | None = None) -> MatrixSpec:
     for arch in optional:
         if arch not in axes["arch"]:
             raise ConfigError(f"{where}: optional_arch names '{arch}', not in axes.arch")
+    needs_base = tuple(str(o) for o in data.get("needs_base") or [])
+    for os_name in needs_base:
+        if os_name not in axes["os"]:
+            raise ConfigError(f"{where}: needs_base names '{os_name}', not in axes.os")
     runners = {str(k): str(v) for k, v in require(data, "runners", dict, where).items()}
     for os_name in axes["os"]:
         if os_name not in runners:
@@ -216,6 +221,7 @@ def load_matrix(path: Path | None = None) -> MatrixSpec:
         axes=axes,
         build_python=build_python,
         optional_arch=optional,
+        needs_base=needs_base,
         exclude=_rules(data.get("exclude"), axes, f"{where}: exclude", runner=False),
         required=tuple(_selector(r, axes, f"{where}: required[{i}]") for i, r in enumerate(required_raw)),
         runners=runners,

@@ -168,7 +168,8 @@ def _nightly(spec: MatrixSpec) -> dict[str, Any]:
         "runs-on": linux,
         "permissions": read,
         "outputs": {k: _expr(f"steps.resolve.outputs.{k}") for k in
-                    ("release", "pin", "build_matrix", "check_matrix", "has_checks", "smoke_artifact")},
+                    ("release", "pin", "build_matrix", "check_matrix", "has_checks", "smoke_artifact",
+                     "left_out")},
         "steps": [
             _checkout(spec), _python(spec, n.tool_python), _install_g4build(),
             _run("resolve", scripts.RESOLVE, {"PIN": "${{ inputs.pin }}", "RELEASE": "${{ inputs.release }}",
@@ -265,6 +266,7 @@ def _nightly(spec: MatrixSpec) -> dict[str, Any]:
             _run("create the release", scripts.PUBLISH, {
                 "GH_TOKEN": "${{ github.token }}", "GH_REPO": "${{ github.repository }}",
                 "RELEASE": _need("release"), "PIN": _need("pin"), "RUN": "${{ github.run_number }}",
+                "LEFT_OUT": _need("left_out"),
             }),
         ],
     }

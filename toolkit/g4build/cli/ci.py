@@ -9,8 +9,7 @@ from rich.table import Table
 
 from g4build import index
 from g4build.ci import (
-    MatrixSpec,
-    Target,
+    buildable,
     exclusion_notes,
     expand,
     github_outputs,
@@ -21,7 +20,7 @@ from g4build.ci import (
     select_archs,
     stale_files,
 )
-from g4build.cli._common import JSON_OPTION, console, print_json
+from g4build.cli._common import JSON_OPTION, console, err_console, print_json
 from g4build.data import project_root
 from g4build.errors import ConfigError
 from g4build.pins import load_pins
@@ -55,13 +54,14 @@ def matrix_cmd(
     pins = load_pins()
     target = resolve_target(pins, pin=pin or (None if release else pins.default), release=release,
                             latest=_offline_default)
-    cells = expand(spec, select_archs(spec, arch))
+    cells, left_out = buildable(spec, expand(spec, select_archs(spec, arch)), target, pins)
     if json_out:
         print_json({
             "matrix": str(spec.source),
             "target": {"release": target.release, "pin": target.pin},
             "cells": [c.to_dict(target) for c in cells],
             "excluded": exclusion_notes(spec),
+            "left_out": list(left_out),
         })
         return
     table = Table(title=f"{target.name} ({'pin ' + target.pin if target.pin else 'unpinned release'})")
@@ -72,6 +72,8 @@ def matrix_cmd(
     console.print(table)
     for note in exclusion_notes(spec):
         console.print(f"excluded: {note}", highlight=False)
+    for note in left_out:
+        console.print(note, highlight=False)
 
 
 @ci_app.command("render")
@@ -107,12 +109,10 @@ def render_cmd(
             console.print(f"{r.path.as_posix()}: {state}", highlight=False)
 
 
-def _write_outputs(path: Path, spec: MatrixSpec, target: Target, arch: str) -> dict[str, str]:
-    outputs = github_outputs(spec, target, expand(spec, select_archs(spec, arch)))
+def _append_outputs(path: Path, outputs: dict[str, str]) -> None:
     with path.open("a", encoding="utf-8", newline="\n") as fh:
         for key, value in outputs.items():
             fh.write(f"{key}={value}\n")
-    return outputs
 
 
 @ci_app.command("resolve")
@@ -127,11 +127,14 @@ def resolve_cmd(
 ) -> None:
     """Pick what a nightly run builds: the pin or release given, else the newest release on the package index."""
     spec = load_matrix()
-    target = resolve_target(load_pins(), pin=pin, release=release, latest=_latest_release)
+    pins = load_pins()
+    target = resolve_target(pins, pin=pin, release=release, latest=_latest_release)
+    cells, left_out = buildable(spec, expand(spec, select_archs(spec, arch)), target, pins)
+    outputs = github_outputs(spec, target, cells, left_out)
     if github_output is not None:
-        outputs = _write_outputs(github_output, spec, target, arch)
-    else:
-        outputs = github_outputs(spec, target, expand(spec, select_archs(spec, arch)))
+        _append_outputs(github_output, outputs)
+    for note in left_out:
+        err_console.print(note, highlight=False)
     if json_out:
         print_json(outputs)
     else:
