@@ -60,18 +60,22 @@ def _fill(value: str, matrix: dict[str, Any], needs: dict[str, str]) -> str:
     return filled
 
 
-def _run_steps(tmp_path: Path, target: Target, cell_id: str, names: list[str]) -> list[list[str]]:
+def _run_steps(
+    tmp_path: Path, target: Target, cell_id: str, names: list[str], *, job_id: str = "build",
+) -> list[list[str]]:
     spec = load_matrix()
     outputs = github_outputs(spec, target, expand(spec))
-    entry = next(e for e in json.loads(outputs["build_matrix"])["include"] if e["id"] == cell_id)
-    job = _workflow()["jobs"]["build"]
+    entries = json.loads(outputs["build_matrix"])["include"] + json.loads(outputs["check_matrix"])["include"]
+    entry = next(e for e in entries if e["id"] == cell_id)
+    job = _workflow()["jobs"][job_id]
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     stub = bin_dir / "g4build"
     stub.write_text(STUB, encoding="utf-8")
     stub.chmod(0o755)
     work = tmp_path / "work"
-    work.mkdir()
+    (work / "dist" / "wheelhouse").mkdir(parents=True)  # what the check job downloads from the build's artifact
+    (work / "dist" / "wheelhouse" / "vllm-0.21.0+cu130.g4.abcdef-cp38-abi3-win_amd64.whl").touch()
     log = tmp_path / "argv.jsonl"
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", G4_TEST_LOG=str(log),
                GITHUB_OUTPUT=str(tmp_path / "out"), GITHUB_STEP_SUMMARY=str(tmp_path / "summary"))
@@ -102,6 +106,16 @@ def test_build_cell_runs_the_command_ci_matrix_reports(tmp_path: Path, cell_id: 
         ["recipe", "render", name, "--shell", shell, "--out", "launch", "--wheel", wheel]
         for name in ("gemma4-26b-dflash", "gemma4-baseline")
     ]
+
+
+def test_check_cell_runs_the_command_ci_matrix_reports(tmp_path: Path) -> None:
+    target = Target(release="0.21.0", pin="vllm-0.21.0")
+    calls = _run_steps(tmp_path, target, "windows-sm120-cu13.0-py3.10",
+                       ["install the wheel in a fresh venv and import it"], job_id="check")
+    cell = next(c for c in expand(load_matrix()) if c.id == "windows-sm120-cu13.0-py3.10")
+    expected = list(cell.command(target)[1:])
+    expected[-1] = "dist/wheelhouse/vllm-0.21.0+cu130.g4.abcdef-cp38-abi3-win_amd64.whl"  # the glob, expanded
+    assert calls == [expected]
 
 
 def test_unpinned_release_and_hostile_values_stay_single_arguments(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
@@ -20,6 +20,7 @@ from g4build.errors import ConfigError, UsageError
 from g4build.index import IndexFile
 from g4build.pins import PinSet
 
+Role = Literal["build", "check"]
 _SDIST = re.compile(r"^vllm-(?P<version>[^-]+)\.tar\.gz$")
 
 
@@ -41,7 +42,7 @@ class Target:
 
 @dataclass(frozen=True, kw_only=True)
 class Cell:
-    role: str  # "build" or "check"
+    role: Role
     os: str
     arch: str
     cuda: str
@@ -73,7 +74,7 @@ class Cell:
                 "g4build", "wheel", "--arch", self.arch, "--os", self.os, *target.args,
                 "--python", self.python, "--cuda", self.cuda, "--out", "wheelhouse", "--json",
             )
-        return ("g4build", "validate", "--arch", self.arch, "--smoke", "--json", "wheelhouse/<vllm wheel>")
+        return ("g4build", "validate", "--arch", self.arch, "--smoke", "--json", "dist/wheelhouse/vllm-*.whl")
 
     def builds(self, target: Target) -> str:
         if self.role == "build":
@@ -157,8 +158,9 @@ def _group(spec: MatrixSpec, os_name: str, arch: str, cuda: str) -> list[Cell]:
             hint="exclude the whole (os, arch, cuda) or keep its build_python cell",
         )
     runner = spec.runners[os_name]
-    for rule in spec.runner_overrides:
-        if rule.match.matches(keys[0] | {"python": spec.build_python}) and rule.runner:
+    build_key = {"os": os_name, "arch": arch, "cuda": cuda, "python": spec.build_python}
+    for rule in spec.runner_overrides:  # one runner per group: its cells share the build's wheel and cache
+        if rule.runner and rule.match.matches(build_key):
             runner = rule.runner
     kept.sort(key=lambda k: k["python"] != spec.build_python)
     return [
