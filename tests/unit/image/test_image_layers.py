@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
+from tests.unit.image.imagebuild import Entry, d, f, files_under, hard, layer_tar, sym
 
 from g4build.errors import UnsafeArchiveError
 from g4build.image.layers import Limits, apply_layers, clean_member_name, resolve_in_root
-from tests.unit.image.imagebuild import Entry, d, f, files_under, hard, layer_tar, sym
 
 SP = "usr/lib/python3.12/site-packages"
 
@@ -85,7 +85,8 @@ def test_a_file_replaces_a_lower_folder_and_a_link_is_never_written_through(tmp_
 
 def test_only_selected_files_are_written(tmp_path: Path) -> None:
     root = tmp_path / "root"
-    report = _apply(root, [f("big/blob.bin", b"0" * 1000), f("keep/me.py", "1")], select=lambda rel: rel.endswith(".py"))
+    layer = [f("big/blob.bin", b"0" * 1000), f("keep/me.py", "1")]
+    report = _apply(root, layer, select=lambda rel: rel.endswith(".py"))
     assert (root / "keep" / "me.py").is_file() and not (root / "big" / "blob.bin").exists()
     assert report.files == 1  # type: ignore[attr-defined]
 

@@ -19,8 +19,9 @@ import tarfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, cast
 
 from g4build.errors import ImageError, IntegrityError
 from g4build.image.layers import clean_member_name, drain
@@ -100,10 +101,10 @@ class _ChunkReader(io.RawIOBase):
         return n
 
 
-def _decompressed(buffered: io.BufferedReader, label: str) -> IO[bytes]:
+def _decompressed(buffered: io.BufferedReader[Any], label: str) -> IO[bytes]:
     magic = buffered.peek(4)[:4]
     if magic.startswith(_GZIP_MAGIC):
-        return gzip.GzipFile(fileobj=buffered, mode="rb")
+        return cast(IO[bytes], gzip.GzipFile(fileobj=buffered, mode="rb"))
     if magic.startswith(_ZSTD_MAGIC):
         try:
             import zstandard  # type: ignore[import-not-found]
@@ -174,7 +175,7 @@ class _TarBundle:
     def __init__(self, path: Path, stack: ExitStack) -> None:
         self.name = path.name
         try:
-            self.tar = stack.enter_context(tarfile.open(path, "r:*"))
+            self.tar = stack.enter_context(tarfile.open(path, "r:*"))  # noqa: SIM115 (closed by the stack)
             self.members = {clean_member_name(m.name): m for m in self.tar.getmembers() if not m.isdir()}
         except (tarfile.TarError, OSError) as exc:
             raise ImageError(
@@ -215,9 +216,9 @@ def _docker_save(bundle: _Bundle) -> OpenedImage:
     if not isinstance(manifest, list) or not manifest:
         raise ImageError(f"{bundle.name}: manifest.json holds no image")
     if len(manifest) > 1:
-        tags = ", ".join(t for entry in manifest for t in entry.get("RepoTags") or []) or "untagged images"
+        names = ", ".join(t for entry in manifest for t in entry.get("RepoTags") or []) or "untagged images"
         raise ImageError(
-            f"{bundle.name} holds {len(manifest)} images ({tags}); expected one",
+            f"{bundle.name} holds {len(manifest)} images ({names}); expected one",
             hint="save one image per tarball: docker save IMAGE -o image.tar",
         )
     entry = manifest[0]
@@ -226,6 +227,8 @@ def _docker_save(bundle: _Bundle) -> OpenedImage:
     if not config or not isinstance(layer_paths, list):
         raise ImageError(f"{bundle.name}: manifest.json lacks Config or Layers")
     cfg = _read_json(bundle, config)
+    if not isinstance(cfg, dict):
+        raise ImageError(f"{bundle.name}: {config} is not an image config")
     hexid = config.rsplit("/", 1)[-1].removesuffix(".json")
     tags = entry.get("RepoTags") or []
     info = ImageInfo(
@@ -236,9 +239,10 @@ def _docker_save(bundle: _Bundle) -> OpenedImage:
     )
 
     def entries() -> Iterator[tuple[str, Callable[[], IO[bytes]], str | None]]:
-        for rel in layer_paths:
-            m = _BLOB.match(str(rel))
-            yield str(rel), (lambda r=str(rel): bundle.open(r)), (f"sha256:{m.group(2)}" if m else None)
+        for raw in layer_paths:
+            rel = str(raw)
+            m = _BLOB.match(rel)
+            yield rel, partial(bundle.open, rel), (f"sha256:{m.group(2)}" if m else None)
 
     return OpenedImage(info=info, layers=_verified_layers(entries()))
 
@@ -258,14 +262,19 @@ def _platform_name(desc: dict[str, Any]) -> str:
 
 
 def choose_manifest(descriptors: list[dict[str, Any]], want: str | None, where: str) -> dict[str, Any]:
-    """Pick one entry of an image index: ``want`` ("os/arch[/variant]"), else the host's arch, else the first."""
+    """Pick one entry of an image index: ``want`` ("os/arch[/variant]"), else the host's arch, else the first.
+
+    An entry without a platform (the top of a layout whose image is itself an index) fits any platform;
+    attestation entries (platform unknown/unknown) are never images.
+    """
     real = [d for d in descriptors if (d.get("platform") or {}).get("architecture") != "unknown"]
     if not real:
         raise ImageError(f"{where}: the image index lists no image manifest")
     if want:
         for d in real:
+            plat = d.get("platform")
             name = _platform_name(d)
-            if name == want or name.rsplit("/", 1)[0] == want and (d.get("platform") or {}).get("variant"):
+            if not plat or name == want or (name.rsplit("/", 1)[0] == want and plat.get("variant")):
                 return d
         raise ImageError(
             f"{where}: no image for platform {want}; found {', '.join(_platform_name(d) for d in real)}",
@@ -312,7 +321,7 @@ def _oci_layout(bundle: _Bundle, want_platform: str | None) -> OpenedImage:
         for layer in layers:
             digest = str(layer.get("digest", ""))
             rel = _blob_path(digest, f"{bundle.name}: layer")
-            yield digest[:19], (lambda r=rel: bundle.open(r)), digest
+            yield digest[:19], partial(bundle.open, rel), digest
 
     return OpenedImage(info=info, layers=_verified_layers(entries()))
 
