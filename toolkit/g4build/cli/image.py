@@ -27,13 +27,18 @@ def extract(
     """Diff the image's installed vLLM Python files against the pin and write them as a new series."""
     from g4build.image import extract_series
     from g4build.pins import load_pins
-    from g4build.source import fetch_source
 
     chosen = load_pins().get(pin)
-    with err_console.status(f"preparing the {chosen.name} source tree") as live:
-        tree = fetch_source(chosen, source).path
+    with err_console.status(f"opening {image}") as live:
+
+        def pristine_tree() -> Path:
+            from g4build.source import fetch_source
+
+            live.update(f"preparing the {chosen.name} source tree ({source})")
+            return fetch_source(chosen, source).path
+
         result = extract_series(
-            image=image, pin=chosen, tree=tree, series=series, out=out, platform=platform,
+            image=image, pin=chosen, tree=pristine_tree, series=series, out=out, platform=platform,
             package_dir=package_dir, status=lambda msg: live.update(msg),
         )
     if json_out:

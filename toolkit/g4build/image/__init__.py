@@ -105,7 +105,7 @@ def extract_series(
     *,
     image: str,
     pin: Pin,
-    tree: Path,
+    tree: Path | Callable[[], Path],
     series: str | None = None,
     out: Path | None = None,
     platform: str | None = None,
@@ -115,7 +115,11 @@ def extract_series(
     workdir: Path | None = None,
     status: Callable[[str], None] | None = None,
 ) -> ExtractResult:
-    """Unpack ``image``'s vLLM Python files, diff them against ``tree`` (the pin's source) and write a series."""
+    """Unpack ``image``'s vLLM Python files, diff them against ``tree`` (the pin's source) and write a series.
+
+    ``tree`` may be a callable: it is called only once the image has been read, so a bad image fails before
+    a long source download.
+    """
     say = status or (lambda _msg: None)
     with tempfile.TemporaryDirectory(prefix="g4build-image-", dir=workdir, ignore_cleanup_errors=True) as tmp:
         root = Path(tmp) / "rootfs"
@@ -128,6 +132,7 @@ def extract_series(
         package = find_package(root, package_dir)
         found_version = installed_version(package)
         say(f"comparing {package.relative_to(root).as_posix()} with {pin.name}")
+        tree = tree() if callable(tree) else tree
         pristine = tree_files(tree)
         installed = package_files(root, package)
         changes = compare(pristine, installed)
