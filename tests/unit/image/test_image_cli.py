@@ -11,8 +11,7 @@ from tests.unit.image.imagebuild import f, layer_tar, oci_layout
 
 
 def _g4build(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "toolkit"), "G4BUILD_CACHE": os.devnull + "-none",
-           "COLUMNS": "300"}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "toolkit"), "COLUMNS": "300"}
     return subprocess.run([sys.executable, "-m", "g4build", *args], capture_output=True, text=True, env=env,
                           check=False)
 
