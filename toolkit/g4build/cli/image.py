@@ -21,6 +21,9 @@ def extract(
     package_dir: str | None = typer.Option(
         None, "--package-dir", help="Path of the vllm package inside the image when it is not in site-packages."
     ),
+    transformers: bool = typer.Option(
+        False, "--transformers", help="Also diff transformers' Gemma 4 model files against the same release."
+    ),
     source: str = typer.Option("sdist", "--source", help="Pristine tree: sdist, git, or a path to the pin's tree."),
     json_out: bool = JSON_OPTION,
 ) -> None:
@@ -39,7 +42,7 @@ def extract(
 
         result = extract_series(
             image=image, pin=chosen, tree=pristine_tree, series=series, out=out, platform=platform,
-            package_dir=package_dir, status=lambda msg: live.update(msg),
+            package_dir=package_dir, with_transformers=transformers, status=lambda msg: live.update(msg),
         )
     if json_out:
         print_json(result.to_dict())
@@ -51,6 +54,10 @@ def extract(
                   f"{len(result.changes.missing)} of the pin absent from the image (left alone)", highlight=False)
     for s in result.report.unsafe:
         console.print(f"[yellow]skipped[/] {s.layer}: {s.name}: {s.reason}", highlight=False)
+    if result.transformers is not None:
+        tf = result.transformers
+        console.print(f"transformers {tf.version}: {len(tf.modified)} Gemma 4 files modified, {len(tf.added)} added; "
+                      f"{tf.note}", highlight=False)
     for w in result.warnings:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
     if result.folder is None:

@@ -31,6 +31,7 @@ from g4build.image.diff import (
 )
 from g4build.image.layers import ApplyReport, Limits, apply_layers
 from g4build.image.sources import DockerFactory, ImageInfo, open_image
+from g4build.image.transformers import TransformersPart
 from g4build.pins import Pin
 
 PATCH_FILE = "0001-python-changes-from-image.patch"
@@ -48,6 +49,7 @@ class ExtractResult:
     changes: FileChanges
     report: ApplyReport
     warnings: tuple[str, ...]
+    transformers: TransformersPart | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +68,11 @@ class ExtractResult:
             "skipped": [{"layer": s.layer, "name": s.name, "reason": s.reason, "unsafe": s.unsafe}
                         for s in self.report.skipped],
             "warnings": list(self.warnings),
+            "transformers": None if self.transformers is None else {
+                "version": self.transformers.version, "modified": list(self.transformers.modified),
+                "added": list(self.transformers.added), "patch": self.transformers.patch,
+                "files": sorted(self.transformers.files), "note": self.transformers.note,
+            },
         }
 
 
@@ -113,13 +120,16 @@ def extract_series(
     docker_factory: DockerFactory | None = None,
     limits: Limits | None = None,
     workdir: Path | None = None,
+    with_transformers: bool = False,
     status: Callable[[str], None] | None = None,
 ) -> ExtractResult:
     """Unpack ``image``'s vLLM Python files, diff them against ``tree`` (the pin's source) and write a series.
 
     ``tree`` may be a callable: it is called only once the image has been read, so a bad image fails before
-    a long source download.
+    a long source download. ``with_transformers`` also diffs transformers' Gemma 4 files (see transformers.py).
     """
+    from g4build.image import transformers as tf
+
     say = status or (lambda _msg: None)
     with tempfile.TemporaryDirectory(prefix="g4build-image-", dir=workdir, ignore_cleanup_errors=True) as tmp:
         root = Path(tmp) / "rootfs"
@@ -127,8 +137,10 @@ def extract_series(
             info = opened.info
             name, folder = resolve_output(info.reference, series, out)
             say(f"unpacking the Python files of {info.reference} ({info.kind}, {info.platform})")
-            report = apply_layers(opened.layers, root, select=lambda rel: selects_package_file(rel, package_dir),
-                                  limits=limits)
+            report = apply_layers(
+                opened.layers, root, limits=limits,
+                select=lambda rel: selects_package_file(rel, package_dir) or (with_transformers and tf.selects(rel)),
+            )
         package = find_package(root, package_dir)
         found_version = installed_version(package)
         say(f"comparing {package.relative_to(root).as_posix()} with {pin.name}")
@@ -140,26 +152,36 @@ def extract_series(
         unsafe = report.unsafe
         if unsafe:
             warnings.append(f"{len(unsafe)} image entries tried to leave the image root and were skipped")
+        extra = tf.diff_gemma4(root, package.parent) if with_transformers else None
         written: Path | None = None
-        if not changes.empty:
-            patch = render_patch(pristine, installed, changes)
+        if not changes.empty or (extra is not None and not extra.empty):
+            files: dict[str, str] = {}
+            patches: list[dict[str, str]] = []
+            checks: list[tuple[str, Path]] = []
+            if not changes.empty:
+                patch_file = f"{pin.name}/{PATCH_FILE}"
+                files[patch_file] = render_patch(pristine, installed, changes)
+                patches.append({"file": patch_file, "subject": f"Python changes carried by image {info.reference}"})
+                checks.append((patch_file, tree))
             note = (f"Extracted by g4build image extract from {info.origin} (vLLM {found_version or 'unknown'} in "
                     f"the image): {len(changes.modified)} files changed, {len(changes.added)} added"
                     + (f"; {len(changes.missing)} files of the pin absent from the image were left as they are"
                        if changes.missing else "") + ".")
+            if extra is not None and not extra.empty:
+                files.update(extra.files)
+                note += f" {extra.note}."
             metadata = series_metadata(
-                name=name, pin=pin.name, origin=info.origin, patch_file=f"{pin.name}/{PATCH_FILE}",
-                subject=f"Python changes carried by image {info.reference}", note=note,
+                name=name, pin=pin.name, origin=info.origin, patches=patches, note=note,
                 title=f"Python changes from image {info.reference}",
                 why=("The image ships changed vLLM Python files; carrying them as a series lets g4build rebuild the "
                      "kernels for SM120 from the pinned source with the same Python behaviour."),
             )
             say(f"writing series {name}")
-            written = write_series_folder(folder, metadata, f"{pin.name}/{PATCH_FILE}", patch, tree)
+            written = write_series_folder(folder, metadata, files, checks)
         return ExtractResult(
             series=name, folder=written, image=info, pin=pin.name, image_vllm_version=found_version,
             package_path="/" + package.relative_to(root).as_posix(), changes=changes, report=report,
-            warnings=tuple(warnings),
+            warnings=tuple(warnings), transformers=extra,
         )
 
 

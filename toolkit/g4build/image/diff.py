@@ -64,15 +64,19 @@ def is_noise(rel: str) -> bool:
     return any(rel == g or (g.endswith("/") and rel.startswith(g)) for g in GENERATED)
 
 
-def selects_package_file(rel: str, package_dir: str | None = None) -> bool:
-    """Which image files to write while unpacking: the package under a site folder, and its dist-info."""
-    if package_dir is not None:
-        return rel.startswith(package_dir.strip("/") + "/")
+def selects_package_file(rel: str, package_dir: str | None = None, package: str = PACKAGE,
+                         sub: str = "") -> bool:
+    """Which image files to write while unpacking: ``package`` (or its ``sub`` folder) under a site folder, and
+    its dist-info; or anything under ``package_dir``."""
+    if package_dir is not None and rel.startswith(package_dir.strip("/") + "/"):
+        return True
     parts = rel.split("/")
     for i, part in enumerate(parts[:-1]):
         if part in SITE_DIRS:
-            nxt = parts[i + 1]
-            return nxt == PACKAGE or (nxt.startswith(PACKAGE + "-") and nxt.endswith(".dist-info"))
+            below = "/".join(parts[i + 1:])
+            if below.startswith(package + "-") and parts[i + 1].endswith(".dist-info"):
+                return True
+            return package_dir is None and below.startswith(f"{package}/{sub}".rstrip("/") + "/")
     return False
 
 
@@ -101,9 +105,9 @@ def find_package(root: Path, package_dir: str | None = None) -> Path:
     return hits[0]
 
 
-def installed_version(package: Path) -> str | None:
-    """The version from the ``vllm-*.dist-info/METADATA`` beside the package, if any."""
-    for info in sorted(package.parent.glob(f"{PACKAGE}-*.dist-info")):
+def installed_version(package: Path, name: str = PACKAGE) -> str | None:
+    """The version from the ``<name>-*.dist-info/METADATA`` beside the package, if any."""
+    for info in sorted(package.parent.glob(f"{name}-*.dist-info")):
         meta = info / "METADATA"
         if meta.is_file():
             m = re.search(r"^Version:\s*(\S+)", meta.read_text(encoding="utf-8", errors="replace"), re.M)
@@ -112,13 +116,13 @@ def installed_version(package: Path) -> str | None:
     return None
 
 
-def package_files(root: Path, package: Path) -> dict[str, Path]:
-    """``vllm/...`` relative names -> host files under ``package`` (links resolved inside ``root``), noise out."""
+def package_files(root: Path, package: Path, prefix: str = PACKAGE) -> dict[str, Path]:
+    """``<prefix>/...`` names -> host files under ``package`` (links resolved inside ``root``), noise out."""
     found: dict[str, Path] = {}
     for dirpath, _dirnames, filenames in os.walk(package):
         for name in filenames:
             host = Path(dirpath) / name
-            rel = PACKAGE + "/" + host.relative_to(package).as_posix()
+            rel = prefix + "/" + host.relative_to(package).as_posix()
             if is_noise(rel):
                 continue
             if host.is_symlink():
@@ -189,7 +193,7 @@ def check_applies(patch: Path, tree: Path) -> None:
 
 
 def series_metadata(
-    *, name: str, pin: str, origin: str, patch_file: str, subject: str, note: str, title: str, why: str,
+    *, name: str, pin: str, origin: str, patches: list[dict[str, str]], note: str, title: str, why: str,
 ) -> dict[str, Any]:
     return {
         "name": name,
@@ -202,25 +206,28 @@ def series_metadata(
         "forwarded": "no",
         "applied_upstream": None,
         "python_only": True,
-        "pins": {pin: {"patches": [{"file": patch_file, "subject": subject}], "fingerprints": {}, "note": note}},
+        "pins": {pin: {"patches": patches, "fingerprints": {}, "note": note}},
     }
 
 
-def write_series_folder(out: Path, metadata: dict[str, Any], patch_file: str, patch_text: str,
-                        tree: Path) -> Path:
-    """Write ``out/series.yaml`` and the patch atomically: a temporary sibling, checked, then renamed."""
+def write_series_folder(out: Path, metadata: dict[str, Any], files: dict[str, str],
+                        checks: list[tuple[str, Path]]) -> Path:
+    """Write ``out/series.yaml`` and ``files`` atomically: a temporary sibling, each patch in ``checks``
+    (file, tree) checked with ``git apply --check``, then one rename."""
     if out.exists():
         raise ImageError(f"{out} already exists; a new series needs a fresh folder",
                          hint="choose another name with --series or --out, or remove the folder")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        (tmp / patch_file).parent.mkdir(parents=True, exist_ok=True)
-        (tmp / patch_file).write_text(patch_text, encoding="utf-8", errors="surrogateescape", newline="\n")
+        for rel, text in files.items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_text(text, encoding="utf-8", errors="surrogateescape", newline="\n")
         (tmp / "series.yaml").write_text(
             yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True, width=110), encoding="utf-8"
         )
-        check_applies(tmp / patch_file, tree)
+        for rel, tree in checks:
+            check_applies(tmp / rel, tree)
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
