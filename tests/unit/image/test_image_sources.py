@@ -150,7 +150,7 @@ class DockerRecorder:
         return _Image(name)
 
     def pull(self, repository: str, tag: str | None = None, **kwargs: Any) -> _Image:
-        self.calls.append(("images.pull", repository))
+        self.calls.append(("images.pull", repository, kwargs))
         return _Image(repository)
 
     def create(self, image: str, command: Any = None, **kwargs: Any) -> _Container:
@@ -168,11 +168,18 @@ def test_engine_pulls_a_missing_image_exports_without_starting_and_removes(tmp_p
     image_id = "sha256:" + "1" * 64
     assert rec.calls == [
         ("ping",), ("images.get", "example.org/team/vllm-gemma4:1.0"),
-        ("images.pull", "example.org/team/vllm-gemma4:1.0"), ("containers.create", image_id, ["true"], {}),
+        ("images.pull", "example.org/team/vllm-gemma4:1.0", {}), ("containers.create", image_id, ["true"], {}),
         ("export",), ("remove", image_id, True),
     ]
     assert (info.kind, info.digest, info.platform) == ("docker-engine", "sha256:" + "2" * 64, "linux/arm64")
     assert report.layers == 1
+
+
+def test_engine_pulls_the_asked_platform(tmp_path: Path) -> None:
+    rec = DockerRecorder(FLAT, local=set())
+    _unpack("example.org/team/vllm-gemma4:1.0", tmp_path / "root", docker_factory=lambda: rec, platform="linux/arm64")
+    assert ("images.pull", "example.org/team/vllm-gemma4:1.0", {"platform": "linux/arm64"}) in rec.calls
+    assert rec.calls[-1][0] == "remove"
 
 
 def test_engine_uses_a_local_image_and_removes_the_container_when_unpacking_fails(tmp_path: Path) -> None:

@@ -29,8 +29,10 @@ from g4build.image.diff import (
     tree_files,
     write_series_folder,
 )
+from g4build.image.engine import DockerFactory
 from g4build.image.layers import ApplyReport, Limits, apply_layers
-from g4build.image.sources import DockerFactory, ImageInfo, open_image
+from g4build.image.model import ImageInfo
+from g4build.image.sources import open_image
 from g4build.image.transformers import TransformersPart
 from g4build.pins import Pin
 

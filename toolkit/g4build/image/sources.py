@@ -18,16 +18,14 @@ import re
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import IO, Any, Protocol, cast
 
 from g4build.errors import ImageError, IntegrityError
+from g4build.image.engine import DockerFactory, open_engine_image
 from g4build.image.layers import clean_member_name, drain
-
-LayerStream = tuple[str, IO[bytes]]
-DockerFactory = Callable[[], Any]
+from g4build.image.model import ImageInfo, LayerStream, OpenedImage
 
 _BLOB = re.compile(r"^blobs/(sha256)/([0-9a-f]{64})$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -38,24 +36,6 @@ _INDEX_TYPES = {
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _BUFFER = 1 << 20
-
-
-@dataclass(frozen=True, kw_only=True)
-class ImageInfo:
-    reference: str
-    digest: str
-    kind: str  # "docker-engine", "docker-save" or "oci-layout"
-    platform: str
-
-    @property
-    def origin(self) -> str:
-        return f"{self.reference}@{self.digest}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class OpenedImage:
-    info: ImageInfo
-    layers: Iterable[LayerStream]
 
 
 # --- readers -------------------------------------------------------------------------------------------------
@@ -76,28 +56,6 @@ class _HashingReader(io.RawIOBase):
         n = len(data)
         buffer[:n] = data
         self.hash.update(data)
-        return n
-
-
-class _ChunkReader(io.RawIOBase):
-    """A file object over an iterator of byte chunks (the SDK's export stream)."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks = chunks
-        self._pending = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self._pending:
-            try:
-                self._pending = next(self._chunks)
-            except StopIteration:
-                return 0
-        n = min(len(buffer), len(self._pending))
-        buffer[:n] = self._pending[:n]
-        self._pending = self._pending[n:]
         return n
 
 
@@ -326,53 +284,6 @@ def _oci_layout(bundle: _Bundle, want_platform: str | None) -> OpenedImage:
     return OpenedImage(info=info, layers=_verified_layers(entries()))
 
 
-# --- Docker engine ----------------------------------------------------------------------------------------
-
-
-def _docker_from_env() -> Any:
-    import docker
-
-    return docker.from_env(timeout=30)
-
-
-def _engine(reference: str, factory: DockerFactory, stack: ExitStack) -> OpenedImage:
-    import docker.errors
-
-    try:
-        client = factory()
-        client.ping()
-    except docker.errors.DockerException as exc:
-        raise ImageError(
-            f"no Docker engine answers for image '{reference}': {exc}",
-            hint="start Docker, or pass a `docker save` tarball or an OCI layout folder instead",
-        ) from exc
-    try:
-        try:
-            image = client.images.get(reference)
-        except docker.errors.ImageNotFound:
-            image = client.images.pull(reference)
-        container = client.containers.create(image.id, command=["true"])  # created, never started
-    except docker.errors.DockerException as exc:
-        raise ImageError(f"Docker could not prepare image '{reference}': {exc}") from exc
-    stack.callback(container.remove, force=True)
-    attrs = image.attrs or {}
-    repo_digests = attrs.get("RepoDigests") or []
-    digest = str(repo_digests[0]).split("@", 1)[1] if repo_digests else str(image.id)
-    info = ImageInfo(
-        reference=reference,
-        digest=digest,
-        kind="docker-engine",
-        platform=f"{attrs.get('Os', '?')}/{attrs.get('Architecture', '?')}",
-    )
-
-    def stream() -> Iterator[LayerStream]:
-        reader = io.BufferedReader(_ChunkReader(iter(container.export())), _BUFFER)
-        yield "container export", reader
-        drain(reader)
-
-    return OpenedImage(info=info, layers=stream())
-
-
 # --- dispatch ---------------------------------------------------------------------------------------------
 
 
@@ -402,7 +313,7 @@ def open_image(
                 hint="pass an existing `docker save` tarball or OCI layout, or an image reference for Docker",
             )
         else:
-            yield _engine(image, docker_factory or _docker_from_env, stack)
+            yield open_engine_image(image, docker_factory, stack, platform=platform)
             return
         if bundle.has("manifest.json"):
             yield _docker_save(bundle)
