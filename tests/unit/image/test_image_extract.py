@@ -148,3 +148,18 @@ def test_names_and_rules() -> None:
     assert not selects_package_file("usr/lib/python3/dist-packages/vllm_other/x.py")
     assert not selects_package_file("workspace/vllm/x.py")
     assert selects_package_file("workspace/vllm/x.py", "/workspace/vllm")
+
+
+def test_links_in_the_image_never_lead_into_the_host(tmp_path: Path) -> None:
+    host = tmp_path / "host" / "vllm"
+    host.mkdir(parents=True)
+    (host / "__init__.py").write_text("HOST SECRET\n")
+    layout = tmp_path / "image"
+    oci_layout(layout, [layer_tar([sym(f"{SP}/vllm", str(host)),
+                                   sym(f"{SP}/vllm-0.21.0.dist-info", str(tmp_path / "host"))])])
+    with pytest.raises(ImageError, match="no installed vllm package"):
+        extract_series(image=str(layout), pin=PIN, tree=_tree(tmp_path), out=tmp_path / "s" / "x")
+    other = tmp_path / "image2"
+    oci_layout(other, [layer_tar([sym("pkg", str(host))])])
+    with pytest.raises(ImageError, match="no Python package at /pkg"):  # read inside the image: nothing there
+        extract_series(image=str(other), pin=PIN, tree=_tree(tmp_path), out=tmp_path / "s" / "y", package_dir="/pkg")

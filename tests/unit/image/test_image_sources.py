@@ -85,6 +85,16 @@ def test_a_tampered_blob_fails_its_digest(tmp_path: Path) -> None:
         _unpack(str(layout), tmp_path / "root")
 
 
+def test_a_tampered_manifest_fails_its_digest(tmp_path: Path) -> None:
+    layout = tmp_path / "layout"
+    oci_layout(layout, [LOWER])
+    manifest_digest = json.loads((layout / "index.json").read_text())["manifests"][0]["digest"]
+    blob = layout / "blobs" / "sha256" / manifest_digest.split(":")[1]
+    blob.write_text(blob.read_text().replace('"schemaVersion": 2', '"schemaVersion": 2 '))
+    with pytest.raises(IntegrityError, match="does not match its digest"):
+        _unpack(str(layout), tmp_path / "root")
+
+
 @pytest.mark.parametrize("legacy", [True, False])
 def test_docker_save_tarball(tmp_path: Path, legacy: bool) -> None:
     archive = tmp_path / "in" / "image.tar"

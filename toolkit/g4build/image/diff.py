@@ -109,7 +109,7 @@ def installed_version(package: Path, name: str = PACKAGE) -> str | None:
     """The version from the ``<name>-*.dist-info/METADATA`` beside the package, if any."""
     for info in sorted(package.parent.glob(f"{name}-*.dist-info")):
         meta = info / "METADATA"
-        if meta.is_file():
+        if meta.is_file() and not meta.is_symlink() and not info.is_symlink():  # never read through a link
             m = re.search(r"^Version:\s*(\S+)", meta.read_text(encoding="utf-8", errors="replace"), re.M)
             if m:
                 return m.group(1)

@@ -36,6 +36,7 @@ _INDEX_TYPES = {
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _BUFFER = 1 << 20
+_MAX_JSON = 64 << 20
 
 
 # --- readers -------------------------------------------------------------------------------------------------
@@ -152,12 +153,23 @@ class _TarBundle:
         return reader
 
 
-def _read_json(bundle: _Bundle, rel: str) -> Any:
+def _read_json(bundle: _Bundle, rel: str, digest: str | None = None) -> Any:
+    """A JSON document of the image; a blob named by ``digest`` must hash to it."""
     with bundle.open(rel) as fh:
-        try:
-            return json.load(fh)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ImageError(f"{bundle.name}: {rel} is not valid JSON: {exc}") from exc
+        data = fh.read(_MAX_JSON + 1)
+    if len(data) > _MAX_JSON:
+        raise ImageError(f"{bundle.name}: {rel} is over {_MAX_JSON} bytes; not an image document")
+    if digest is not None and "sha256:" + hashlib.sha256(data).hexdigest() != digest:
+        raise IntegrityError(f"{bundle.name}: {rel} does not match its digest {digest}",
+                             hint="the image files are damaged or were altered; save or pull the image again")
+    try:
+        return json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ImageError(f"{bundle.name}: {rel} is not valid JSON: {exc}") from exc
+
+
+def _read_blob_json(bundle: _Bundle, digest: Any, where: str) -> Any:
+    return _read_json(bundle, _blob_path(digest, where), str(digest))
 
 
 def _blob_path(digest: str, where: str) -> str:
@@ -257,7 +269,7 @@ def _oci_layout(bundle: _Bundle, want_platform: str | None) -> OpenedImage:
     )
     desc = top
     for _ in range(4):  # nested indexes (a multi-platform image saved under one tag)
-        doc = _read_json(bundle, _blob_path(desc.get("digest", ""), f"{bundle.name}: descriptor"))
+        doc = _read_blob_json(bundle, desc.get("digest", ""), f"{bundle.name}: descriptor")
         if desc.get("mediaType") in _INDEX_TYPES or "manifests" in doc:
             desc = choose_manifest(doc.get("manifests") or [], want_platform, f"{bundle.name}: {desc['digest']}")
             continue
@@ -267,7 +279,7 @@ def _oci_layout(bundle: _Bundle, want_platform: str | None) -> OpenedImage:
     layers = doc.get("layers")
     if not isinstance(layers, list):
         raise ImageError(f"{bundle.name}: manifest {desc['digest']} has no layers list")
-    config = _read_json(bundle, _blob_path((doc.get("config") or {}).get("digest", ""), f"{bundle.name}: config"))
+    config = _read_blob_json(bundle, (doc.get("config") or {}).get("digest", ""), f"{bundle.name}: config")
     info = ImageInfo(
         reference=reference,
         digest=str(desc["digest"]),

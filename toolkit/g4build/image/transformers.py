@@ -24,7 +24,7 @@ from g4build.image.diff import (
     render_patch,
     selects_package_file,
 )
-from g4build.image.layers import clean_member_name
+from g4build.image.layers import clean_member_name, resolve_in_root
 from g4build.index import cache_root, fetch_verified, project_files
 
 PACKAGE = "transformers"
@@ -73,7 +73,8 @@ def release_files(version: str, dest: Path) -> dict[str, Path] | None:
 
 def diff_gemma4(root: Path, site: Path) -> TransformersPart:
     """Compare ``site/transformers/models/gemma4`` of the unpacked image with the same transformers release."""
-    model = site / PACKAGE / SUB
+    # resolved inside the image: a link in the image must never lead this walk into the host's folders
+    model = root / resolve_in_root(root, (site / PACKAGE / SUB).relative_to(root).as_posix(), follow_final=True)
     version = installed_version(site / PACKAGE, PACKAGE)
     if not model.is_dir() or version is None:
         where = "/" + model.relative_to(root).as_posix()
