@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from g4build.doctor import SystemProbe, run_doctor
+from g4build.doctor.checks import check_cuda, check_python_and_torch
 
 TOOLKIT = Path(__file__).resolve().parents[3] / "toolkit"
 
@@ -53,9 +54,14 @@ def test_doctor_reads_the_real_nvcc() -> None:
     out = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=True).stdout
     release = re.search(r"release (\d+\.\d+)", out)
     assert release
-    found = {f.check: f for f in run_doctor(SystemProbe()).findings}
+    found = {f.check: f for f in check_cuda(SystemProbe(), wsl=False)}
     assert found["cuda"].detail["version"] == release.group(1)
     assert found["cuda"].status == ("ok" if tuple(map(int, release.group(1).split("."))) >= (12, 8) else "fail")
+
+
+def test_a_python_that_does_not_exist_fails_with_the_fix(tmp_path: Path) -> None:
+    (finding,) = check_python_and_torch(SystemProbe(), str(tmp_path / "no-python"), "2.11.0")
+    assert finding.check == "python" and finding.status == "fail" and "--python" in finding.fix
 
 
 def test_the_command_exits_14_exactly_when_a_check_fails(no_engine: None, tmp_path: Path) -> None:
