@@ -75,6 +75,9 @@ def test_wsl_rtx5090_cuda_13() -> None:
     assert found["memory"].summary == "MAX_JOBS=16 with 31 GiB RAM risks the compiler being 'Killed'"
     assert found["memory"].fix == r"set MAX_JOBS=6 (raise memory= in %UserProfile%\.wslconfig)"
     assert not any(c[0] == "registry" for c in probe.calls), "no registry outside Windows"
+    assert found["cuda"].detail["nvcc"] == "/usr/local/cuda/bin/nvcc"  # not on PATH in this WSL
+    assert ("run", "/usr/lib/wsl/lib/nvidia-smi", "--query-gpu=name,compute_cap,driver_version",
+            "--format=csv,noheader") in probe.calls
     assert not report.failed
 
 

@@ -59,7 +59,7 @@ def run_doctor(
     platform_findings, wsl = check_platform(probe, workdir)
     findings += platform_findings
     say("GPU (nvidia-smi)")
-    findings += check_gpu(probe)
+    findings += check_gpu(probe, wsl)
     say("CUDA toolkit (nvcc)")
     findings += check_cuda(probe, wsl)
     if probe.system == "windows":

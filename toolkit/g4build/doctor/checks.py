@@ -28,6 +28,8 @@ GB_PER_NVCC_JOB = 5
 DISK_FAIL_GIB = 20
 DISK_WARN_GIB = 50
 PYTHON_RANGE = (Version("3.10"), Version("3.15"))  # vLLM's requires-python: >=3.10,<3.15 (0.33 wants 3.11+)
+WSL_NVIDIA_SMI = "/usr/lib/wsl/lib/nvidia-smi"
+LINUX_NVCC = "/usr/local/cuda/bin/nvcc"
 LONG_PATHS_KEY = r"HKLM\SYSTEM\CurrentControlSet\Control\FileSystem"
 VSWHERE = r"Microsoft Visual Studio\Installer\vswhere.exe"  # under %ProgramFiles(x86)%
 TORCH_SCRIPT = """\
@@ -118,8 +120,11 @@ def _gib(n: int) -> str:
 # --- checks -------------------------------------------------------------------------------------------------
 
 
-def check_gpu(probe: Probe) -> list[Finding]:
-    res = probe.run(["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"])
+def check_gpu(probe: Probe, wsl: bool = False) -> list[Finding]:
+    query = ["--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"]
+    res = probe.run(["nvidia-smi", *query])
+    if res is None and wsl:  # WSL puts the Windows driver's tools here, not always on PATH
+        res = probe.run([WSL_NVIDIA_SMI, *query])
     no_gpu_fix = ("a build without a GPU still targets sm_120 (TORCH_CUDA_ARCH_LIST), but the wheel cannot be "
                   "tried here; for a GPU install the NVIDIA driver R570 or newer (in WSL: the Windows driver only)")
     if res is None:
@@ -174,6 +179,10 @@ def _find_nvcc(probe: Probe) -> tuple[CommandResult | None, str]:
             res = probe.run([exe, "--version"])
             if res is not None:
                 return res, exe
+    if probe.system == "linux":  # the toolkit's default place, often not on PATH
+        res = probe.run([LINUX_NVCC, "--version"])
+        if res is not None:
+            return res, LINUX_NVCC
     return None, ""
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from g4build.image.diff import (
 )
 from g4build.image.engine import DockerFactory
 from g4build.image.layers import ApplyReport, Limits, apply_layers
-from g4build.image.model import ImageInfo
+from g4build.image.model import ImageInfo, LayerStream
 from g4build.image.sources import open_image
 from g4build.image.transformers import TransformersPart
 from g4build.pins import Pin
@@ -139,8 +139,14 @@ def extract_series(
             info = opened.info
             name, folder = resolve_output(info.reference, series, out)
             say(f"unpacking the Python files of {info.reference} ({info.kind}, {info.platform})")
+
+            def announced() -> Iterator[LayerStream]:
+                for i, (label, stream) in enumerate(opened.layers, 1):
+                    say(f"unpacking layer {i} ({label}) of {info.reference}")
+                    yield label, stream
+
             report = apply_layers(
-                opened.layers, root, limits=limits,
+                announced(), root, limits=limits,
                 select=lambda rel: selects_package_file(rel, package_dir) or (with_transformers and tf.selects(rel)),
             )
         package = find_package(root, package_dir)
