@@ -73,6 +73,16 @@ def test_whiteout_hides_lower_layers_only(tmp_path: Path) -> None:
     assert not (root / "a" / "drop").exists()
 
 
+def test_whiteouts_of_dot_and_dotdot_delete_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "sandbox" / "root"
+    (tmp_path / "sandbox").mkdir()
+    (tmp_path / "sandbox" / "sibling.txt").write_text("keep")
+    report = _apply(root, [f("a/keep", "1"), f("top", "2")], [f(".wh..."), f("a/.wh.."), f("a/.wh...")])
+    assert (tmp_path / "sandbox" / "sibling.txt").read_text() == "keep"
+    assert (root / "a" / "keep").read_text() == "1" and (root / "top").read_text() == "2"
+    assert sum(s.unsafe for s in report.skipped) == 3  # type: ignore[attr-defined]
+
+
 def test_a_file_replaces_a_lower_folder_and_a_link_is_never_written_through(tmp_path: Path) -> None:
     root = tmp_path / "root"
     target = tmp_path / "host.txt"

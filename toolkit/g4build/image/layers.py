@@ -227,7 +227,10 @@ class _Layer:
         self.touch(host)
 
     def whiteout(self, rel: str, hidden: str) -> None:
-        if not hidden or hidden.startswith(WHITEOUT):
+        if hidden in ("", ".", ".."):  # ".wh.." / ".wh..." would name the folder itself or its parent
+            self.skip(rel, "whiteout of '.' or '..' would reach outside its folder", unsafe=True)
+            return
+        if hidden.startswith(WHITEOUT):
             return  # other aufs metadata (.wh..wh.plnk and friends)
         parent = rel.rpartition("/")[0]
         resolved = resolve_in_root(self.st.root, parent, follow_final=True) if parent else ""
