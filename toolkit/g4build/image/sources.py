@@ -135,7 +135,8 @@ class _TarBundle:
         self.name = path.name
         try:
             self.tar = stack.enter_context(tarfile.open(path, "r:*"))  # noqa: SIM115 (closed by the stack)
-            self.members = {clean_member_name(m.name): m for m in self.tar.getmembers() if not m.isdir()}
+            names = ((clean_member_name(m.name), m) for m in self.tar.getmembers() if not m.isdir())
+            self.members = {name: m for name, m in names if name}
         except (tarfile.TarError, OSError) as exc:
             raise ImageError(
                 f"{path.name}: not a readable tar archive: {exc}",
@@ -146,7 +147,7 @@ class _TarBundle:
         return clean_member_name(rel) in self.members
 
     def open(self, rel: str) -> IO[bytes]:
-        member = self.members.get(clean_member_name(rel))
+        member = self.members.get(clean_member_name(rel) or "")
         reader = self.tar.extractfile(member) if member is not None else None  # links resolve inside the tar
         if reader is None:
             raise ImageError(f"{self.name}: '{rel}' is missing or not a file", hint="the archive is incomplete")
