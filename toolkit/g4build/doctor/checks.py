@@ -125,6 +125,9 @@ def check_gpu(probe: Probe, wsl: bool = False) -> list[Finding]:
     res = probe.run(["nvidia-smi", *query])
     if res is None and wsl:  # WSL puts the Windows driver's tools here, not always on PATH
         res = probe.run([WSL_NVIDIA_SMI, *query])
+    if res is None and probe.system == "windows":  # older Windows drivers install it only here
+        program_files = probe.env("ProgramFiles") or r"C:\Program Files"
+        res = probe.run([program_files.rstrip("\\") + r"\NVIDIA Corporation\NVSMI\nvidia-smi.exe", *query])
     no_gpu_fix = ("a build without a GPU still targets sm_120 (TORCH_CUDA_ARCH_LIST), but the wheel cannot be "
                   "tried here; for a GPU install the NVIDIA driver R570 or newer (in WSL: the Windows driver only)")
     if res is None:
