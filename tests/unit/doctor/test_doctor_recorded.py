@@ -56,6 +56,7 @@ def test_windows_cuda_13_0_vs2019_no_torch_little_disk() -> None:
         "msvc-alignas": "warn", "msvc": "warn", "long-paths": "ok", "python": "ok", "torch": "fail",
         "memory": "ok", "disk": "fail", "docker": "warn",
     }
+    assert found["gpu"].summary == "GPU 0: NVIDIA GeForce RTX 5090, SM120 detected"  # found under NVSMI
     assert found["msvc-alignas"].summary == "CUDA 13.0 with MSVC hits the alignas(128) error in cuda.h"
     assert found["msvc"].summary.startswith("Visual Studio Community 2019 16.11")
     assert "No module named 'torch'" in found["torch"].summary and "2.11.0" in found["torch"].fix
