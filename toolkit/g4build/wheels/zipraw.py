@@ -8,6 +8,7 @@ need them.
 
 from __future__ import annotations
 
+import os
 import struct
 import zipfile
 import zlib
@@ -37,6 +38,29 @@ def _dos_time(date_time: tuple[int, int, int, int, int, int]) -> tuple[int, int]
     y, mo, d, h, mi, s = date_time
     y = max(1980, y)
     return (h << 11) | (mi << 5) | (s // 2), ((y - 1980) << 9) | (mo << 5) | d
+
+
+def _kernel_copy(src: BinaryIO, out: BinaryIO, start: int, count: int) -> bool:
+    """Copy ``count`` bytes at ``start`` of ``src`` to the end of ``out`` inside the kernel, where it can."""
+    copy = getattr(os, "copy_file_range", None)
+    if copy is None:
+        return False
+    out.flush()
+    src_fd, out_fd = src.fileno(), out.fileno()
+    done = 0
+    try:
+        while done < count:
+            n = copy(src_fd, out_fd, count - done, start + done)
+            if n == 0:
+                raise zipfile.BadZipFile("truncated member data")
+            done += n
+    except OSError:
+        if done:
+            raise
+        return False  # e.g. across file systems on old kernels: fall back to read/write
+    finally:
+        out.seek(0, os.SEEK_END)  # the buffered writer's position is stale after a kernel copy
+    return True
 
 
 class RawZipWriter:
@@ -79,8 +103,10 @@ class RawZipWriter:
             usize=info.file_size, date_time=info.date_time, external_attr=info.external_attr,
             create=(info.create_system << 8) | info.create_version,
         )
-        src.seek(start)
         left = info.compress_size
+        if left >= CHUNK and _kernel_copy(src, self._out, start, left):
+            return
+        src.seek(start)
         while left:
             chunk = src.read(min(CHUNK, left))
             if not chunk:
