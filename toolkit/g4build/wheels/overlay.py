@@ -46,9 +46,9 @@ class OverlayPlan:
 
     @property
     def patches(self) -> tuple[PatchFile, ...]:
-        return tuple(
-            PatchFile(label=f"{s.name}/{p.file}", path=p.path) for s in self.series for p in s.patches_for(self.pin.name)
-        )
+        pin = self.pin.name
+        return tuple(PatchFile(label=f"{s.name}/{p.file}", path=p.path)
+                     for s in self.series for p in s.patches_for(pin))
 
     def manifest(self, extra: dict[str, Any]) -> dict[str, Any]:
         return make_manifest(self.pin, self.series, route="overlay", extra=extra)

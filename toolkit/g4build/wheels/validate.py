@@ -111,8 +111,12 @@ def fingerprint_paths(manifest: dict[str, Any] | None) -> set[str]:
         return set()
     pin_name = str(manifest.get("pin", {}).get("name", ""))
     wanted = {str(s.get("name")) for s in manifest["series"]}
-    return {p for s in load_all() if s.name in wanted for p in (s.pins.get(pin_name).fingerprints
-            if s.pins.get(pin_name) else {})}
+    paths: set[str] = set()
+    for s in load_all():
+        variant = s.variant(pin_name)
+        if s.name in wanted and variant is not None:
+            paths.update(variant.fingerprints)
+    return paths
 
 
 def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: int | None = None) -> _Contents:
@@ -140,7 +144,7 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
             return _Member(name=info.filename, hash="", size=-1, error=str(exc))
         member = _Member(name=info.filename, hash=record_hash(data), size=len(data),
                          text=data if info.filename in keep else None)
-        if not is_native(info.filename) or data[:4] not in (b"\x7fELF",) and data[:2] != b"MZ":
+        if not is_native(info.filename) or (data[:4] != b"\x7fELF" and data[:2] != b"MZ"):
             return member
         try:
             archs = library_archs(data, info.filename)

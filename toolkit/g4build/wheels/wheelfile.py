@@ -30,7 +30,7 @@ class WheelName:
     @classmethod
     def parse(cls, filename: str) -> WheelName:
         try:
-            name, version, build, tags = parse_wheel_filename(filename)
+            _, version, build, tags = parse_wheel_filename(filename)
         except (InvalidWheelFilename, InvalidVersion) as exc:
             raise ValidationError(
                 f"{filename}: not a valid wheel filename ({exc})",

@@ -30,8 +30,9 @@ def data_offset(fh: BinaryIO, info: zipfile.ZipInfo) -> int:
     header = fh.read(_LOCAL.size)
     if len(header) != _LOCAL.size or header[:4] != b"PK\x03\x04":
         raise zipfile.BadZipFile(f"{info.filename}: no local header at offset {info.header_offset}")
-    fields = _LOCAL.unpack(header)
-    return info.header_offset + _LOCAL.size + fields[9] + fields[10]
+    lengths: tuple[int, int] = struct.unpack_from("<HH", header, 26)
+    start: int = info.header_offset + _LOCAL.size + sum(lengths)
+    return start
 
 
 def _dos_time(date_time: tuple[int, int, int, int, int, int]) -> tuple[int, int]:
