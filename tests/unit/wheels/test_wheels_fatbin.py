@@ -1,0 +1,130 @@
+"""The fatbin reader on containers laid out as nvcc writes them, inside ELF and PE files built here."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from g4build.wheels.fatbin import (
+    FLAG_ARCH_SPECIFIC,
+    FLAG_FAMILY,
+    FLAG_ZSTD,
+    Arch,
+    FatbinFormatError,
+    is_native,
+    library_archs,
+    parse_containers,
+)
+
+
+def entry(kind: int, arch: int, payload: bytes, flags: int = 0x11, header: int = 64) -> bytes:
+    head = struct.pack("<HHIQIIHHIIIQQQ", kind, 0x0101, header, len(payload), 0, 64, 8, 1, arch, 0, 0, flags, 0, 0)
+    return head + b"\0" * (header - len(head)) + payload
+
+
+def container(*entries: bytes) -> bytes:
+    body = b"".join(entries)
+    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
+
+
+def elf(sections: dict[str, bytes]) -> bytes:
+    """A minimal little-endian ELF64 file with the given sections (and a section-name table)."""
+    names = b"\0" + b"".join(n.encode() + b"\0" for n in [*sections, ".shstrtab"])
+    blobs, offset = [], 64
+    headers = [b"\0" * 64]
+    for name, data in [*sections.items(), (".shstrtab", names)]:
+        name_off = names.index(name.encode() + b"\0")
+        headers.append(struct.pack("<IIQQQQIIQQ", name_off, 1, 0, 0, offset, len(data), 0, 0, 8, 0))
+        blobs.append(data)
+        offset += len(data)
+    shoff = offset
+    ident = b"\x7fELF" + bytes([2, 1, 1]) + b"\0" * 9
+    head = ident + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, len(headers),
+                               len(headers) - 1)
+    return head + b"".join(blobs) + b"".join(headers)
+
+
+def pe(sections: dict[bytes, bytes]) -> bytes:
+    """A minimal PE32+ image: DOS stub, COFF header, empty optional header, section table, raw data."""
+    table_at = 0x40 + 24
+    data_at = table_at + 40 * len(sections)
+    table, blobs = b"", b""
+    for name, data in sections.items():
+        table += struct.pack("<8sIIIIIIHHI", name, len(data), 0x1000, len(data), data_at + len(blobs), 0, 0, 0, 0, 0)
+        blobs += data
+    dos = b"MZ" + b"\0" * 58 + struct.pack("<I", 0x40)
+    coff = b"PE\0\0" + struct.pack("<HHIIIHH", 0x8664, len(sections), 0, 0, 0, 0, 0x2022)
+    return dos + coff + table + blobs
+
+
+SASS120 = entry(2, 120, b"\x7fELF-cubin")
+SASS90A = entry(2, 90, b"cubin", flags=0x11 | FLAG_ARCH_SPECIFIC)
+SASS120F_ZSTD = entry(2, 120, b"zstd-bytes", flags=0x11 | FLAG_FAMILY | FLAG_ZSTD, header=112)
+PTX80 = entry(1, 80, b"ptx", flags=0x11 | FLAG_ZSTD, header=80)
+
+
+def test_entries_kinds_archs_suffixes_and_compression() -> None:
+    found = parse_containers(container(SASS120, SASS90A, SASS120F_ZSTD, PTX80))
+    (fatbin,) = found
+    assert [(e.kind, e.name, e.compression) for e in fatbin.entries] == [
+        ("sass", "sm_120", None), ("sass", "sm_90a", None), ("sass", "sm_120f", "zstd"), ("ptx", "compute_80", "zstd"),
+    ]
+
+
+def test_elf_section_with_padding_between_containers() -> None:
+    blob = container(SASS120) + b"\0" * 8 + container(PTX80)
+    lib = library_archs(elf({".text": b"\x90" * 40, ".nv_fatbin": blob}), "lib.so")
+    assert len(lib.fatbins) == 2
+    assert lib.names("sass") == ["sm_120"] and lib.names("ptx") == ["compute_80"]
+
+
+def test_pe_section_is_read() -> None:
+    lib = library_archs(pe({b".text\0\0\0": b"\xc3" * 16, b".nv_fatb": container(SASS90A, PTX80)}), "x.pyd")
+    assert lib.names("sass") == ["sm_90a"] and lib.names("ptx") == ["compute_80"]
+
+
+def test_library_without_cuda_code_has_no_fatbins() -> None:
+    assert library_archs(elf({".text": b"\x90" * 8}), "plain.so").fatbins == ()
+
+
+def test_truncated_container_is_an_error() -> None:
+    blob = container(SASS120)[:-4]
+    with pytest.raises(FatbinFormatError, match="claims"):
+        library_archs(elf({".nv_fatbin": blob}), "bad.so")
+
+
+def test_verdicts_for_sm120() -> None:
+    target = Arch.parse("sm120")
+    native = library_archs(elf({".nv_fatbin": container(SASS120) + container(SASS90A)}), "a.so")
+    assert native.verdict(target).verdict == "sass"
+    assert "1 of 2 fatbins" in native.verdict(target).detail
+    fa2_like = library_archs(elf({".nv_fatbin": container(entry(2, 80, b"c"), PTX80)}), "fa2.so")
+    v = fa2_like.verdict(target)
+    assert (v.verdict, v.ok) == ("ptx-only", False) and "JIT" in v.detail and "sm_80" in v.detail
+    hopper = library_archs(elf({".nv_fatbin": container(SASS90A)}), "fa3.so")
+    assert hopper.verdict(target).verdict == "none"
+
+
+@pytest.mark.parametrize(
+    ("sass", "target", "runs"),
+    [("sm_120", "sm_121", True), ("sm_120a", "sm_121", False), ("sm_120f", "sm_121", True),
+     ("sm_86", "sm_89", True), ("sm_89", "sm_86", False), ("sm_90", "sm_120", False)],
+)
+def test_sass_compatibility(sass: str, target: str, runs: bool) -> None:
+    a = Arch.parse(sass)
+    flags = 0x11 | (FLAG_ARCH_SPECIFIC if a.suffix == "a" else FLAG_FAMILY if a.suffix == "f" else 0)
+    lib = library_archs(elf({".nv_fatbin": container(entry(2, a.number, b"c", flags=flags))}), "x.so")
+    assert lib.entries[0].runs_on(Arch.parse(target)) is runs
+
+
+def test_arch_parsing() -> None:
+    assert Arch.parse("sm120") == Arch.parse("sm_120") == Arch.parse("12.0") == Arch.parse("120")
+    assert Arch.parse("sm_90a").sm() == "sm_90a"
+    with pytest.raises(ValueError, match="not a GPU arch"):
+        Arch.parse("hopper")
+
+
+def test_native_names() -> None:
+    assert is_native("vllm/_C.abi3.so") and is_native("x/y.PYD") and is_native("lib/libcudart.so.13")
+    assert not is_native("vllm/sol.py") and not is_native("vllm/so/x.py")
