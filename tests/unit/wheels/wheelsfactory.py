@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import shutil
 import subprocess
+import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import g4build
 from g4build.data import patches_dir
 
 PIN = "vllm-0.21.0"
@@ -148,3 +151,13 @@ def project(tmp_path: Path, series_specs: list[SeriesSpec], monkeypatch: pytest.
 @pytest.fixture
 def small_wheel(tmp_path: Path) -> Path:
     return build_wheel(tmp_path / "in")
+
+
+def run_g4build(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a subprocess (this checkout's package first on the path)."""
+    toolkit = str(Path(g4build.__file__).resolve().parents[1])
+    full = {**os.environ, **(env or {})}
+    full["PYTHONPATH"] = os.pathsep.join(p for p in (toolkit, full.get("PYTHONPATH")) if p)
+    full["COLUMNS"] = "200"
+    return subprocess.run([sys.executable, "-m", "g4build", *args], capture_output=True, text=True, env=full,
+                          check=False)

@@ -12,7 +12,6 @@ from g4build.cli._common import JSON_OPTION, console, print_json
 from g4build.errors import UsageError, ValidationError
 from g4build.wheels import cudatools
 from g4build.wheels.fatbin import Arch
-from g4build.wheels.smoke import smoke_install
 from g4build.wheels.validate import ValidateOptions, ValidationReport, validate_wheel
 
 
@@ -38,7 +37,7 @@ def run_validation(wheels: list[Path], options: ValidateOptions, *, as_json: boo
     reports = []
     for wheel in wheels:
         with console.status(f"validating {wheel.name}", spinner="dots") if not as_json else nullcontext():
-            reports.append(validate_wheel(wheel, options, smoke=smoke_install))
+            reports.append(validate_wheel(wheel, options))
         if not as_json:
             show_report(reports[-1])
     if as_json:

@@ -11,6 +11,7 @@ import os
 import tempfile
 import threading
 import zipfile
+import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -140,8 +141,8 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
             zf = local.zf = zipfile.ZipFile(path)
         try:
             data = zf.read(info)
-        except (zipfile.BadZipFile, OSError) as exc:
-            return _Member(name=info.filename, hash="", size=-1, error=str(exc))
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+            return _Member(name=info.filename, hash="", size=-1, error=f"unreadable: {exc}")
         member = _Member(name=info.filename, hash=record_hash(data), size=len(data),
                          text=data if info.filename in keep else None)
         if not is_native(info.filename) or (data[:4] != b"\x7fELF" and data[:2] != b"MZ"):
@@ -314,6 +315,10 @@ def validate_wheel(
               check_series(contents, options.pin)]
     arch_checks, reports = check_archs(contents, options.archs)
     checks.extend(arch_checks)
-    if options.smoke and smoke is not None:
+    if options.smoke:
+        if smoke is None:
+            from g4build.wheels.smoke import smoke_install  # smoke builds on this module's Check
+
+            smoke = smoke_install
         checks.append(smoke(path))
     return ValidationReport(wheel=str(path), checks=tuple(checks), archs=tuple(reports))
