@@ -53,7 +53,8 @@ def test_conflict_names_patch_file_and_hunk(tmp_path: Path) -> None:
     with pytest.raises(PatchConflictError) as err:
         apply_patches(tmp_path / "scratch", [PatchFile(label="alpha/0001-x.patch", path=tmp_path / "p.patch")],
                       target="vllm-0.21.0-x.whl")
-    assert "patch alpha/0001-x.patch does not apply to vllm-0.21.0-x.whl: hunk 2 at vllm/spec/dflash.py:" in str(err.value)
+    expected = "patch alpha/0001-x.patch does not apply to vllm-0.21.0-x.whl: hunk 2 at vllm/spec/dflash.py:"
+    assert expected in str(err.value)
     assert (tmp_path / "scratch/vllm/spec/dflash.py").read_text() == drifted  # nothing was changed
 
 
