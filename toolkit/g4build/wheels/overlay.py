@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 import tempfile
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO
 
 from packaging.version import Version
 
@@ -169,31 +169,9 @@ def overlay_wheel(
         fd, part = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=out_dir)
         try:
             with os.fdopen(fd, "wb") as out, source.open("rb") as raw:
-                writer = RawZipWriter(out)
-                stamp = by_name[f"{old_dist}/RECORD"].date_time
-                added = [n for n, d in patched.files.items() if d is not None and n not in by_name]
-                for info in infos:
-                    name = info.filename
-                    if name == f"{old_dist}/RECORD":
-                        continue
-                    if name.startswith(old_dist + "/") and added:  # new files go before the dist-info
-                        for n in added:
-                            writer.write(n, patched.files[n] or b"", date_time=stamp)
-                        added = []
-                    if name in patched.files:
-                        data = patched.files[name]
-                        if data is not None:
-                            writer.write(name, data, date_time=info.date_time, external_attr=info.external_attr)
-                    elif name == f"{old_dist}/METADATA":
-                        writer.write(rename(name), metadata, date_time=info.date_time,
-                                     external_attr=info.external_attr)
-                    else:
-                        writer.copy_raw(raw, info, rename(name))
-                for n in added:
-                    writer.write(n, patched.files[n] or b"", date_time=stamp)
-                writer.write(f"{new_dist}/{MANIFEST_NAME}", manifest_bytes, date_time=stamp)
-                writer.write(f"{new_dist}/RECORD", format_record(new_rows), date_time=stamp)
-                writer.close()
+                _write_members(RawZipWriter(out), raw, zf, patched, rename, old_dist=old_dist,
+                               metadata=metadata, extra=[(f"{new_dist}/{MANIFEST_NAME}", manifest_bytes),
+                                                         (f"{new_dist}/RECORD", format_record(new_rows))])
             manifest_out = out_dir / MANIFEST_NAME
             manifest_out.with_name(MANIFEST_NAME + ".part").write_bytes(manifest_bytes)
             umask = os.umask(0)
@@ -214,8 +192,52 @@ def overlay_wheel(
     )
 
 
+def _write_members(
+    writer: RawZipWriter, raw: BinaryIO, zf: zipfile.ZipFile, patched: Patched, rename: Callable[[str], str], *,
+    old_dist: str, metadata: bytes, extra: list[tuple[str, bytes]],
+) -> None:
+    """Members in file order: unchanged runs copied verbatim, renamed ones re-headed, changed ones deflated;
+    new files go just before the dist-info folder, ``extra`` (manifest, RECORD) at the end."""
+    ordered = sorted(zf.infolist(), key=lambda i: i.header_offset)
+    ends = [i.header_offset for i in ordered[1:]] + [zf.start_dir]
+    record = f"{old_dist}/RECORD"
+    stamp = zf.getinfo(record).date_time
+    known = {i.filename for i in ordered}
+    added = [n for n, d in patched.files.items() if d is not None and n not in known]
+    run: list[zipfile.ZipInfo] = []
+    run_end = 0
+    for info, end in zip(ordered, ends, strict=True):
+        name = info.filename
+        if name not in patched.files and rename(name) == name:
+            run.append(info)
+            run_end = end
+            continue
+        if run:
+            writer.copy_verbatim(raw, run, run_end)
+            run = []
+        if name.startswith(old_dist + "/"):
+            for new in added:  # new files go before the dist-info
+                writer.write(new, patched.files[new] or b"", date_time=stamp)
+            added = []
+        if name in patched.files:
+            data = patched.files[name]
+            if data is not None:
+                writer.write(name, data, date_time=info.date_time, external_attr=info.external_attr)
+        elif name == f"{old_dist}/METADATA":
+            writer.write(rename(name), metadata, date_time=info.date_time, external_attr=info.external_attr)
+        elif name != record:
+            writer.copy_raw(raw, info, rename(name))
+    if run:
+        writer.copy_verbatim(raw, run, run_end)
+    for new in added:
+        writer.write(new, patched.files[new] or b"", date_time=stamp)
+    for name, data in extra:
+        writer.write(name, data, date_time=stamp)
+    writer.close()
+
+
 def _record(
-    rows: list[RecordRow], patched: Patched, rename: Any, *, metadata: tuple[str, bytes],
+    rows: list[RecordRow], patched: Patched, rename: Callable[[str], str], *, metadata: tuple[str, bytes],
     manifest: tuple[str, bytes], record: str,
 ) -> list[RecordRow]:
     """RECORD for the new wheel: unchanged rows kept (renamed), changed rows rehashed, new rows added."""

@@ -6,6 +6,7 @@ patch is reported with its name, the file and the hunk git could not place.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from collections.abc import Iterator, Sequence
@@ -93,8 +94,11 @@ def hunk_number(patch: bytes, file: str, line: int) -> int | None:
 
 
 def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    # Outside a repository git apply works on plain files relative to cwd; the ceiling stops it from
+    # finding an enclosing repository (which would make paths relative to that repository's top).
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(cwd.resolve().parent)}
     try:
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False, env=env)
     except FileNotFoundError as exc:
         raise BuildError("git is not on PATH; it applies the patches", hint="install git") from exc
 
@@ -102,17 +106,11 @@ def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 def apply_patches(directory: Path, patches: Sequence[PatchFile], *, target: str) -> None:
     """Apply ``patches`` in order to ``directory``; raise at the first that does not apply cleanly.
 
-    ``directory`` gets its own empty git repository so ``git apply`` treats paths from its top, whatever
-    repository might enclose it.
+    git apply checks every hunk of a patch before it writes anything, and never fuzzes: a failing patch
+    leaves the folder as the patches before it left it.
     """
-    if not (directory / ".git").exists():
-        _git(["init", "-q", "."], directory)
     for patch in patches:
-        args = ["apply", "--whitespace=nowarn", str(patch.path.resolve())]
-        check = _git([*args[:1], "--check", *args[1:]], directory)
-        if check.returncode != 0:
-            raise _conflict(patch, check.stderr, target)
-        done = _git(args, directory)
+        done = _git(["apply", "--whitespace=nowarn", str(patch.path.resolve())], directory)
         if done.returncode != 0:
             raise _conflict(patch, done.stderr, target)
 
