@@ -7,7 +7,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from tests.unit.wheels.wheelsfactory import PRISTINE, build_wheel, record_hash, run_g4build
+from tests.unit.wheels.wheelsfactory import PRISTINE, build_wheel, container, elf, entry, pe, record_hash, run_g4build
 
 from g4build.wheels.validate import ValidateOptions, validate_wheel
 
@@ -92,3 +92,22 @@ def test_smoke_installs_and_imports(tmp_path: Path, small_wheel: Path, project: 
 def test_bad_arch_is_a_usage_error(small_wheel: Path, project: Path, arch: str) -> None:
     done = run_g4build("validate", str(small_wheel), "--arch", arch)
     assert done.returncode == 2 and "not a GPU arch" in done.stderr
+
+
+def test_archs_of_elf_and_pe_libraries_and_a_malformed_fatbin(tmp_path: Path, project: Path) -> None:
+    good = elf({".nv_fatbin": container(entry(2, 120, b"cubin"), entry(1, 90, b"ptx"))})
+    windows = pe({b".nv_fatb": container(entry(2, 80, b"cubin"), entry(1, 80, b"ptx"))})
+    broken = elf({".nv_fatbin": container(entry(2, 120, b"cubin"))[:-3]})
+    wheel = build_wheel(tmp_path, {**PRISTINE, "vllm/_C.abi3.so": good, "vllm/_fa2.pyd": windows,
+                                   "vllm/_broken.so": broken, "vllm/plain.so": elf({".text": b"\x90"})})
+    done = run_g4build("validate", str(wheel), "--arch", "sm120", "--no-cuobjdump", "--json")
+    assert done.returncode == 10, done.stderr
+    out = json.loads(done.stdout)
+    checks = {c["name"]: c for c in out["checks"]}
+    assert checks["record"]["ok"] and checks["arch sm_120 vllm/_C.abi3.so"]["ok"]
+    assert checks["arch sm_120 vllm/_fa2.pyd"]["detail"].startswith("PTX-only for sm_120")
+    assert not checks["fatbin vllm/_broken.so"]["ok"] and "claims" in checks["fatbin vllm/_broken.so"]["detail"]
+    libs = {a["file"]: a for a in out["archs"]}
+    assert libs["vllm/_C.abi3.so"] == {"file": "vllm/_C.abi3.so", "fatbins": 1, "sass": ["sm_120"],
+                                       "ptx": ["compute_90"], "verdicts": {"sm_120": "sass"}}
+    assert libs["vllm/plain.so"]["fatbins"] == 0 and "arch sm_120 vllm/plain.so" not in checks

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import struct
-
 import pytest
+from tests.unit.wheels.wheelsfactory import container, elf, entry, pe
 
 from g4build.wheels.fatbin import (
     FLAG_ARCH_SPECIFIC,
@@ -16,47 +15,6 @@ from g4build.wheels.fatbin import (
     library_archs,
     parse_containers,
 )
-
-
-def entry(kind: int, arch: int, payload: bytes, flags: int = 0x11, header: int = 64) -> bytes:
-    head = struct.pack("<HHIQIIHHIIIQQQ", kind, 0x0101, header, len(payload), 0, 64, 8, 1, arch, 0, 0, flags, 0, 0)
-    return head + b"\0" * (header - len(head)) + payload
-
-
-def container(*entries: bytes) -> bytes:
-    body = b"".join(entries)
-    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
-
-
-def elf(sections: dict[str, bytes]) -> bytes:
-    """A minimal little-endian ELF64 file with the given sections (and a section-name table)."""
-    names = b"\0" + b"".join(n.encode() + b"\0" for n in [*sections, ".shstrtab"])
-    blobs, offset = [], 64
-    headers = [b"\0" * 64]
-    for name, data in [*sections.items(), (".shstrtab", names)]:
-        name_off = names.index(name.encode() + b"\0")
-        headers.append(struct.pack("<IIQQQQIIQQ", name_off, 1, 0, 0, offset, len(data), 0, 0, 8, 0))
-        blobs.append(data)
-        offset += len(data)
-    shoff = offset
-    ident = b"\x7fELF" + bytes([2, 1, 1]) + b"\0" * 9
-    head = ident + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, len(headers),
-                               len(headers) - 1)
-    return head + b"".join(blobs) + b"".join(headers)
-
-
-def pe(sections: dict[bytes, bytes]) -> bytes:
-    """A minimal PE32+ image: DOS stub, COFF header, empty optional header, section table, raw data."""
-    table_at = 0x40 + 24
-    data_at = table_at + 40 * len(sections)
-    table, blobs = b"", b""
-    for name, data in sections.items():
-        table += struct.pack("<8sIIIIIIHHI", name, len(data), 0x1000, len(data), data_at + len(blobs), 0, 0, 0, 0, 0)
-        blobs += data
-    dos = b"MZ" + b"\0" * 58 + struct.pack("<I", 0x40)
-    coff = b"PE\0\0" + struct.pack("<HHIIIHH", 0x8664, len(sections), 0, 0, 0, 0, 0x2022)
-    return dos + coff + table + blobs
-
 
 SASS120 = entry(2, 120, b"\x7fELF-cubin")
 SASS90A = entry(2, 90, b"cubin", flags=0x11 | FLAG_ARCH_SPECIFIC)

@@ -87,7 +87,8 @@ class _Member:
     name: str
     hash: str
     size: int
-    error: str | None = None
+    error: str | None = None  # the member could not be read (CRC, inflate)
+    fatbin_error: str | None = None  # a native library whose fatbin headers are malformed
     fatbins: LibraryArchs | None = None
     cuobjdump: dict[str, int] | None = None
     text: bytes | None = None
@@ -150,7 +151,8 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
         try:
             archs = library_archs(data, info.filename)
         except FatbinFormatError as exc:
-            return _Member(name=member.name, hash=member.hash, size=member.size, error=str(exc))
+            return _Member(name=member.name, hash=member.hash, size=member.size, text=member.text,
+                           fatbin_error=str(exc))
         listed = None
         if tmp is not None and archs.fatbins:
             target = Path(tmp.name) / f"{len(info.filename)}-{os.path.basename(info.filename)}"
@@ -178,6 +180,13 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
     )
 
 
+def _same_version(text: str, version: Version) -> bool:
+    try:
+        return Version(text) == version
+    except InvalidVersion:
+        return False
+
+
 def check_filename(wheel: WheelName) -> Check:
     ok, detail = tags_fit_target(wheel.tags)
     return Check(name="filename", ok=ok, detail=f"{wheel.name} {wheel.version}: {detail}")
@@ -200,7 +209,7 @@ def check_metadata(wheel: WheelName, c: _Contents, pin_version: str | None) -> C
     if version != wheel.version:
         problems.append(f"METADATA Version {version} is not the filename's {wheel.version}")
     dist_name, _, dist_version = c.dist_info[: -len(".dist-info")].partition("-")
-    if canonicalize_name(dist_name) != wheel.project or dist_version != str(wheel.version):
+    if canonicalize_name(dist_name) != wheel.project or not _same_version(dist_version, wheel.version):
         problems.append(f"folder {c.dist_info} does not match {wheel.name} {wheel.version}")
     if pin_version and version.public != Version(pin_version).public:
         problems.append(f"version {version.public} is not the pin's {pin_version}")
@@ -231,7 +240,7 @@ def check_record(c: _Contents, where: str) -> Check:
     bad = []
     for name, m in sorted(c.members.items()):
         row = listed.get(name)
-        if m.error and not (m.fatbins is None and "fatbin" in m.error):
+        if m.error:
             bad.append(f"{name}: {m.error}")
         elif row is None or name == record_name:
             continue
@@ -278,8 +287,8 @@ def check_archs(c: _Contents, targets: tuple[Arch, ...]) -> tuple[list[Check], l
     checks, reports = [], []
     for name, m in sorted(c.members.items()):
         if m.fatbins is None:
-            if m.error and is_native(name):
-                checks.append(Check(name=f"fatbin {name}", ok=False, detail=m.error))
+            if m.fatbin_error and targets:
+                checks.append(Check(name=f"fatbin {name}", ok=False, detail=m.fatbin_error))
             continue
         verdicts = {t.sm(): m.fatbins.verdict(t) for t in targets}
         reports.append(LibraryReport(
