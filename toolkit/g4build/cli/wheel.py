@@ -33,9 +33,10 @@ def series_for(pin: Pin) -> list[Series]:
 def _layout(pin: Pin, target: Target, root: str | None, out: str | None) -> Layout:
     if target.executor == "docker":
         return docker_exec.container_layout()
-    here = host_os()
-    base = cache_root().as_posix() if here != "windows" else "/var/tmp/g4build"
-    lay = default_layout(pin, target, base=base)
+    if target.os != "windows" and host_os() == "windows" and not root:
+        raise UsageError(f"a {target.os} build planned on Windows needs --root: a folder on the {target.os} machine",
+                         hint="for example --root ~/g4b expanded on that machine (e.g. /home/me/g4b)")
+    lay = default_layout(pin, target, base=cache_root().as_posix())
     if root:
         lay = Layout(root=root, out=f"{root}{lay.sep}wheels", cache=lay.cache, sep=lay.sep)
     if out:
