@@ -93,16 +93,18 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--recipes is not available in this build of g4build",
                              hint="render recipes with `g4build recipe` once the wheels exist")
         layout = _layout(pin, target, root, out)
-        local = host_os() == target.os and not dry_run and emit_script is None
-        host: HostFacts | None = probe(layout.root) if local or (host_os() == target.os and jobs is None) else None
+        running = not dry_run and emit_script is None
+        host: HostFacts | None = probe(layout.root) if running or host_os() == target.os else None
+        # MAX_JOBS / launcher are planned for the target machine: this one only when it is the target
+        host_for_plan = None if host and host.os != target.os else host
         if jobs is None:
-            jobs = max_jobs(mem_gb=host.mem_gb, cores=host.cores) if host else \
+            jobs = max_jobs(mem_gb=host_for_plan.mem_gb, cores=host_for_plan.cores) if host_for_plan else \
                 max_jobs(mem_gb=FOREIGN_MEM_GB, cores=FOREIGN_CORES)
-        opts = Options(jobs=jobs, flashinfer=not no_flashinfer, launcher=host.launcher if host else None,
-                       python=python_cmd(target))
+        opts = Options(jobs=jobs, flashinfer=not no_flashinfer,
+                       launcher=host_for_plan.launcher if host_for_plan else None, python=python_cmd(target))
         cuda_home = None
-        if host and host.nvcc:
-            cuda_home = str(Path(host.nvcc).resolve().parent.parent)
+        if host_for_plan and host_for_plan.nvcc:
+            cuda_home = str(Path(host_for_plan.nvcc).resolve().parent.parent)
         plan = make_plan(pin, series_for(pin), target, layout=layout, opts=opts, cuda_home=cuda_home)
         if emit_script is not None:
             from g4build.build.script import render
