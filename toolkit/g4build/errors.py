@@ -96,3 +96,9 @@ class LockTimeoutError(G4BuildError):
     """Another g4build process holds the cache lock for too long."""
 
     exit_code = 13
+
+
+class DoctorFailed(G4BuildError):
+    """`g4build doctor` found at least one check that fails (the machine cannot build as it is)."""
+
+    exit_code = 14

@@ -55,7 +55,10 @@ def _root(
 
 def main(argv: list[str] | None = None) -> None:
     try:
-        app(args=argv, standalone_mode=False)
+        # With standalone_mode=False click hands back typer.Exit's code instead of raising it.
+        result = app(args=argv, standalone_mode=False)
+        if isinstance(result, int) and result:
+            sys.exit(result)
     except G4BuildError as exc:
         err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False)
         if exc.hint:

@@ -1,9 +1,147 @@
-"""`g4build ci` commands."""
+"""`g4build ci` commands: the expanded wheel matrix, workflow rendering, and the nightly's target resolution."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
+from rich.table import Table
+
+from g4build import index
+from g4build.ci import (
+    buildable,
+    exclusion_notes,
+    expand,
+    github_outputs,
+    load_matrix,
+    newest_release,
+    render_all,
+    resolve_target,
+    select_archs,
+    stale_files,
+)
+from g4build.cli._common import JSON_OPTION, console, err_console, print_json
+from g4build.data import project_root
+from g4build.errors import ConfigError
+from g4build.pins import load_pins
+
+ci_app = typer.Typer(help="The CI wheel matrix (ci/matrix.yaml) and the workflows generated from it.",
+                     no_args_is_help=True)
+
+PIN_OPTION = typer.Option(None, "--pin", help="A pin from patches/pins.yaml.")
+RELEASE_OPTION = typer.Option(None, "--release", help="An upstream vLLM release, e.g. 0.33.0.")
+ARCH_OPTION = typer.Option("default", "--arch", help="default (non-optional archs), all, or one arch such as sm121.")
+
+
+def _latest_release() -> str:
+    return newest_release(index.project_files("vllm"))
+
+
+def _offline_default() -> str:
+    pins = load_pins()
+    return pins.get(None).version
+
+
+@ci_app.command("matrix")
+def matrix_cmd(
+    pin: str | None = PIN_OPTION,
+    release: str | None = RELEASE_OPTION,
+    arch: str = ARCH_OPTION,
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """Show every cell: what it builds, its runner, its cache key (for the default pin unless told)."""
+    spec = load_matrix()
+    pins = load_pins()
+    target = resolve_target(pins, pin=pin or (None if release else pins.default), release=release,
+                            latest=_offline_default)
+    cells, left_out = buildable(spec, expand(spec, select_archs(spec, arch)), target, pins)
+    if json_out:
+        print_json({
+            "matrix": str(spec.source),
+            "target": {"release": target.release, "pin": target.pin},
+            "cells": [c.to_dict(target) for c in cells],
+            "excluded": exclusion_notes(spec),
+            "left_out": list(left_out),
+        })
+        return
+    table = Table(title=f"{target.name} ({'pin ' + target.pin if target.pin else 'unpinned release'})")
+    for column in ("cell", "role", "runner", "required", "sccache key"):
+        table.add_column(column, no_wrap=True)
+    for c in cells:
+        table.add_row(c.id, c.role, c.runner, "yes" if c.required else "no", c.cache_key(target))
+    console.print(table)
+    for note in exclusion_notes(spec):
+        console.print(f"excluded: {note}", highlight=False)
+    for note in left_out:
+        console.print(note, highlight=False)
+
+
+@ci_app.command("render")
+def render_cmd(
+    check: bool = typer.Option(False, "--check", help="Write nothing; fail when the committed workflows are stale."),
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """Regenerate .github/workflows/ from ci/matrix.yaml (or, with --check, prove they agree)."""
+    spec = load_matrix()
+    root = project_root()
+    rendered = render_all(spec)
+    stale = stale_files(root, rendered)
+    if check:
+        if json_out:
+            print_json({"stale": stale, "ok": not stale})
+        if stale:
+            raise ConfigError(
+                f"generated workflows are stale: {', '.join(stale)} differ from what {spec.source.name} renders",
+                hint="run `g4build ci render` and commit the result (edit ci/matrix.yaml, never the workflows)",
+            )
+        if not json_out:
+            console.print(f"{len(rendered)} workflows match {spec.source.name}")
+        return
+    for item in rendered:
+        path = root / item.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(item.text, encoding="utf-8", newline="\n")
+    if json_out:
+        print_json({"written": [r.path.as_posix() for r in rendered], "changed": stale})
+    else:
+        for r in rendered:
+            state = "updated" if r.path.as_posix() in stale else "unchanged"
+            console.print(f"{r.path.as_posix()}: {state}", highlight=False)
+
+
+def _append_outputs(path: Path, outputs: dict[str, str]) -> None:
+    with path.open("a", encoding="utf-8", newline="\n") as fh:
+        for key, value in outputs.items():
+            fh.write(f"{key}={value}\n")
+
+
+@ci_app.command("resolve")
+def resolve_cmd(
+    pin: str | None = PIN_OPTION,
+    release: str | None = RELEASE_OPTION,
+    arch: str = ARCH_OPTION,
+    github_output: Path | None = typer.Option(
+        None, "--github-output", help="Append the results as key=value lines (the nightly passes $GITHUB_OUTPUT)."
+    ),
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """Pick what a nightly run builds: the pin or release given, else the newest release on the package index."""
+    spec = load_matrix()
+    pins = load_pins()
+    target = resolve_target(pins, pin=pin, release=release, latest=_latest_release)
+    cells, left_out = buildable(spec, expand(spec, select_archs(spec, arch)), target, pins)
+    outputs = github_outputs(spec, target, cells, left_out)
+    if github_output is not None:
+        _append_outputs(github_output, outputs)
+    for note in left_out:
+        err_console.print(note, highlight=False)
+    if json_out:
+        print_json(outputs)
+    else:
+        how = f"pin {target.pin}" if target.pin else "no pin: the patch variants of the nearest pin"
+        console.print(f"target: vLLM {target.release} ({how})", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app (filled in by the ci work)."""
+    """Add `g4build ci` to the root app."""
+    app.add_typer(ci_app, name="ci")

@@ -2,8 +2,46 @@
 
 from __future__ import annotations
 
+import os
+
 import typer
+from rich.table import Table
+
+from g4build.cli._common import JSON_OPTION, console, err_console, print_json
+
+_STYLE = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "fail": "[bold red]fail[/]"}
+
+
+def doctor(
+    python: str | None = typer.Option(None, "--python", help="The Python you build with (default: this one)."),
+    pin: str | None = typer.Option(None, "--pin", help="Compare torch with this pin's (default: the default pin)."),
+    path: str = typer.Option(".", "--path", help="Where the build will run (free disk is measured there)."),
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """Check this machine before a long build: GPU, driver, CUDA, MSVC, Python, torch, RAM, disk, Docker."""
+    from g4build.doctor import SystemProbe, run_doctor
+    from g4build.errors import DoctorFailed
+    from g4build.pins import load_pins
+
+    pin_torch = load_pins().get(pin).torch
+    with err_console.status("checking") as live:
+        report = run_doctor(SystemProbe(), python=python, pin_torch=pin_torch, workdir=os.path.abspath(path),
+                            step=lambda name: live.update(f"checking {name}"))
+    if json_out:
+        print_json(report.to_dict())
+    else:
+        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        for column in ("check", "status", "finding", "fix"):
+            table.add_column(column, overflow="fold")
+        for f in report.findings:
+            table.add_row(f.check, _STYLE[f.status], f.summary, f.fix)
+        console.print(table)
+    if report.failed:
+        names = ", ".join(sorted({f.check for f in report.failed}))
+        raise DoctorFailed(f"{len(report.failed)} check(s) failed: {names}",
+                           hint="apply the fixes listed above, then run g4build doctor again")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app (filled in by the doctor work)."""
+    """Add this module's commands to the root app."""
+    app.command("doctor")(doctor)

@@ -1,9 +1,151 @@
-"""`g4build recipe` commands."""
+"""`g4build recipe` commands: list, show, check, render launch recipes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import typer
+from rich.markup import escape
+from rich.table import Table
+
+from g4build.cli._common import JSON_OPTION, console, err_console, print_json
+from g4build.errors import RecipeError, UsageError
+from g4build.recipes import (
+    SHELLS,
+    Finding,
+    check_recipe,
+    gather_context,
+    load_recipe,
+    raise_on_errors,
+    recipe_names,
+    render,
+    script_filename,
+    write_script,
+)
+from g4build.recipes.argv import serve_argv
+from g4build.recipes.script import wheel_ref
+
+recipe_app = typer.Typer(
+    name="recipe",
+    help="Launch recipes: check them and render PowerShell / bash scripts that start `vllm serve` exactly.",
+    no_args_is_help=True,
+)
+
+SET_OPTION = typer.Option(
+    None, "--set", metavar="KEY=VALUE",
+    help="Change a recipe field (repeatable): model=PATH, env.NAME=TEXT, args.max-model-len=65536, "
+    "speculative.num_speculative_tokens=15, args.quantization=null (removes it).",
+)
+_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
+
+
+def _print_findings(findings: tuple[Finding, ...], *, stderr: bool) -> None:
+    target = err_console if stderr else console
+    for f in findings:
+        style = _STYLE[f.severity]
+        target.print(f"[{style}]{f.severity}[/] {escape(f'[{f.rule}] {f.message}')}", highlight=False)
+        if f.hint:
+            target.print(f"    hint: {f.hint}", highlight=False, markup=False)
+
+
+@recipe_app.command("list")
+def list_cmd(as_json: bool = JSON_OPTION) -> None:
+    """List the recipes under recipes/."""
+    rows: list[dict[str, Any]] = []
+    for name in recipe_names():
+        r = load_recipe(name)
+        rows.append({
+            "name": r.name, "description": r.description, "model": r.model, "speculative": r.method,
+            "pin": r.pin, "needs_series": list(r.needs_series),
+            "hardware": {"vram_gb": r.hardware.vram_gb, "arch": r.hardware.arch},
+        })
+    if as_json:
+        print_json(rows)
+        return
+    table = Table()
+    table.add_column("recipe", no_wrap=True)
+    for column in ("speculative", "hardware", "pin"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("description")
+    for row in rows:
+        hw = f"{row['hardware']['arch']} {row['hardware']['vram_gb']:g} GB"
+        table.add_row(row["name"], row["speculative"] or "-", hw, row["pin"] or "-", row["description"])
+    console.print(table)
+
+
+@recipe_app.command("show")
+def show_cmd(name: str = typer.Argument(..., help="Recipe name or path to a recipe .yaml."),
+             sets: list[str] = SET_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """Show a recipe after --set, with the exact env and vllm arguments it launches."""
+    r = load_recipe(name, sets or ())
+    data = {**r.to_dict(), "argv": ["vllm", *serve_argv(r)]}
+    if as_json:
+        print_json(data)
+        return
+    for key, value in r.env.items():
+        console.print(f"{key}={value!r}", highlight=False, markup=False)
+    console.print(" ".join(repr(w) for w in data["argv"]), highlight=False, markup=False, soft_wrap=True)
+
+
+@recipe_app.command("check")
+def check_cmd(
+    name: str = typer.Argument(..., help="Recipe name or path to a recipe .yaml."),
+    model_dir: Path | None = typer.Option(None, "--model-dir", help="Checkpoint folder: read its config.json."),
+    draft_dir: Path | None = typer.Option(
+        None, "--draft-dir", help="Drafter folder (default: speculative.model when it is a local folder)."),
+    wheel: Path | None = typer.Option(None, "--wheel", help="A wheel to check: the series its manifest carries."),
+    sets: list[str] = SET_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Apply the rules (exit 11 when one fails); with --model-dir read the checkpoint's and drafter's config."""
+    r = load_recipe(name, sets or ())
+    ctx = gather_context(r, model_dir=model_dir, draft_dir=draft_dir, wheel=wheel)
+    findings = check_recipe(r, ctx)
+    ok = not any(f.severity == "error" for f in findings)
+    if as_json:
+        print_json({
+            "recipe": r.name,
+            "ok": ok,
+            "findings": [f.to_dict() for f in findings],
+            "model": ctx.target.to_dict() if ctx.target else None,
+            "drafter": ctx.drafter.to_dict() if ctx.drafter else None,
+            "wheel": None if ctx.wheel is None else {"file": ctx.wheel.file, "pin": ctx.wheel.pin,
+                                                      "series": ctx.wheel.series},
+        })
+    else:
+        _print_findings(findings, stderr=False)
+        console.print(f"{r.name}: " + ("[green]ok[/]" if ok else "[bold red]fails[/]"), highlight=False)
+    if not ok:  # typer.Exit(code) would be swallowed by the root's standalone_mode=False: raise ours
+        count = sum(1 for f in findings if f.severity == "error")
+        raise RecipeError(f"recipe '{r.name}' breaks {count} rule(s)", hint="see the findings above")
+
+
+@recipe_app.command("render")
+def render_cmd(
+    name: str = typer.Argument(..., help="Recipe name or path to a recipe .yaml."),
+    shell: str = typer.Option(..., "--shell", help="powershell or bash."),
+    out: Path | None = typer.Option(None, "--out", help="Write NAME.ps1 / NAME.sh into this folder (else stdout)."),
+    sets: list[str] = SET_OPTION,
+    wheel: Path | None = typer.Option(
+        None, "--wheel", help="Install this wheel before serving (referenced beside the script when in --out)."),
+) -> None:
+    """Render a launch script: env, GPU check, optional wheel install, then `vllm serve` with exact arguments."""
+    if shell not in SHELLS:
+        raise UsageError(f"--shell {shell}: expected one of {', '.join(SHELLS)}")
+    r = load_recipe(name, sets or ())
+    ctx = gather_context(r, wheel=wheel if wheel is not None and wheel.is_file() else None, ask_transformers=False)
+    findings = check_recipe(r, ctx)
+    _print_findings(tuple(f for f in findings if f.severity != "info"), stderr=True)
+    raise_on_errors(r, findings)
+    text = render(r, shell, wheel=wheel_ref(wheel, out), sets=sets or ())
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    path = write_script(text, out / script_filename(r.name, shell), shell)
+    err_console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app (filled in by the recipe work)."""
+    """Add this module's commands to the root app."""
+    app.add_typer(recipe_app, name="recipe")

@@ -1,0 +1,187 @@
+"""Rendered bash scripts run for real, with recording stubs for vllm, nvidia-smi and python3 first on PATH."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from tests.integration.recipes.conftest import REPO, Stubs, g4build, make_wheel
+
+KNOWN_GOOD_ENV = {
+    "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1",
+    "TORCH_MATMUL_PRECISION": "high",
+    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+    "VLLM_USE_FLASHINFER_MOE_FP4": "0",
+    "VLLM_TEST_FORCE_FP8_MARLIN": "0",
+    "VLLM_NVFP4_GEMM_BACKEND": "flashinfer-cutlass",
+    "VLLM_USE_FLASHINFER_SAMPLER": "1",
+}
+KNOWN_GOOD_ARGS = [
+    "--served-model-name", "gemma-4-26b-a4b",
+    "--max-model-len", "131072",
+    "--max-num-seqs", "22",
+    "--max-num-batched-tokens", "32768",
+    "--gpu-memory-utilization", "0.8",
+    "--enable-chunked-prefill",
+    "--enable-prefix-caching",
+    "--trust-remote-code",
+    "--enable-auto-tool-choice",
+    "--tool-call-parser", "gemma4",
+]
+
+
+def render(tmp_path: Path, name: str, *extra: str) -> Path:
+    out = tmp_path / "out"
+    result = g4build("recipe", "render", name, "--shell", "bash", "--out", str(out), *extra)
+    assert result.returncode == 0, result.stderr
+    script = out / f"{Path(name).stem}.sh"
+    assert os.access(script, os.X_OK)
+    return script
+
+
+def test_dflash_recipe_runs_vllm_with_the_exact_command(tmp_path: Path, stubs: Stubs) -> None:
+    result = stubs.run(render(tmp_path, "gemma4-26b-a4b-nvfp4-dflash"))
+    assert result.returncode == 0, result.stderr
+    calls = stubs.calls()
+    assert [c["prog"] for c in calls] == ["nvidia-smi", "nvidia-smi", "vllm"]
+    assert calls[0]["argv"] == ["-L"]
+    assert calls[1]["argv"] == ["--query-gpu=compute_cap", "--format=csv,noheader"]
+    assert "warning" not in result.stderr
+    vllm = calls[2]
+    assert vllm["argv"] == [
+        "serve", "./models/gemma-4-26B-A4B-it-NVFP4", *KNOWN_GOOD_ARGS,
+        "--speculative-config",
+        '{"method":"dflash","model":"./models/gemma4-dflash-0.2b","num_speculative_tokens":15,'
+        '"attention_backend":"flash_attn"}',
+    ]
+    assert {k: vllm["env"][k] for k in KNOWN_GOOD_ENV} == KNOWN_GOOD_ENV
+    assert "GPU 0: NVIDIA GeForce RTX 5090" in result.stdout
+
+
+def test_mtp_and_baseline_recipes(tmp_path: Path, stubs: Stubs) -> None:
+    assert stubs.run(render(tmp_path, "gemma4-26b-a4b-nvfp4-mtp")).returncode == 0
+    assert stubs.run(render(tmp_path, "gemma4-26b-a4b-nvfp4-baseline")).returncode == 0
+    mtp, base = [c for c in stubs.calls() if c["prog"] == "vllm"]
+    assert mtp["argv"] == ["serve", "./models/gemma-4-26B-A4B-it-NVFP4", *KNOWN_GOOD_ARGS, "--speculative-config",
+                           '{"method":"mtp","model":"google/gemma-4-26B-A4B-it-assistant","num_speculative_tokens":4}']
+    assert base["argv"] == ["serve", "./models/gemma-4-26B-A4B-it-NVFP4", *KNOWN_GOOD_ARGS]
+
+
+HOSTILE = {
+    "space": "two words",
+    "single": "it's",
+    "double": 'say "hi"',
+    "dollar": "$HOME ${PATH} $(touch PWNED-dollar)",
+    "backtick": "`touch PWNED-backtick`",
+    "semicolon": "a; touch PWNED-semicolon; b",
+    "newline": "line1\ntouch PWNED-newline\nline3",
+    "unicode": "ünïcödé ✓ 日本語 \u2019q\u2019",
+    "backslash": "C:\\My Models\\x\\",
+    "glob": "* ? [a] ~",
+    "empty": "",
+    "dash": "-looks-like-an-option",
+    "json": '{"a": "b c", "d": [1, "x\\"y"]}',
+}
+
+
+def yaml_text(value: str) -> str:
+    """A --set value that reads back as exactly ``value`` (JSON strings are YAML double-quoted strings)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("key", sorted(HOSTILE))
+def test_hostile_values_reach_vllm_exactly_and_run_nothing(tmp_path: Path, stubs: Stubs, key: str) -> None:
+    value = HOSTILE[key]
+    sets = [
+        "--set", f"args.tool-call-parser={yaml_text(value)}",
+        "--set", f"env.G4_HOSTILE={yaml_text(value)}",
+        "--set", f"speculative.model={yaml_text(value)}",
+        "--set", f"served_model_names=[{yaml_text('name ' + value if value.startswith('-') else value or 'x')}]",
+    ]
+    if not value.startswith("-") and value:
+        sets += ["--set", f"model={yaml_text(value)}"]
+    result = stubs.run(render(tmp_path, "gemma4-26b-a4b-nvfp4-dflash", *sets))
+    assert result.returncode == 0, result.stderr
+    [vllm] = [c for c in stubs.calls() if c["prog"] == "vllm"]
+    argv = vllm["argv"]
+    model = value if value and not value.startswith("-") else "./models/gemma-4-26B-A4B-it-NVFP4"
+    served = "name " + value if value.startswith("-") else value or "x"
+    parser = ["--tool-call-parser=" + value] if value.startswith("-") else ["--tool-call-parser", value]
+    expected_args = [*KNOWN_GOOD_ARGS[2:-2], *parser]
+    spec = ('{"method":"dflash","model":' + json.dumps(value, ensure_ascii=False)
+            + ',"num_speculative_tokens":15,"attention_backend":"flash_attn"}')
+    assert argv == ["serve", model, "--served-model-name", served, *expected_args, "--speculative-config", spec]
+    assert json.loads(argv[-1])["model"] == value
+    assert vllm["env"]["G4_HOSTILE"] == value
+    assert not list(stubs.dir.parent.glob("**/PWNED*")) and not list(REPO.glob("PWNED*"))
+
+
+def test_missing_nvidia_smi_stops_with_a_clear_message(tmp_path: Path, stubs: Stubs) -> None:
+    script = render(tmp_path, "gemma4-26b-a4b-nvfp4-baseline")
+    stubs.remove("nvidia-smi")
+    result = stubs.run(script, extra_path="")
+    assert result.returncode == 1
+    assert "nvidia-smi was not found on PATH" in result.stderr
+    assert stubs.calls() == []
+
+
+def test_failing_nvidia_smi_stops_before_vllm(tmp_path: Path, stubs: Stubs) -> None:
+    script = render(tmp_path, "gemma4-26b-a4b-nvfp4-baseline")
+    stubs.add("nvidia-smi", 'print("NVIDIA-SMI has failed", file=sys.stderr); sys.exit(9)')
+    result = stubs.run(script)
+    assert result.returncode == 1
+    assert "did not list a GPU" in result.stderr
+    assert stubs.programs() == ["nvidia-smi"]
+
+
+def test_wheel_beside_the_script_is_installed_first(tmp_path: Path, stubs: Stubs) -> None:
+    out = tmp_path / "out dir with 'quotes' $x"
+    out.mkdir()
+    wheel = make_wheel(out / "vllm-0.21.0+cu130.g4.abc-cp38-abi3-linux_x86_64.whl")
+    result = g4build("recipe", "render", "gemma4-26b-a4b-nvfp4-baseline", "--shell", "bash", "--out", str(out),
+                     "--wheel", str(wheel))
+    assert result.returncode == 0, result.stderr
+    run = stubs.run(out / "gemma4-26b-a4b-nvfp4-baseline.sh")
+    assert run.returncode == 0, run.stderr
+    assert stubs.programs() == ["nvidia-smi", "python3", "vllm"]
+    [pip] = [c for c in stubs.calls() if c["prog"] == "python3"]
+    assert pip["argv"] == ["-m", "pip", "install", str(wheel)]
+
+
+def test_failing_pip_stops_before_vllm(tmp_path: Path, stubs: Stubs) -> None:
+    wheel = make_wheel(tmp_path / "elsewhere" / "vllm-0.21.0-cp38-abi3-linux_x86_64.whl")
+    script = render(tmp_path, "gemma4-26b-a4b-nvfp4-baseline", "--wheel", str(wheel))
+    stubs.add("python3", "sys.exit(1)")
+    result = stubs.run(script)
+    assert result.returncode == 1
+    assert stubs.programs() == ["nvidia-smi", "python3"]
+    assert stubs.calls()[-1]["argv"] == ["-m", "pip", "install", str(wheel)]
+
+
+def test_another_gpu_only_warns(tmp_path: Path, stubs: Stubs) -> None:
+    script = render(tmp_path, "gemma4-26b-a4b-nvfp4-baseline")
+    stubs.gpu("9.0")
+    result = stubs.run(script)
+    assert result.returncode == 0, result.stderr
+    assert "warning: this recipe is for sm120 (compute capability 12.0); nvidia-smi reports: 9.0" in result.stderr
+    assert stubs.programs() == ["nvidia-smi", "vllm"]
+
+
+def test_vllm_exit_status_is_the_scripts(tmp_path: Path, stubs: Stubs) -> None:
+    script = render(tmp_path, "gemma4-26b-a4b-nvfp4-baseline")
+    stubs.add("vllm", "sys.exit(7)")
+    assert stubs.run(script).returncode == 7
+
+
+def test_script_has_the_generated_header(tmp_path: Path) -> None:
+    text = render(tmp_path, "gemma4-31b-dflash", "--set", "args.max-model-len=4096").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert lines[0] == "#!/usr/bin/env bash"
+    from g4build import __version__
+
+    assert lines[1] == (f"# Generated by g4build {__version__} from recipe 'gemma4-31b-dflash'. "
+                        "Do not edit: re-render with")
+    assert "# Rendered with --set for: args.max-model-len" in lines
+    assert "set -euo pipefail" in lines

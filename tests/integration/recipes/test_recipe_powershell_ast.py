@@ -1,0 +1,145 @@
+"""PowerShell scripts parse with a real PowerShell grammar (tree-sitter-powershell) with no error nodes, and
+the values in the AST, read with PowerShell's own string rules, are the intended arguments and env."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.integration.recipes.conftest import Stubs, g4build, make_wheel
+from tests.unit.recipes.recipe_shell_semantics import ps_legacy_command_line, ps_verbatim, windows_split
+
+from g4build.recipes import load_recipe, render, script_filename, write_script
+
+tree_sitter = pytest.importorskip("tree_sitter")
+tsp = pytest.importorskip("tree_sitter_powershell")
+PARSER = tree_sitter.Parser(tree_sitter.Language(tsp.language()))
+
+
+def walk(node: Any) -> Any:
+    yield node
+    for child in node.children:
+        yield from walk(child)
+
+
+class PsScript:
+    def __init__(self, data: bytes) -> None:
+        assert data.startswith(b"\xef\xbb\xbf"), "PowerShell scripts carry a UTF-8 byte order mark"
+        self.tree = PARSER.parse(data[3:])
+        self.root = self.tree.root_node
+
+    def errors(self) -> list[str]:
+        return [n.text.decode() for n in walk(self.root) if n.type == "ERROR" or n.is_missing]
+
+    def _value(self, node: Any) -> str:
+        text = node.text.decode()
+        value, end = ps_verbatim(text)
+        assert end == len(text), f"PowerShell would end this string early: {text!r}"
+        return value
+
+    def assignments(self) -> dict[str, Any]:
+        found = {}
+        for node in walk(self.root):
+            if node.type == "assignment_expression":
+                left = node.children[0]
+                found[left.text.decode()] = node.children[-1]
+        return found
+
+    def array(self, variable: str) -> list[str]:
+        right = self.assignments()[variable]
+        arrays = [n for n in walk(right) if n.type == "array_expression"]
+        assert arrays, f"{variable} is not an @() array"
+        return [self._value(n) for n in walk(arrays[0]) if n.type == "string_literal"]
+
+    def env(self) -> dict[str, str]:
+        out = {}
+        for name, right in self.assignments().items():
+            if name.lower().startswith("$env:"):
+                [literal] = [n for n in walk(right) if n.type == "string_literal"]
+                out[name[5:]] = self._value(literal)
+        return out
+
+    def commands(self) -> list[str]:
+        return [n.text.decode() for n in walk(self.root) if n.type == "command"]
+
+
+def render_ps(tmp_path: Path, name: str, *extra: str) -> PsScript:
+    out = tmp_path / "ps"
+    result = g4build("recipe", "render", name, "--shell", "powershell", "--out", str(out), *extra)
+    assert result.returncode == 0, result.stderr
+    return PsScript((out / f"{name}.ps1").read_bytes())
+
+
+def test_dflash_script_parses_and_passes_the_exact_command(tmp_path: Path) -> None:
+    ps = render_ps(tmp_path, "gemma4-26b-a4b-nvfp4-dflash")
+    assert not ps.root.has_error and ps.errors() == []
+    expected = [
+        "serve", "./models/gemma-4-26B-A4B-it-NVFP4", "--served-model-name", "gemma-4-26b-a4b",
+        "--max-model-len", "131072", "--max-num-seqs", "22", "--max-num-batched-tokens", "32768",
+        "--gpu-memory-utilization", "0.8", "--enable-chunked-prefill", "--enable-prefix-caching",
+        "--trust-remote-code", "--enable-auto-tool-choice", "--tool-call-parser", "gemma4",
+        "--speculative-config",
+        '{"method":"dflash","model":"./models/gemma4-dflash-0.2b","num_speculative_tokens":15,'
+        '"attention_backend":"flash_attn"}',
+    ]
+    assert ps.array("$vllmArgs") == expected
+    assert windows_split(ps_legacy_command_line(ps.array("$vllmArgsLegacy"))) == expected
+    assert ps.env()["VLLM_NVFP4_GEMM_BACKEND"] == "flashinfer-cutlass"
+    assert ps.env()["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert "& vllm @argv" in ps.commands()
+    assert "& nvidia-smi -L" in ps.commands()
+    assert any(c.startswith("& nvidia-smi '--query-gpu=compute_cap' '--format=csv,noheader'") for c in ps.commands())
+    assert "-contains '12.0'" in ps.root.text.decode()
+    assert ps.assignments()["$PSNativeCommandArgumentPassing"].text.decode() == "'Standard'"
+    assert ps.assignments()["$ErrorActionPreference"].text.decode() == "'Stop'"
+
+
+@pytest.mark.parametrize("name", ["gemma4-26b-a4b-nvfp4-mtp", "gemma4-31b-dflash", "gemma4-26b-a4b-nvfp4-baseline"])
+def test_every_recipe_parses_and_both_arrays_agree(tmp_path: Path, name: str) -> None:
+    ps = render_ps(tmp_path, name)
+    assert not ps.root.has_error and ps.errors() == []
+    standard = ps.array("$vllmArgs")
+    assert standard[0] == "serve"
+    assert windows_split(ps_legacy_command_line(ps.array("$vllmArgsLegacy"))) == standard
+
+
+HOSTILE = [
+    "two words", "it's", 'say "hi"', "$env:PATH $(Remove-Item x) `n @(1)", "a; Remove-Item -Recurse C:\\; b",
+    "line1\nline2\r\nline3", "ünïcödé ✓ 日本語", "x\u2019; Write-Host pwned; \u2019y \u2018a\u2018 \u201ab\u201b",
+    "C:\\My Models\\x\\",
+    "", "-dash", '{"a": "b c", "d": [1, "x\\"y"]}', "%PATH% ^& !x!",
+]
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_hostile_values_read_back_identically_to_what_bash_delivers(tmp_path: Path, stubs: Stubs, value: str) -> None:
+    text = json.dumps(value, ensure_ascii=False)
+    sets = ["--set", f"args.tool-call-parser={text}", "--set", f"env.G4_HOSTILE={text}",
+            "--set", f"speculative.model={text}"]
+    items = sets[1::2]
+    recipe = load_recipe("gemma4-26b-a4b-nvfp4-dflash", items)
+    ps_file = tmp_path / script_filename(recipe.name, "powershell")
+    ps_path = write_script(render(recipe, "powershell", sets=items), ps_file, "powershell")
+    ps = PsScript(ps_path.read_bytes())
+    assert not ps.root.has_error and ps.errors() == []
+    sh_path = write_script(render(recipe, "bash", sets=items), tmp_path / script_filename(recipe.name, "bash"), "bash")
+    assert stubs.run(sh_path).returncode == 0
+    [vllm] = [c for c in stubs.calls() if c["prog"] == "vllm"]
+    assert ps.array("$vllmArgs") == vllm["argv"]
+    assert windows_split(ps_legacy_command_line(ps.array("$vllmArgsLegacy"))) == vllm["argv"]
+    assert ps.env()["G4_HOSTILE"] == vllm["env"]["G4_HOSTILE"] == value
+
+
+def test_wheel_install_uses_the_script_folder(tmp_path: Path) -> None:
+    out = tmp_path / "ps"
+    wheel = make_wheel(out / "vllm-0.21.0+cu130.g4.abc-cp38-abi3-win_amd64.whl")
+    result = g4build("recipe", "render", "gemma4-26b-a4b-nvfp4-baseline", "--shell", "powershell", "--out", str(out),
+                     "--wheel", str(wheel))
+    assert result.returncode == 0, result.stderr
+    ps = PsScript((out / "gemma4-26b-a4b-nvfp4-baseline.ps1").read_bytes())
+    assert not ps.root.has_error
+    wheel_value = ps.assignments()["$wheel"].text.decode()
+    assert wheel_value == f"Join-Path -Path $PSScriptRoot -ChildPath '{wheel.name}'"
+    assert "& python -m pip install $wheel" in ps.commands()

@@ -1,0 +1,102 @@
+"""The generated workflows: in sync with the data and secure by construction (read as data, no tools)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from g4build.ci import load_matrix, render_all, stale_files
+from g4build.ci.workflows import HEADER, WORKFLOWS_DIR
+from g4build.data import project_root
+
+ROOT = project_root()
+WORKFLOWS = sorted((ROOT / WORKFLOWS_DIR).glob("*.yml"))
+
+
+def _load(path: Path) -> dict[Any, Any]:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    if True in data:  # PyYAML reads YAML 1.1, where a bare `on` key is the boolean true
+        data["on"] = data.pop(True)
+    return data
+
+
+def _steps(workflow: dict[Any, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [(job_id, step) for job_id, job in workflow["jobs"].items() for step in job.get("steps", [])]
+
+
+def test_committed_workflows_are_what_the_data_renders() -> None:
+    assert {p.name for p in WORKFLOWS} == {"nightly-wheels.yml", "tests.yml"}
+    assert stale_files(ROOT, render_all(load_matrix())) == [], "run `g4build ci render` and commit the result"
+
+
+def test_stale_files_compares_bytes(tmp_path: Path) -> None:
+    rendered = render_all(load_matrix())
+    assert stale_files(tmp_path, rendered) == [r.path.as_posix() for r in rendered]
+    for r in rendered:
+        (tmp_path / r.path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / r.path).write_text(r.text, encoding="utf-8")
+    assert stale_files(tmp_path, rendered) == []
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_security_properties(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith(HEADER)
+    wf = _load(path)
+    assert wf["permissions"] == {}
+    for job_id, job in wf["jobs"].items():
+        assert "permissions" in job, job_id
+        assert set(job["permissions"].values()) <= {"read", "write"}
+        if job_id != "publish":
+            assert "write" not in job["permissions"].values(), job_id
+    for job_id, step in _steps(wf):
+        if "run" in step:
+            assert "${{" not in step["run"], (job_id, step["name"])
+        if "uses" in step:
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
+            if step["uses"].startswith("actions/checkout@"):
+                assert step["with"]["persist-credentials"] is False
+    for line in text.splitlines():
+        if "uses: " in line:
+            assert re.search(r"@[0-9a-f]{40} # v\d", line), line
+
+
+def test_nightly_follows_the_data() -> None:
+    spec = load_matrix()
+    wf = _load(ROOT / WORKFLOWS_DIR / spec.nightly.workflow)
+    on = wf["on"]
+    assert on["schedule"] == [{"cron": spec.nightly.cron}]
+    inputs = on["workflow_dispatch"]["inputs"]
+    assert set(inputs) == {"pin", "release", "arch"}
+    assert inputs["arch"]["options"] == ["default", "all", *spec.axes["arch"]]
+    jobs = wf["jobs"]
+    assert list(jobs) == ["resolve", "drift", "build", "check", "gpu-smoke", "publish"]
+    build = jobs["build"]
+    assert build["env"]["SCCACHE_GHA_ENABLED"] == "true"
+    assert build["env"]["SCCACHE_GHA_VERSION"] == "${{ matrix.cache_key }}"
+    assert build["continue-on-error"] == "${{ !matrix.required }}"
+    scripts = "\n".join(s.get("run", "") for s in build["steps"])
+    assert "g4build wheel --arch \"$G4_ARCH\" --os \"$G4_OS\"" in scripts
+    assert "g4build validate" in scripts and "g4build recipe render" in scripts
+    drift = "\n".join(s.get("run", "") for s in jobs["drift"]["steps"])
+    assert 'g4build patches check --release "$RELEASE" --json > drift.json' in drift
+    assert f"vars.{spec.nightly.gpu_runner_variable} != ''" in jobs["gpu-smoke"]["if"]
+    assert jobs["gpu-smoke"]["runs-on"] == f"${{{{ vars.{spec.nightly.gpu_runner_variable} }}}}"
+    assert jobs["publish"]["permissions"] == {"contents": "write"}
+    assert "needs.build.result == 'success'" in jobs["publish"]["if"]
+    # no registry host is written into the workflow: the index comes from pip's configuration
+    assert "pypi" not in (ROOT / WORKFLOWS_DIR / spec.nightly.workflow).read_text(encoding="utf-8").lower()
+
+
+def test_tests_workflow_runs_the_project_test_command() -> None:
+    spec = load_matrix()
+    wf = _load(ROOT / WORKFLOWS_DIR / spec.tests.workflow)
+    job = wf["jobs"]["test"]
+    assert job["strategy"]["matrix"]["python"] == list(spec.tests.python)
+    runs = [s["run"].strip() for s in job["steps"] if "run" in s]
+    assert runs == [spec.tests.install, spec.tests.run] == ["pip install -e '.[test]'", "python -m pytest"]

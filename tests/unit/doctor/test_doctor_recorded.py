@@ -1,0 +1,133 @@
+"""`g4build doctor` against recorded outputs of nvidia-smi, nvcc, vswhere and a torch import on five machines."""
+
+from __future__ import annotations
+
+import pytest
+from tests.unit.doctor.recorded import FIXTURES, RecordedProbe
+
+from g4build.doctor import DoctorReport, Finding, run_doctor
+from g4build.doctor.checks import (
+    TORCH_SCRIPT,
+    parse_meminfo,
+    parse_nvcc_version,
+    parse_nvidia_smi,
+    suggested_max_jobs,
+)
+
+
+def _run(scenario: str, *, python: str = "python3", workdir: str = "/home/dev/g4build") -> tuple[
+        DoctorReport, dict[str, Finding], RecordedProbe]:
+    probe = RecordedProbe(scenario)
+    report = run_doctor(probe, python=python, pin_torch="2.11.0", workdir=workdir)
+    checks = [f.check for f in report.findings if f.check != "gpu"]
+    assert len(checks) == len(set(checks)), f"a check reported twice: {checks}"
+    return report, {f.check: f for f in report.findings}, probe
+
+
+def _status(found: dict[str, Finding]) -> dict[str, str]:
+    return {name: f.status for name, f in found.items()}
+
+
+def test_windows_rtx5090_with_cuda_12_9() -> None:
+    report, found, probe = _run("windows-5090-cuda129", python=r"C:\venvs\g4\Scripts\python.exe",
+                                workdir=r"C:\b\g4build")
+    assert _status(found) == {
+        "platform": "ok", "gpu": "ok", "driver": "warn", "cuda": "ok", "flashinfer-cuda": "warn", "msvc": "ok",
+        "long-paths": "warn", "python": "ok", "torch": "ok", "memory": "ok", "disk": "ok", "docker": "ok",
+    }
+    assert found["gpu"].summary == "GPU 0: NVIDIA GeForce RTX 5090, SM120 detected"
+    assert found["driver"].summary == "driver 576.88 runs CUDA 12.x builds only"
+    assert "TORCH_CUDA_ARCH_LIST=12.0a" in found["cuda"].summary  # CUDA < 13: the arch-specific target
+    assert found["msvc"].summary == "Visual Studio Build Tools 2022 17.14.36310.24"
+    assert "LongPathsEnabled /t REG_DWORD /d 1" in found["long-paths"].fix
+    assert found["memory"].summary == "64 GiB RAM: use MAX_JOBS=13"
+    assert "msvc-alignas" not in found  # only CUDA 13.0-13.2
+    assert not report.failed
+    assert ("run", r"C:\Program Files (x86)\Microsoft Visual Studio\Installer\vswhere.exe", "-latest", "-products",
+            "*", "-requires", "Microsoft.VisualStudio.Component.VC.Tools.x86.x64", "-format", "json",
+            "-utf8") in probe.calls
+    assert ("run", r"C:\venvs\g4\Scripts\python.exe", "-c", TORCH_SCRIPT) in probe.calls
+
+
+def test_windows_cuda_13_0_vs2019_no_torch_little_disk() -> None:
+    report, found, _ = _run("windows-cuda130-vs2019", python="python")
+    assert _status(found) == {
+        "platform": "ok", "gpu": "ok", "driver": "ok", "cuda": "ok", "flashinfer-cuda": "warn",
+        "msvc-alignas": "warn", "msvc": "warn", "long-paths": "ok", "python": "ok", "torch": "fail",
+        "memory": "ok", "disk": "fail", "docker": "warn",
+    }
+    assert found["gpu"].summary == "GPU 0: NVIDIA GeForce RTX 5090, SM120 detected"  # found under NVSMI
+    assert found["msvc-alignas"].summary == "CUDA 13.0 with MSVC hits the alignas(128) error in cuda.h"
+    assert found["msvc"].summary.startswith("Visual Studio Community 2019 16.11")
+    assert "No module named 'torch'" in found["torch"].summary and "2.11.0" in found["torch"].fix
+    assert found["disk"].summary.startswith("12 GiB free")
+    assert {f.check for f in report.failed} == {"torch", "disk"}
+    assert "CreateFile" in found["docker"].summary and "start Docker" in found["docker"].fix
+
+
+def test_wsl_rtx5090_cuda_13() -> None:
+    report, found, probe = _run("wsl-5090", workdir="/mnt/c/src/g4build")
+    assert _status(found) == {
+        "platform": "ok", "wsl-filesystem": "warn", "gpu": "ok", "driver": "ok", "cuda": "ok",
+        "flashinfer-cuda": "ok", "python": "ok", "torch": "ok", "memory": "warn", "disk": "ok", "docker": "warn",
+    }
+    assert found["platform"].summary == "WSL2 (Ubuntu-24.04)"
+    assert "TORCH_CUDA_ARCH_LIST=12.0f" in found["cuda"].summary and found["cuda"].detail["version"] == "13.0"
+    assert found["memory"].summary == "MAX_JOBS=16 with 31 GiB RAM risks the compiler being 'Killed'"
+    assert found["memory"].fix == r"set MAX_JOBS=6 (raise memory= in %UserProfile%\.wslconfig)"
+    assert not any(c[0] == "registry" for c in probe.calls), "no registry outside Windows"
+    assert found["cuda"].detail["nvcc"] == "/usr/local/cuda/bin/nvcc"  # not on PATH in this WSL
+    assert ("run", "/usr/lib/wsl/lib/nvidia-smi", "--query-gpu=name,compute_cap,driver_version",
+            "--format=csv,noheader") in probe.calls
+    assert not report.failed
+
+
+def test_old_linux_machine_fails_on_cuda_python_and_torch() -> None:
+    report, found, _ = _run("linux-ada-old")
+    assert _status(found) == {
+        "platform": "ok", "gpu": "warn", "driver": "warn", "cuda": "fail", "flashinfer-cuda": "warn",
+        "python": "fail", "torch": "fail", "torch-pin": "warn", "memory": "warn", "disk": "warn", "docker": "ok",
+    }
+    assert found["gpu"].summary == "GPU 0: NVIDIA GeForce RTX 4090 is SM89, not SM120"
+    assert found["cuda"].summary == "CUDA 12.4 cannot compile for sm_120"
+    assert found["torch"].summary == "torch 2.5.1+cu124 is built for CUDA 12.4: no Blackwell (sm_120) support"
+    assert found["memory"].summary == "8 GiB RAM: MAX_JOBS=1, a slow build"  # the cgroup limit, not MemTotal
+    assert {f.check for f in report.failed} == {"cuda", "python", "torch"}
+
+
+def test_driver_down_and_nvcc_only_under_cuda_home() -> None:
+    _, found, probe = _run("linux-driver-down")
+    assert found["gpu"].status == "warn"
+    assert found["gpu"].summary.startswith("nvidia-smi found no GPU: NVIDIA-SMI has failed")
+    assert "R570" in found["gpu"].fix
+    assert "driver" not in found
+    assert found["cuda"].status == "ok" and found["cuda"].detail["nvcc"] == "/usr/local/cuda-12.8/bin/nvcc"
+    assert found["flashinfer-cuda"].status == "warn"
+    assert found["torch"].status == "fail" and found["torch"].summary == "torch 2.11.0+cpu is a CPU-only build"
+    assert ("run", "/usr/local/cuda-12.8/bin/nvcc", "--version") in probe.calls
+
+
+def test_a_blackwell_gpu_on_an_old_driver_fails() -> None:
+    from g4build.doctor.checks import _check_driver
+
+    gpus = parse_nvidia_smi("NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 12.0, 565.57.01\n")
+    finding = _check_driver(gpus)
+    assert finding.status == "fail" and "too old for Blackwell" in finding.summary
+
+
+def test_parsers() -> None:
+    two = parse_nvidia_smi("NVIDIA GeForce RTX 5090, 12.0, 581.57\nNVIDIA GB10, 12.1, 580.95.05\n")
+    assert [(g.name, g.compute_cap, g.driver) for g in two] == [
+        ("NVIDIA GeForce RTX 5090", "12.0", "581.57"), ("NVIDIA GB10", "12.1", "580.95.05")]
+    assert parse_nvidia_smi("No devices were found\n") == []
+    assert str(parse_nvcc_version((FIXTURES / "wsl-5090" / "nvcc.txt").read_text())) == "13.0"
+    assert parse_nvcc_version("bash: nvcc: command not found") is None
+    assert parse_meminfo((FIXTURES / "wsl-5090" / "meminfo.txt").read_text()) == 32794884 * 1024
+    assert suggested_max_jobs(64 * 2**30, 8) == 8 and suggested_max_jobs(3 * 2**30, 8) == 1
+
+
+@pytest.mark.parametrize("scenario", sorted(p.name for p in FIXTURES.iterdir()))
+def test_every_finding_that_is_not_ok_says_the_fix(scenario: str) -> None:
+    report, _, _ = _run(scenario)
+    for f in report.findings:
+        assert f.status == "ok" or f.fix, f"{f.check} is {f.status} without a fix"

@@ -1,0 +1,33 @@
+"""CI as data: the wheel matrix (``ci/matrix.yaml``), its expansion into cells, and the generated workflows."""
+
+from __future__ import annotations
+
+from g4build.ci.matrix import (
+    Cell,
+    Target,
+    buildable,
+    expand,
+    github_outputs,
+    newest_release,
+    resolve_target,
+    select_archs,
+)
+from g4build.ci.spec import MatrixSpec, exclusion_notes, load_matrix
+from g4build.ci.workflows import Rendered, render_all, stale_files
+
+__all__ = [
+    "Cell",
+    "MatrixSpec",
+    "Rendered",
+    "Target",
+    "buildable",
+    "exclusion_notes",
+    "expand",
+    "github_outputs",
+    "load_matrix",
+    "newest_release",
+    "render_all",
+    "resolve_target",
+    "select_archs",
+    "stale_files",
+]

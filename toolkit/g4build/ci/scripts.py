@@ -1,0 +1,109 @@
+"""The bash bodies of the generated workflow steps.
+
+Rules for every script here: no GitHub expression inside (values arrive as environment variables set by the
+step's ``env:``), quote every expansion, and call the same g4build commands a user runs by hand.
+"""
+
+from __future__ import annotations
+
+RESOLVE = """\
+g4build ci resolve --pin "$PIN" --release "$RELEASE" --arch "${ARCH:-default}" --github-output "$GITHUB_OUTPUT"
+"""
+
+DRIFT = """\
+set +e
+g4build patches check --release "$RELEASE" --json > drift.json
+status=$?
+set -e
+{
+  echo "### Patch series against vLLM $RELEASE (patches check exit $status)"
+  echo '```json'
+  cat drift.json
+  echo '```'
+} >> "$GITHUB_STEP_SUMMARY"
+if [ "$status" -ne 0 ]; then
+  echo "::warning::a series does not apply to vLLM $RELEASE; the cells it breaks fail, see the drift-report artifact"
+fi
+"""
+
+TARGET_ARGS = """\
+if [ -n "$G4_PIN" ]; then target=(--pin "$G4_PIN"); else target=(--release "$G4_RELEASE"); fi
+"""
+
+BUILD = TARGET_ARGS + """\
+g4build wheel --arch "$G4_ARCH" --os "$G4_OS" "${target[@]}" --python "$G4_PYTHON" --cuda "$G4_CUDA" \\
+  --out wheelhouse --json > wheel.json
+"""
+
+VALIDATE = """\
+pin=()
+if [ -n "$G4_PIN" ]; then pin=(--pin "$G4_PIN"); fi
+g4build validate --arch "$G4_ARCH" "${pin[@]}" --json wheelhouse/vllm-*.whl > validate.json
+"""
+
+LAUNCH = """\
+shell=bash
+if [ "$G4_OS" = windows ]; then shell=powershell; fi
+wheels=(wheelhouse/vllm-*.whl)
+wheel=${wheels[0]}
+if [ ! -f "$wheel" ]; then echo "::error::no vLLM wheel in wheelhouse/"; exit 1; fi
+g4build recipe list --json > recipes.json
+python -c 'import json; [print(r["name"]) for r in json.load(open("recipes.json"))]' | tr -d '\\r' |
+  while read -r name; do
+    g4build recipe render "$name" --shell "$shell" --out launch --wheel "$wheel" || exit 1
+  done
+"""
+
+FAILED_BUILD = """\
+{
+  echo "### $G4_CELL failed"
+  echo "If a patch series stopped applying to vLLM $G4_RELEASE, the drift report names it:"
+  echo '```json'
+  cat drift-report/drift.json
+  echo '```'
+} >> "$GITHUB_STEP_SUMMARY"
+echo "::error::build $G4_CELL failed; this run's drift-report artifact says whether a patch series stopped applying"
+"""
+
+CHECK = """\
+g4build validate --arch "$G4_ARCH" --smoke --json dist/wheelhouse/vllm-*.whl
+"""
+
+SMOKE = """\
+python3 -m venv .smoke
+.smoke/bin/python -m pip install dist/wheelhouse/vllm-*.whl
+nvidia-smi
+.smoke/bin/python -c 'import torch, vllm, vllm._C; assert torch.cuda.is_available()
+print(vllm.__version__, torch.cuda.get_device_capability())'
+"""
+
+STAGE = """\
+mkdir -p release
+for dir in dist/g4build-*/; do
+  cell=$(basename "$dir")
+  for f in "$dir"wheelhouse/*.whl; do
+    b=$(basename "$f")
+    if [ -e "release/$b" ] && ! cmp -s "$f" "release/$b"; then
+      echo "::error::two cells built different files named $b"; exit 1
+    fi
+    cp "$f" "release/$b"
+  done
+  cp "${dir}wheelhouse/build-manifest.json" "release/build-manifest-${cell#g4build-}.json"
+  if [ -d "${dir}launch" ]; then
+    (cd "${dir}launch" && python3 -m zipfile -c "$OLDPWD/release/launch-${cell#g4build-}.zip" .)
+  fi
+done
+cp dist/drift-report/drift.json release/drift.json
+ls -l release
+"""
+
+PUBLISH = """\
+tag="g4build-vllm-${RELEASE}-run${RUN}"
+{
+  echo "Wheels built by the nightly workflow for vLLM ${RELEASE} (pin: ${PIN:-none})."
+  echo "What made each wheel: build-manifest-<cell>.json. Patch drift: drift.json."
+  echo "Cells left out of this run: ${LEFT_OUT}"
+} > notes.md
+gh release create "$tag" --prerelease --title "vLLM ${RELEASE} with g4build series (run ${RUN})" \\
+  --notes-file notes.md release/*
+"""

@@ -1,0 +1,374 @@
+"""The preflight checks: parse what the tools print, judge it, and say the fix.
+
+Parsers are pure functions of the tools' text; checks turn probe answers into findings. Thresholds come from
+what the toolchain needs for SM120: CUDA 12.8 is the first toolkit with sm_120, FlashInfer's ahead-of-time
+sm_120 build needs 12.9, Blackwell GPUs need an R570+ driver and CUDA 13 binaries an R580+ driver, and each
+nvcc job of a vLLM build takes about 5 GB of RAM.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from packaging.version import InvalidVersion, Version
+
+from g4build.doctor.probe import CommandResult, Probe
+
+Status = Literal["ok", "warn", "fail"]
+
+CUDA_FOR_SM120 = Version("12.8")
+CUDA_FOR_FLASHINFER_SM120 = Version("12.9")
+DRIVER_FOR_BLACKWELL = 570
+DRIVER_FOR_CUDA13 = 580
+GB_PER_NVCC_JOB = 5
+DISK_FAIL_GIB = 20
+DISK_WARN_GIB = 50
+PYTHON_RANGE = (Version("3.10"), Version("3.15"))  # vLLM's requires-python: >=3.10,<3.15 (0.33 wants 3.11+)
+WSL_NVIDIA_SMI = "/usr/lib/wsl/lib/nvidia-smi"
+LINUX_NVCC = "/usr/local/cuda/bin/nvcc"
+LONG_PATHS_KEY = r"HKLM\SYSTEM\CurrentControlSet\Control\FileSystem"
+VSWHERE = r"Microsoft Visual Studio\Installer\vswhere.exe"  # under %ProgramFiles(x86)%
+TORCH_SCRIPT = """\
+import json, sys
+out = {"python": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable}
+try:
+    import torch
+    out["torch"] = torch.__version__
+    out["cuda"] = torch.version.cuda
+    try:
+        out["archs"] = torch.cuda.get_arch_list()
+    except Exception:
+        out["archs"] = []
+except Exception as exc:
+    out["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    check: str
+    status: Status
+    summary: str
+    fix: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gpu:
+    name: str
+    compute_cap: str
+    driver: str
+
+
+# --- parsers (pure) ------------------------------------------------------------------------------------------
+
+
+def parse_nvidia_smi(text: str) -> list[Gpu]:
+    """Rows of ``--query-gpu=name,compute_cap,driver_version --format=csv,noheader``."""
+    gpus = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) == 3 and re.fullmatch(r"\d+\.\d+", cells[1]):
+            gpus.append(Gpu(name=cells[0], compute_cap=cells[1], driver=cells[2]))
+    return gpus
+
+
+def parse_nvcc_version(text: str) -> Version | None:
+    """The toolkit release from ``nvcc --version`` ("Cuda compilation tools, release 13.0, V13.0.88")."""
+    m = re.search(r"release (\d+\.\d+)", text)
+    return Version(m.group(1)) if m else None
+
+
+def parse_vswhere(text: str) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(text or "[]")
+    except json.JSONDecodeError:
+        return []
+    return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
+
+
+def parse_meminfo(text: str) -> int | None:
+    m = re.search(r"^MemTotal:\s+(\d+) kB", text, re.M)
+    return int(m.group(1)) * 1024 if m else None
+
+
+def is_wsl(proc_version: str | None, distro: str | None) -> bool:
+    return bool(distro) or (proc_version is not None and "microsoft" in proc_version.lower())
+
+
+def suggested_max_jobs(memory_bytes: int, cpus: int | None) -> int:
+    by_memory = max(1, memory_bytes // (GB_PER_NVCC_JOB * 10**9))
+    return int(min(by_memory, cpus or by_memory))
+
+
+def _cuda_version(s: str | None) -> Version | None:
+    try:
+        return Version(s) if s else None
+    except InvalidVersion:
+        return None
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.0f} GiB"
+
+
+# --- checks -------------------------------------------------------------------------------------------------
+
+
+def check_gpu(probe: Probe, wsl: bool = False) -> list[Finding]:
+    query = ["--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"]
+    res = probe.run(["nvidia-smi", *query])
+    if res is None and wsl:  # WSL puts the Windows driver's tools here, not always on PATH
+        res = probe.run([WSL_NVIDIA_SMI, *query])
+    if res is None and probe.system == "windows":  # older Windows drivers install it only here
+        program_files = probe.env("ProgramFiles") or r"C:\Program Files"
+        res = probe.run([program_files.rstrip("\\") + r"\NVIDIA Corporation\NVSMI\nvidia-smi.exe", *query])
+    no_gpu_fix = ("a build without a GPU still targets sm_120 (TORCH_CUDA_ARCH_LIST), but the wheel cannot be "
+                  "tried here; for a GPU install the NVIDIA driver R570 or newer (in WSL: the Windows driver only)")
+    if res is None:
+        return [Finding(check="gpu", status="warn", summary="nvidia-smi not found: no NVIDIA driver visible",
+                        fix=no_gpu_fix)]
+    gpus = parse_nvidia_smi(res.stdout) if res.returncode == 0 else []
+    if not gpus:
+        said = (res.stdout.strip() or res.stderr.strip()).splitlines()
+        return [Finding(check="gpu", status="warn", summary=f"nvidia-smi found no GPU: {said[0] if said else ''}",
+                        fix=no_gpu_fix)]
+    findings = []
+    for i, gpu in enumerate(gpus):
+        sm = gpu.compute_cap.replace(".", "")
+        detail = {"index": i, "name": gpu.name, "compute_cap": gpu.compute_cap, "driver": gpu.driver}
+        if gpu.compute_cap in ("12.0", "12.1"):
+            findings.append(Finding(check="gpu", status="ok", summary=f"GPU {i}: {gpu.name}, SM{sm} detected",
+                                    detail=detail))
+        else:
+            findings.append(Finding(
+                check="gpu", status="warn", summary=f"GPU {i}: {gpu.name} is SM{sm}, not SM120",
+                fix=f"g4build targets sm_120; add {gpu.compute_cap} to TORCH_CUDA_ARCH_LIST to run on this GPU too",
+                detail=detail))
+    findings.append(_check_driver(gpus))
+    return findings
+
+
+def _check_driver(gpus: Sequence[Gpu]) -> Finding:
+    driver = gpus[0].driver
+    try:
+        major = int(driver.split(".")[0])
+    except ValueError:
+        return Finding(check="driver", status="warn", summary=f"driver version '{driver}' not understood")
+    blackwell = any(Version(g.compute_cap) >= Version("10.0") for g in gpus)
+    if blackwell and major < DRIVER_FOR_BLACKWELL:
+        return Finding(check="driver", status="fail", summary=f"driver {driver} is too old for Blackwell GPUs",
+                       fix=f"install NVIDIA driver R{DRIVER_FOR_CUDA13} or newer", detail={"driver": driver})
+    if major < DRIVER_FOR_CUDA13:
+        return Finding(check="driver", status="warn", summary=f"driver {driver} runs CUDA 12.x builds only",
+                       fix=f"CUDA 13 (cu130) wheels need driver R{DRIVER_FOR_CUDA13}+; update it or use CUDA 12.8/12.9",
+                       detail={"driver": driver})
+    return Finding(check="driver", status="ok", summary=f"driver {driver} (CUDA 13 capable)", detail={"driver": driver})
+
+
+def _find_nvcc(probe: Probe) -> tuple[CommandResult | None, str]:
+    res = probe.run(["nvcc", "--version"])
+    if res is not None:
+        return res, "nvcc"
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        home = probe.env(var)
+        if home:
+            exe = home.rstrip("/\\") + ("\\bin\\nvcc.exe" if probe.system == "windows" else "/bin/nvcc")
+            res = probe.run([exe, "--version"])
+            if res is not None:
+                return res, exe
+    if probe.system == "linux":  # the toolkit's default place, often not on PATH
+        res = probe.run([LINUX_NVCC, "--version"])
+        if res is not None:
+            return res, LINUX_NVCC
+    return None, ""
+
+
+
+def check_cuda(probe: Probe, wsl: bool) -> list[Finding]:
+    res, where = _find_nvcc(probe)
+    version = parse_nvcc_version(res.stdout) if res is not None and res.returncode == 0 else None
+    if version is None:
+        return [Finding(check="cuda", status="fail", summary="no CUDA toolkit: nvcc not found",
+                        fix="install the CUDA toolkit 12.8 or newer (13.0 matches the pins) and put its bin on PATH "
+                            "or set CUDA_HOME")]
+    detail = {"nvcc": where, "version": str(version)}
+    arch = "12.0f" if version >= Version("13.0") else "12.0a"
+    findings = []
+    if version < CUDA_FOR_SM120:
+        findings.append(Finding(check="cuda", status="fail", summary=f"CUDA {version} cannot compile for sm_120",
+                                fix="install CUDA 12.8 or newer (13.0 matches the pins)", detail=detail))
+    else:
+        findings.append(Finding(check="cuda", status="ok",
+                                summary=f"CUDA {version} compiles sm_120 (use TORCH_CUDA_ARCH_LIST={arch})",
+                                detail={**detail, "arch": arch}))
+    if version < CUDA_FOR_FLASHINFER_SM120:
+        findings.append(Finding(
+            check="flashinfer-cuda", status="warn",
+            summary=f"CUDA {version} is too old for FlashInfer's ahead-of-time sm_120 build",
+            fix="install CUDA 12.9+ to build flashinfer-jit-cache, or let FlashInfer JIT at run time"))
+    elif probe.system == "windows":
+        findings.append(Finding(check="flashinfer-cuda", status="warn",
+                                summary="FlashInfer's ahead-of-time build is Linux only",
+                                fix="build the FlashInfer wheels in WSL or let FlashInfer JIT at run time"))
+    else:
+        findings.append(Finding(
+            check="flashinfer-cuda", status="ok",
+            summary=f"CUDA {version} builds FlashInfer for sm_120 (FLASHINFER_CUDA_ARCH_LIST={arch})"))
+    if probe.system == "windows" and not wsl and Version("13.0") <= version < Version("13.3"):
+        findings.append(Finding(
+            check="msvc-alignas", status="warn",
+            summary=f"CUDA {version} with MSVC hits the alignas(128) error in cuda.h",
+            fix="use CUDA 12.8/12.9, or apply the cuda.h alignas(128) workaround before building"))
+    return findings
+
+
+def check_python_and_torch(probe: Probe, python: str, pin_torch: str | None) -> list[Finding]:
+    res = probe.run([python, "-c", TORCH_SCRIPT], timeout=180.0)
+    try:
+        info = json.loads(res.stdout.strip().splitlines()[-1]) if res is not None and res.stdout.strip() else None
+    except json.JSONDecodeError:
+        info = None
+    if not isinstance(info, dict):
+        err = res.stderr.strip().splitlines()[-1:] if res is not None else ["not found"]
+        return [Finding(check="python", status="fail", summary=f"cannot run {python}: {' '.join(err)}",
+                        fix="pass the Python you build with: g4build doctor --python PATH")]
+    findings = [_python_finding(str(info.get("python", "")), str(info.get("executable", python)))]
+    if "torch" not in info:
+        findings.append(Finding(
+            check="torch", status="fail", summary=f"torch is not importable: {info.get('torch_error', '')}".strip(),
+            fix=f"install torch {pin_torch or ''} built for CUDA 12.8+ (a cu128/cu129/cu130 wheel)".replace("  ", " ")))
+        return findings
+    torch_v, cuda = str(info["torch"]), _cuda_version(info.get("cuda"))
+    archs = [str(a) for a in info.get("archs") or []]
+    detail = {"torch": torch_v, "cuda": str(cuda) if cuda else None, "archs": archs}
+    if cuda is None:
+        findings.append(Finding(check="torch", status="fail", summary=f"torch {torch_v} is a CPU-only build",
+                                fix="install a CUDA build of torch: cu128 or newer (cu130 matches the pins)",
+                                detail=detail))
+    elif cuda < CUDA_FOR_SM120:
+        findings.append(Finding(check="torch", status="fail",
+                                summary=f"torch {torch_v} is built for CUDA {cuda}: no Blackwell (sm_120) support",
+                                fix="install a cu128 or newer torch build", detail=detail))
+    elif archs and not any(a in ("sm_120", "compute_120") for a in archs):
+        findings.append(Finding(check="torch", status="warn",
+                                summary=f"torch {torch_v} (CUDA {cuda}) lists no sm_120 kernels",
+                                fix="install the official cu128+ torch wheel", detail=detail))
+    else:
+        findings.append(Finding(check="torch", status="ok", summary=f"torch {torch_v} with CUDA {cuda}",
+                                detail=detail))
+    if pin_torch and Version(torch_v.split("+")[0]).base_version != Version(pin_torch).base_version:
+        findings.append(Finding(check="torch-pin", status="warn",
+                                summary=f"the pin builds against torch {pin_torch}, found {torch_v}",
+                                fix=f"install torch {pin_torch}, or build with the installed one (use_existing_torch)"))
+    return findings
+
+
+def _python_finding(version: str, executable: str) -> Finding:
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        return Finding(check="python", status="warn", summary=f"Python version '{version}' not understood")
+    low, high = PYTHON_RANGE
+    detail = {"version": version, "executable": executable}
+    if not low <= v < high:
+        return Finding(check="python", status="fail", summary=f"Python {version} is outside vLLM's >=3.10,<3.15",
+                       fix="use Python 3.12 (3.10-3.14 work)", detail=detail)
+    return Finding(check="python", status="ok", summary=f"Python {version}", detail=detail)
+
+
+def check_msvc(probe: Probe) -> list[Finding]:
+    program_files = probe.env("ProgramFiles(x86)") or r"C:\Program Files (x86)"
+    res = probe.run([program_files.rstrip("\\") + "\\" + VSWHERE, "-latest", "-products", "*", "-requires",
+                     "Microsoft.VisualStudio.Component.VC.Tools.x86.x64", "-format", "json", "-utf8"])
+    instances = parse_vswhere(res.stdout) if res is not None and res.returncode == 0 else []
+    if not instances:
+        return [Finding(check="msvc", status="fail", summary="no Visual Studio with the C++ x64 tools",
+                        fix="install Visual Studio 2022 Build Tools with 'Desktop development with C++'")]
+    vs = instances[0]
+    name, version = str(vs.get("displayName", "Visual Studio")), str(vs.get("installationVersion", "?"))
+    detail = {"name": name, "version": version, "path": vs.get("installationPath")}
+    if version.startswith("17."):
+        return [Finding(check="msvc", status="ok", summary=f"{name} {version}", detail=detail)]
+    return [Finding(check="msvc", status="warn", summary=f"{name} {version}: CUDA 12.8-13.0 list Visual Studio 2022",
+                    fix="install Visual Studio 2022 (17.x) Build Tools, or pass -allow-unsupported-compiler to nvcc",
+                    detail=detail)]
+
+
+def check_long_paths(probe: Probe) -> list[Finding]:
+    value = probe.registry_dword(LONG_PATHS_KEY, "LongPathsEnabled")
+    if value == 1:
+        return [Finding(check="long-paths", status="ok", summary="long paths are enabled")]
+    return [Finding(check="long-paths", status="warn", summary="long paths are disabled (260-character limit)",
+                    fix=rf"as administrator: reg add {LONG_PATHS_KEY} /v LongPathsEnabled /t REG_DWORD /d 1 /f; "
+                        r"and build from a short folder such as C:\b")]
+
+
+def check_platform(probe: Probe, workdir: str) -> tuple[list[Finding], bool]:
+    distro = probe.env("WSL_DISTRO_NAME")
+    wsl = probe.system == "linux" and is_wsl(probe.read_text("/proc/version"), distro)
+    if probe.system == "windows":
+        return [Finding(check="platform", status="ok", summary="Windows (native build)")], False
+    if not wsl:
+        return [Finding(check="platform", status="ok", summary=f"{probe.system.capitalize()} (native)")], False
+    findings = [Finding(check="platform", status="ok", summary=f"WSL2 ({distro or 'distro unknown'})",
+                        detail={"wsl": True, "distro": distro})]
+    if re.match(r"^/mnt/[a-z]/", workdir.replace("\\", "/")):
+        findings.append(Finding(check="wsl-filesystem", status="warn",
+                                summary=f"{workdir} is on the Windows drive: builds there are very slow",
+                                fix="build inside the Linux filesystem, e.g. ~/g4build"))
+    return findings, True
+
+
+def check_memory(probe: Probe, wsl: bool) -> list[Finding]:
+    total = None
+    if probe.system == "linux":
+        meminfo = probe.read_text("/proc/meminfo")
+        total = parse_meminfo(meminfo) if meminfo else None
+        limit = (probe.read_text("/sys/fs/cgroup/memory.max") or "").strip()
+        if total is not None and limit.isdigit():
+            total = min(total, int(limit))
+    total = total or probe.memory_bytes()
+    if total is None:
+        return [Finding(check="memory", status="warn", summary="RAM size unknown",
+                        fix="set MAX_JOBS by hand (~5 GB each)")]
+    jobs = suggested_max_jobs(total, probe.cpu_count())
+    detail = {"bytes": total, "max_jobs": jobs}
+    where = " (raise memory= in %UserProfile%\\.wslconfig)" if wsl else ""
+    set_jobs = probe.env("MAX_JOBS")
+    if set_jobs and set_jobs.isdigit() and int(set_jobs) > jobs:
+        return [Finding(check="memory", status="warn",
+                        summary=f"MAX_JOBS={set_jobs} with {_gib(total)} RAM risks the compiler being 'Killed'",
+                        fix=f"set MAX_JOBS={jobs}{where}", detail=detail)]
+    if total < 16 * 2**30:
+        return [Finding(check="memory", status="warn", summary=f"{_gib(total)} RAM: MAX_JOBS={jobs}, a slow build",
+                        fix=f"more RAM shortens the build{where}", detail=detail)]
+    return [Finding(check="memory", status="ok", summary=f"{_gib(total)} RAM: use MAX_JOBS={jobs}", detail=detail)]
+
+
+def check_disk(probe: Probe, workdir: str) -> list[Finding]:
+    free = probe.free_disk_bytes(workdir)
+    if free is None:
+        return [Finding(check="disk", status="warn", summary=f"free space at {workdir} unknown")]
+    detail = {"path": workdir, "free_bytes": free}
+    fix = f"a vLLM build with its sources and caches needs ~{DISK_WARN_GIB} GiB: free space or build elsewhere"
+    if free < DISK_FAIL_GIB * 2**30:
+        return [Finding(check="disk", status="fail", summary=f"{_gib(free)} free at {workdir}", fix=fix, detail=detail)]
+    if free < DISK_WARN_GIB * 2**30:
+        return [Finding(check="disk", status="warn", summary=f"{_gib(free)} free at {workdir}", fix=fix, detail=detail)]
+    return [Finding(check="disk", status="ok", summary=f"{_gib(free)} free at {workdir}", detail=detail)]
+
+
+def check_docker(probe: Probe, timeout: float = 3.0) -> list[Finding]:
+    try:
+        version = probe.docker_ping(timeout)
+    except Exception as exc:  # the SDK raises many kinds; any means "not reachable"
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return [Finding(check="docker", status="warn", summary=f"Docker engine not reachable: {first[:160]}",
+                        fix="needed only for docker builds and image references; start Docker (Desktop) or dockerd")]
+    return [Finding(check="docker", status="ok", summary=f"Docker engine {version} answers")]

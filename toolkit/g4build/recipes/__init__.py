@@ -1,0 +1,80 @@
+"""Launch recipes: YAML data -> checked -> PowerShell / bash scripts that start ``vllm serve`` exactly.
+
+Public surface (used by the CLI and by ``g4build wheel --recipes``):
+
+- ``load_recipe(name_or_path, sets=())``: read ``recipes/NAME.yaml`` (or a file), apply ``--set`` items.
+- ``check_recipe(recipe, ctx)``: the rules' findings (``rules.py``); ``gather_context`` builds ``ctx``.
+- ``render(recipe, shell, wheel=None, sets=())``: the script text for ``bash`` or ``powershell``.
+- ``render_for_wheel(recipe, shell, wheel_path)``: the script that sits beside a built wheel and installs it.
+- ``script_filename(name, shell)`` and ``write_script(text, path, shell)``: how and where to save it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from g4build.errors import ConfigError, RecipeError, UsageError
+from g4build.recipes.context import gather_context
+from g4build.recipes.model import Recipe, load_recipe_data, parse_recipe, recipe_names
+from g4build.recipes.overrides import apply_overrides
+from g4build.recipes.rules import CheckContext, Finding, check, errors
+from g4build.recipes.script import SHELLS, WheelRef, plan_launch, render_plan, script_filename, write_script
+
+__all__ = [
+    "SHELLS",
+    "CheckContext",
+    "Finding",
+    "Recipe",
+    "WheelRef",
+    "check_recipe",
+    "gather_context",
+    "load_recipe",
+    "raise_on_errors",
+    "recipe_names",
+    "render",
+    "render_for_wheel",
+    "script_filename",
+    "write_script",
+]
+
+
+def load_recipe(name_or_path: str, sets: Sequence[str] = (), *, root: Path | None = None) -> Recipe:
+    data, path = load_recipe_data(name_or_path, root)
+    if not sets:
+        return parse_recipe(data, str(path), source=path)
+    parse_recipe(data, str(path), source=path)  # the file itself must be valid before --set is blamed
+    try:
+        return parse_recipe(apply_overrides(data, sets), f"{path} (after --set)", source=path)
+    except ConfigError as exc:
+        raise UsageError(exc.message, hint=exc.hint or "check the --set values") from exc
+
+
+def check_recipe(recipe: Recipe, ctx: CheckContext) -> tuple[Finding, ...]:
+    return check(recipe, ctx)
+
+
+def raise_on_errors(recipe: Recipe, findings: tuple[Finding, ...]) -> None:
+    bad = errors(findings)
+    if bad:
+        listed = "; ".join(f"[{f.rule}] {f.message}" for f in bad)
+        hints = "; ".join(f.hint for f in bad if f.hint)
+        raise RecipeError(f"recipe '{recipe.name}' breaks {len(bad)} rule(s): {listed}", hint=hints or None)
+
+
+def render(recipe: Recipe, shell: str, *, wheel: WheelRef | None = None, sets: Sequence[str] = ()) -> str:
+    """The script text; ``sets`` only names the overridden keys in the header (apply them with load_recipe)."""
+    return render_plan(plan_launch(recipe, wheel=wheel, overrides=sets), shell)
+
+
+def render_for_wheel(recipe: Recipe | str, shell: str, wheel_path: Path) -> str:
+    """The launch script to write beside ``wheel_path`` (as ``script_filename(recipe.name, shell)``).
+
+    It installs the wheel from its own folder, then serves. The rules run first with the wheel's
+    build-manifest.json in view (so a wheel missing a series the recipe's pin needs is refused):
+    raises ``RecipeError`` on an error finding.
+    """
+    chosen = load_recipe(recipe) if isinstance(recipe, str) else recipe
+    ctx = gather_context(chosen, wheel=wheel_path, ask_transformers=False)
+    raise_on_errors(chosen, check(chosen, ctx))
+    return render(chosen, shell, wheel=WheelRef(path=wheel_path.name, beside_script=True))

@@ -1,0 +1,82 @@
+"""The edge of the rules: gather what they need (pins, series, a wheel's manifest, checkpoints, transformers)."""
+
+from __future__ import annotations
+
+import importlib
+import zipfile
+from pathlib import Path
+
+from g4build.errors import UsageError
+from g4build.manifest import MANIFEST_NAME, loads
+from g4build.pins import load_pins
+from g4build.recipes.checkpoint import CheckpointInfo, read_checkpoint
+from g4build.recipes.model import Recipe
+from g4build.recipes.rules import CheckContext, WheelInfo
+from g4build.series import load_all
+
+
+def read_wheel_info(wheel: Path) -> WheelInfo:
+    """The series a wheel carries, from ``*.dist-info/build-manifest.json`` (none for a stock wheel)."""
+    if not wheel.is_file():
+        raise UsageError(f"{wheel}: expected a wheel file, found none", hint="pass the path of a built .whl")
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            names = [n for n in archive.namelist() if n.endswith(".dist-info/" + MANIFEST_NAME)]
+            raw = archive.read(names[0]) if names else None
+    except zipfile.BadZipFile as exc:
+        raise UsageError(f"{wheel}: not a wheel (not a zip archive)") from exc
+    if raw is None:
+        return WheelInfo(file=wheel.name, pin=None, series={})
+    data = loads(raw, str(wheel))
+    pin = data.get("pin")
+    series = {str(s["name"]): int(s.get("version", 0)) for s in data["series"] if isinstance(s, dict) and "name" in s}
+    return WheelInfo(file=wheel.name, pin=str(pin["name"]) if isinstance(pin, dict) else None, series=series)
+
+
+def transformers_model_types() -> frozenset[str] | None:
+    """Model types the importable transformers knows (None when there is none)."""
+    try:
+        auto = importlib.import_module("transformers.models.auto.configuration_auto")
+    except Exception:  # not installed, or broken: either way we cannot ask it
+        return None
+    names = getattr(auto, "CONFIG_MAPPING_NAMES", None)
+    return frozenset(names) if names is not None else None
+
+
+def drafter_dir(recipe: Recipe, given: Path | None) -> Path | None:
+    """``--draft-dir``, else the recipe's speculative model when it is a local checkpoint folder."""
+    if given is not None:
+        return given
+    model = (recipe.speculative or {}).get("model")
+    if isinstance(model, str) and model and (Path(model) / "config.json").is_file():
+        return Path(model)
+    return None
+
+
+def gather_context(
+    recipe: Recipe,
+    *,
+    model_dir: Path | None = None,
+    draft_dir: Path | None = None,
+    wheel: Path | None = None,
+    ask_transformers: bool = True,
+) -> CheckContext:
+    pins = load_pins()
+    wheel_info = read_wheel_info(wheel) if wheel is not None else None
+    pin_name = recipe.pin or (wheel_info.pin if wheel_info else None)
+    pin = pins.pins.get(pin_name) if pin_name else None
+    target: CheckpointInfo | None = read_checkpoint(model_dir) if model_dir is not None else None
+    draft = drafter_dir(recipe, draft_dir)
+    drafter = read_checkpoint(draft) if draft is not None else None
+    asked = ask_transformers and recipe.method == "mtp"
+    types = transformers_model_types() if asked else None
+    return CheckContext(
+        pin=pin,
+        known_pins=tuple(pins.pins),
+        series=tuple(load_all()),
+        target=target,
+        drafter=drafter,
+        wheel=wheel_info,
+        transformers_model_types=types,
+        transformers_asked=asked,
+    )

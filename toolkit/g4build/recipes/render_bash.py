@@ -1,0 +1,64 @@
+"""Render a launch plan as a bash script.
+
+Every value is one single-quoted word; a ``'`` inside becomes ``'\\''`` (close, escaped quote, reopen).
+Inside single quotes bash expands nothing: ``$``, backticks, ``;``, ``"``, newlines and non-ASCII text reach
+``vllm`` exactly as written, and no value can run a command.
+"""
+
+from __future__ import annotations
+
+from g4build.recipes.script import LaunchPlan, header_lines
+
+
+def quote(value: str) -> str:
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+def render_bash(plan: LaunchPlan) -> str:
+    out = ["#!/usr/bin/env bash"]
+    out += [f"# {line}".rstrip() for line in header_lines(plan, "bash")]
+    out += [
+        "#",
+        "# Quoting: each value below is one single-quoted word ('\\'' stands for a quote), so bash expands",
+        "# nothing inside it and vllm receives it exactly as the recipe wrote it. That is why shellcheck's",
+        "# notes on literal $/backticks (SC2016), on '\\'' (SC1003) and on typographic quotes (SC1112) are off.",
+        "# shellcheck disable=SC1003,SC1112,SC2016",
+        "set -euo pipefail",
+        "",
+    ]
+    for name, value in plan.env:
+        out.append(f"export {name}={quote(value)}")
+    if plan.env:
+        out.append("")
+    out += [
+        "if ! command -v nvidia-smi >/dev/null 2>&1; then",
+        "  echo 'error: nvidia-smi was not found on PATH, so no NVIDIA GPU can be used here.' >&2",
+        "  echo 'hint: install the NVIDIA driver (in WSL the Windows driver provides nvidia-smi), then run this"
+        " script again.' >&2",
+        "  exit 1",
+        "fi",
+        "if ! nvidia-smi -L; then",
+        "  echo 'error: nvidia-smi did not list a GPU (see its message above).' >&2",
+        "  exit 1",
+        "fi",
+        "# Other GPUs may work but are not what the recipe was measured on: warn, do not stop.",
+        "if caps=\"$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader)\"; then",
+        "  case \"${caps}\" in",
+        f"    *{plan.compute_capability}*) ;;",
+        f"    *) echo \"warning: this recipe is for {plan.arch} (compute capability {plan.compute_capability}); "
+        "nvidia-smi reports: ${caps//$'\\n'/ }\" >&2 ;;",
+        "  esac",
+        "fi",
+        "",
+    ]
+    if plan.wheel is not None:
+        if plan.wheel.beside_script:
+            out.append('script_dir="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"')
+            out.append(f'python3 -m pip install "${{script_dir}}"/{quote(plan.wheel.path)}')
+        else:
+            out.append(f"python3 -m pip install {quote(plan.wheel.path)}")
+        out.append("")
+    out.append("vllm_args=(")
+    out += [f"  {quote(word)}" for word in plan.argv]
+    out += [")", 'exec vllm "${vllm_args[@]}"', ""]
+    return "\n".join(out)

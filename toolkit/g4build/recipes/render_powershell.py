@@ -1,0 +1,124 @@
+"""Render a launch plan as a PowerShell script that passes arguments exactly on 5.1 and 7.x.
+
+Values are PowerShell verbatim (single-quoted) strings: nothing inside is expanded. PowerShell accepts four
+single-quote characters (' and the typographic U+2018, U+2019, U+201A, U+201B) and a doubled one stands for
+itself, so each of them is doubled.
+
+Native arguments: PowerShell 7.3+ has ``$PSNativeCommandArgumentPassing``; the script sets it to
+``'Standard'``, which hands every array element to ``vllm`` exactly. Windows PowerShell 5.1 and 7.0-7.2
+(the "Legacy" passing) join arguments into a command line without escaping embedded double quotes and drop
+empty ones, so ``{"method":"dflash"}`` would arrive as ``{method:dflash}``. For those hosts the script
+carries a second array with each value already quoted for the Windows command line (``windows_word``):
+wrapped in ``"…"``, each ``"`` as ``\\"``, backslashes before a quote or the end doubled. Legacy passing
+leaves such a word untouched (its whitespace is inside quotes) and the program's argument parser
+(CommandLineToArgvW / the C runtime, or .NET on Unix) turns it back into the exact value.
+"""
+
+from __future__ import annotations
+
+import re
+
+from g4build.recipes.script import LaunchPlan, header_lines
+
+PS_SINGLE_QUOTES = "'\u2018\u2019\u201a\u201b"
+_PLAIN_WINDOWS_WORD = re.compile(r"^[A-Za-z0-9_./:=,+@%\\-]+$")
+
+
+def quote(value: str) -> str:
+    """A PowerShell verbatim string whose value is ``value``."""
+    body = "".join(c + c if c in PS_SINGLE_QUOTES else c for c in value)
+    return f"'{body}'"
+
+
+def windows_word(value: str) -> str:
+    """``value`` quoted so the Windows command-line parser returns it unchanged (and Legacy passing keeps it)."""
+    if _PLAIN_WINDOWS_WORD.match(value):
+        return value
+    out = ['"']
+    backslashes = 0
+    for char in value:
+        if char == "\\":
+            backslashes += 1
+            continue
+        if char == '"':
+            out.append("\\" * (2 * backslashes + 1) + '"')
+        else:
+            out.append("\\" * backslashes + char)
+        backslashes = 0
+    out.append("\\" * (2 * backslashes) + '"')
+    return "".join(out)
+
+
+HOW_ARGUMENTS_PASS = [
+    "How the arguments reach vllm exactly, in Windows PowerShell 5.1 and PowerShell 7.x:",
+    "- $vllmArgs holds each value as a single-quoted string ('' stands for one quote; nothing is expanded).",
+    "- Where $PSNativeCommandArgumentPassing exists (7.3+), the script sets it to 'Standard', which passes",
+    "  each element exactly, embedded double quotes included, and runs vllm with $vllmArgs.",
+    "- Elsewhere (5.1, 7.0-7.2: Legacy passing drops embedded double quotes and empty values) it runs vllm",
+    '  with $vllmArgsLegacy: the same values pre-quoted for the Windows command line ("..." around, \\" for',
+    "  a quote, backslashes before a quote doubled), which Legacy passing leaves as they are.",
+    "This file is UTF-8 with a byte order mark so that 5.1 reads non-ASCII values correctly.",
+]
+
+
+def _array(name: str, words: list[str]) -> list[str]:
+    return [f"${name} = @(", *(f"    {w}" for w in words), ")"]
+
+
+def render_powershell(plan: LaunchPlan) -> str:
+    out = [f"# {line}".rstrip() for line in [*header_lines(plan, "powershell"), "", *HOW_ARGUMENTS_PASS]]
+    out += [
+        "",
+        "$ErrorActionPreference = 'Stop'",
+        "Set-StrictMode -Version 3.0",
+        "",
+    ]
+    for name, value in plan.env:
+        out.append(f"$env:{name} = {quote(value)}")
+    if plan.env:
+        out.append("")
+    out += [
+        "if (-not (Get-Command -Name 'nvidia-smi' -CommandType Application -ErrorAction SilentlyContinue)) {",
+        "    [Console]::Error.WriteLine('error: nvidia-smi was not found on PATH, so no NVIDIA GPU can be used"
+        " here.')",
+        "    [Console]::Error.WriteLine('hint: install the NVIDIA driver, then run this script again.')",
+        "    exit 1",
+        "}",
+        "& nvidia-smi -L",
+        "if ($LASTEXITCODE -ne 0) {",
+        "    [Console]::Error.WriteLine('error: nvidia-smi did not list a GPU (see its message above).')",
+        "    exit 1",
+        "}",
+        "# Other GPUs may work but are not what the recipe was measured on: warn, do not stop.",
+        "$caps = @(& nvidia-smi '--query-gpu=compute_cap' '--format=csv,noheader' |"
+        " ForEach-Object { ([string]$_).Trim() })",
+        f"if ($LASTEXITCODE -eq 0 -and -not ($caps -contains '{plan.compute_capability}')) {{",
+        f"    [Console]::Error.WriteLine('warning: this recipe is for {plan.arch} (compute capability "
+        f"{plan.compute_capability}); nvidia-smi reports: ' + ($caps -join ' '))",
+        "}",
+        "",
+    ]
+    if plan.wheel is not None:
+        if plan.wheel.beside_script:
+            out.append(f"$wheel = Join-Path -Path $PSScriptRoot -ChildPath {quote(plan.wheel.path)}")
+        else:
+            out.append(f"$wheel = {quote(plan.wheel.path)}")
+        out += [
+            "& python -m pip install $wheel",
+            "if ($LASTEXITCODE -ne 0) { exit $LASTEXITCODE }",
+            "",
+        ]
+    out += _array("vllmArgs", [quote(w) for w in plan.argv])
+    out += _array("vllmArgsLegacy", [quote(windows_word(w)) for w in plan.argv])
+    out += [
+        "if (Get-Variable -Name 'PSNativeCommandArgumentPassing' -ErrorAction SilentlyContinue) {",
+        "    $PSNativeCommandArgumentPassing = 'Standard'",
+        "    $argv = $vllmArgs",
+        "} else {",
+        "    $argv = $vllmArgsLegacy",
+        "}",
+        "& vllm @argv",
+        "exit $LASTEXITCODE",
+        "",
+    ]
+    return "\n".join(out)

@@ -1,0 +1,340 @@
+"""The recipe rules: pure functions from (recipe, what we know) to findings.
+
+Each rule returns findings of severity ``error`` (the script would fail or misbehave: rendering refuses),
+``warning`` (likely trouble: said before the user waits minutes for it) or ``info`` (what was assumed).
+Nothing here reads files or imports vLLM; the CLI gathers the context at the edge (``context.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from g4build.pins import Pin
+from g4build.recipes.checkpoint import CheckpointInfo
+from g4build.recipes.model import KvGeometry, Recipe
+from g4build.series import Series
+
+Severity = Literal["error", "warning", "info"]
+
+MAX_SPEC_TOKENS = 16  # DFlash drafters verify blocks of 16 (15 drafted); MTP uses a handful
+FA2_MAX_HEAD_DIM = 256
+RUNTIME_OVERHEAD_GIB = 1.5  # CUDA context, activations, CUDA graphs: a rough allowance
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
+GIB = 1024**3
+MOE_BACKENDS_REJECTING_GELU_TANH = ("cutlass", "flashinfer")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    rule: str
+    severity: Severity
+    message: str
+    hint: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {"rule": self.rule, "severity": self.severity, "message": self.message, "hint": self.hint}
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelInfo:
+    """What a g4build wheel's build-manifest.json says it carries."""
+
+    file: str
+    pin: str | None
+    series: dict[str, int] = field(default_factory=dict)  # name -> version
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckContext:
+    pin: Pin | None = None  # the recipe's pin (or the wheel's), resolved from patches/pins.yaml
+    known_pins: tuple[str, ...] = ()
+    series: tuple[Series, ...] = ()
+    target: CheckpointInfo | None = None
+    drafter: CheckpointInfo | None = None
+    wheel: WheelInfo | None = None
+    transformers_model_types: frozenset[str] | None = None  # None: no transformers to ask here
+    transformers_asked: bool = False  # False: the caller did not look (rendering), so say nothing firm
+
+
+Rule = Callable[[Recipe, CheckContext], list[Finding]]
+
+
+def _is_gemma4(recipe: Recipe, ctx: CheckContext) -> bool:
+    if ctx.target is not None:
+        return ctx.target.is_gemma4
+    model = recipe.model.lower()
+    return recipe.family == "gemma4" or "gemma-4" in model or "gemma4" in model
+
+
+def _is_modelopt_nvfp4(recipe: Recipe, ctx: CheckContext) -> bool:
+    if ctx.target is not None:
+        return ctx.target.is_modelopt_nvfp4
+    cp = recipe.checkpoint
+    return (cp.quant_method or "").lower() == "modelopt" and "NVFP4" in (cp.quant_algo or "").upper()
+
+
+def rule_pin(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
+    out = []
+    if recipe.pin is not None and ctx.known_pins and recipe.pin not in ctx.known_pins:
+        out.append(Finding(rule="pin", severity="error",
+                           message=f"pin '{recipe.pin}' is not in patches/pins.yaml "
+                                   f"(expected one of {', '.join(ctx.known_pins)})",
+                           hint="fix the recipe's pin or run `g4build pins list`"))
+    if ctx.wheel is not None and recipe.pin and ctx.wheel.pin and ctx.wheel.pin != recipe.pin:
+        out.append(Finding(rule="pin", severity="warning",
+                           message=f"the wheel {ctx.wheel.file} was built from pin '{ctx.wheel.pin}', "
+                                   f"the recipe names '{recipe.pin}'",
+                           hint="use a wheel built from the recipe's pin, or --set pin=" + ctx.wheel.pin))
+    return out
+
+
+def rule_quantization(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
+    forced = recipe.args.get("quantization")
+    if not (isinstance(forced, str) and forced.lower().startswith("modelopt")):
+        return []
+    if not _is_modelopt_nvfp4(recipe, ctx):
+        return []
+    return [Finding(rule="quantization", severity="error",
+                    message=f"--quantization {forced} is forced for a modelopt NVFP4 checkpoint: vLLM detects "
+                            "the checkpoint's quantization itself, and forcing it breaks the drafter path",
+                    hint="remove it (--set args.quantization=null)")]
+
+
+def _bad_moe_backend(value: Any) -> bool:
+    return isinstance(value, str) and value.lower().startswith(MOE_BACKENDS_REJECTING_GELU_TANH)
+
+
+def rule_moe_backend(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
+    if not _is_gemma4(recipe, ctx):
+        return []
+    out = []
+    why = "Gemma 4's MoE uses GELU_TANH, which the CUTLASS and FlashInfer MoE kernels reject"
+    places = [("--moe-backend", recipe.args.get("moe-backend"), "--set args.moe-backend=null")]
+    if recipe.speculative:
+        places.append(("speculative moe_backend", recipe.speculative.get("moe_backend"),
+                       "--set speculative.moe_backend=null"))
+    for where, value, fix in places:
+        if _bad_moe_backend(value):
+            out.append(Finding(rule="moe-backend", severity="error", message=f"{where} {value}: {why}",
+                               hint=f"leave the MoE backend on auto (it lands on Marlin): {fix}"))
+    flag = recipe.env.get("VLLM_USE_FLASHINFER_MOE_FP4", "").strip().lower()
+    if flag in ("1", "true", "yes", "on"):
+        out.append(Finding(rule="moe-backend", severity="error",
+                           message=f"VLLM_USE_FLASHINFER_MOE_FP4={recipe.env['VLLM_USE_FLASHINFER_MOE_FP4']}: {why}",
+                           hint="set it to 0 (--set env.VLLM_USE_FLASHINFER_MOE_FP4=0)"))
+    return out
+
+
+def rule_dflash_backend(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
+    if recipe.method != "dflash" or recipe.speculative is None:
+        return []
+    out = []
+    backend = recipe.speculative.get("attention_backend")
+    if str(backend or "").lower() != "flash_attn":
+        found = "unset (vLLM then picks a causal-only backend)" if backend is None else repr(backend)
+        out.append(Finding(rule="dflash-backend", severity="error",
+                           message=f"a DFlash drafter attends non-causally within its block and needs the "
+                                   f"flash_attn backend; speculative.attention_backend is {found}",
+                           hint="--set speculative.attention_backend=flash_attn"))
+    if ctx.drafter is not None:
+        dims = [d for d in (ctx.drafter.head_dim, ctx.drafter.global_head_dim) if d]
+        if dims and max(dims) > FA2_MAX_HEAD_DIM:
+            out.append(Finding(rule="dflash-backend", severity="error",
+                               message=f"the drafter ({ctx.drafter.path}) has head dim {max(dims)}; FlashAttention 2 "
+                                       f"(what SM120 runs) serves head dims up to {FA2_MAX_HEAD_DIM}",
+                               hint="use a drafter with head_dim <= 256"))
+    if not recipe.needs_series:
+        out.append(Finding(rule="dflash-backend", severity="warning",
+                           message="the recipe names no series (needs_series), so g4build cannot tell whether "
+                                   f"pin '{recipe.pin}' has the DFlash fixes or needs a g4build wheel",
+                           hint="list the series the DFlash path needs in needs_series"))
+    return out
+
+
+def _series_finding(recipe: Recipe, ctx: CheckContext, name: str, by_name: dict[str, Series]) -> Finding | None:
+    pin = ctx.pin
+    series = by_name.get(name)
+    if series is None:
+        return Finding(rule="series", severity="warning",
+                       message=f"series '{name}' (needs_series) is not in patches/series.yaml's order, so g4build "
+                               "cannot tell whether the pin needs it or the wheel carries it",
+                       hint="check that the series exists (`g4build patches list`) and is spelled right")
+    if pin is None:
+        return None
+    if series.upstream_in(pin.version):
+        return None
+    variant = series.variant(pin.name)
+    if variant is None:
+        return Finding(rule="series", severity="error",
+                       message=f"series '{name}' has no patches for pin '{pin.name}' and upstream {pin.version} "
+                               "lacks the fix: no wheel for this pin can carry it",
+                       hint="use a pin the series supports: " + (", ".join(sorted(series.pins)) or "none yet"))
+    if not variant.patches:
+        return None  # the pin needs nothing: upstream has the fix there
+    if ctx.wheel is None:
+        return Finding(rule="series", severity="warning",
+                       message=f"pin '{pin.name}' lacks the upstream fix that series '{name}' carries: the stock "
+                               "vllm wheel will fail; install a g4build wheel that carries it",
+                       hint="build one with `g4build wheel`, then render with --wheel PATH")
+    carried = ctx.wheel.series.get(name)
+    if carried is None:
+        return Finding(rule="series", severity="error",
+                       message=f"the wheel {ctx.wheel.file} does not carry series '{name}', which pin "
+                               f"'{pin.name}' needs (it carries: {', '.join(ctx.wheel.series) or 'none'})",
+                       hint="rebuild the wheel with the series applied (`g4build wheel`)")
+    if carried < series.version:
+        return Finding(rule="series", severity="warning",
+                       message=f"the wheel {ctx.wheel.file} carries series '{name}' version {carried}; "
+                               f"version {series.version} is current",
+                       hint="rebuild the wheel to pick up the newer series")
+    return None
+
+
+def rule_series(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
+    by_name = {s.name: s for s in ctx.series}
+    found = (_series_finding(recipe, ctx, name, by_name) for name in recipe.needs_series)
+    return [f for f in found if f is not None]
+
+
+def rule_mtp_transformers(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
+    if recipe.method != "mtp" or not _is_gemma4(recipe, ctx):
+        return []
+    out = []
+    if ctx.drafter is not None and ctx.drafter.model_type != "gemma4_assistant":
+        out.append(Finding(rule="mtp-transformers", severity="warning",
+                           message=f"the MTP drafter's config.json has model_type '{ctx.drafter.model_type}', "
+                                   "expected 'gemma4_assistant'",
+                           hint="point speculative.model at the Gemma 4 assistant checkpoint"))
+    known = ctx.transformers_model_types
+    if not ctx.transformers_asked:
+        out.append(Finding(rule="mtp-transformers", severity="info",
+                           message="the Gemma 4 MTP drafter needs a transformers that knows 'gemma4_assistant'; "
+                                   "not checked here", hint="run `g4build recipe check` in the serving environment"))
+    elif known is None:
+        out.append(Finding(rule="mtp-transformers", severity="warning",
+                           message="the Gemma 4 MTP drafter needs a transformers that knows model type "
+                                   "'gemma4_assistant'; no transformers is importable here to check",
+                           hint="run `g4build recipe check` in the environment that serves, or upgrade transformers"))
+    elif "gemma4_assistant" not in known:
+        out.append(Finding(rule="mtp-transformers", severity="warning",
+                           message="the installed transformers does not know model type 'gemma4_assistant', "
+                                   "which the Gemma 4 MTP drafter needs",
+                           hint="pip install --upgrade transformers"))
+    return out
+
+
+def rule_spec_tokens(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
+    if recipe.speculative is None:
+        return []
+    n = recipe.speculative.get("num_speculative_tokens")
+    if n is None:
+        return [Finding(rule="spec-tokens", severity="warning",
+                        message="speculative.num_speculative_tokens is not set; vLLM falls back to the drafter's "
+                                "default, which may not be what was measured",
+                        hint="set it, e.g. 15 for DFlash, 4 for the Gemma 4 MTP assistant")]
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        return [Finding(rule="spec-tokens", severity="error",
+                        message=f"speculative.num_speculative_tokens must be a whole number >= 1, found {n!r}",
+                        hint="--set speculative.num_speculative_tokens=15")]
+    if n > MAX_SPEC_TOKENS:
+        return [Finding(rule="spec-tokens", severity="warning",
+                        message=f"speculative.num_speculative_tokens={n} is above {MAX_SPEC_TOKENS}: drafts that "
+                                "long are mostly rejected and cost verification time",
+                        hint=f"use {MAX_SPEC_TOKENS - 1} or fewer")]
+    return []
+
+
+def _int_arg(recipe: Recipe, option: str) -> int | None:
+    value = recipe.args.get(option)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def rule_batched_tokens(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
+    max_len = _int_arg(recipe, "max-model-len")
+    batched = _int_arg(recipe, "max-num-batched-tokens")
+    if max_len is None or batched is None or batched >= max_len:
+        return []
+    chunked = recipe.args.get("enable-chunked-prefill")
+    if chunked is False:
+        return [Finding(rule="batched-tokens", severity="error",
+                        message=f"max-num-batched-tokens ({batched}) < max-model-len ({max_len}) with chunked "
+                                "prefill off: a long prompt can never be scheduled",
+                        hint=f"raise max-num-batched-tokens to {max_len} or enable chunked prefill")]
+    if chunked is None:
+        return [Finding(rule="batched-tokens", severity="info",
+                        message=f"max-num-batched-tokens ({batched}) < max-model-len ({max_len}) relies on vLLM's "
+                                "default of chunked prefill on",
+                        hint="say enable-chunked-prefill: true to be explicit")]
+    return []
+
+
+def _memory(recipe: Recipe, ctx: CheckContext) -> tuple[float, KvGeometry | None, str] | None:
+    if ctx.target is not None:
+        weights = ctx.target.weights_bytes + (ctx.drafter.weights_bytes if ctx.drafter else 0)
+        return weights / GIB, ctx.target.kv, "the checkpoint files"
+    if recipe.footprint is not None:
+        return recipe.footprint.weights_gib, recipe.footprint.kv, "the recipe's footprint estimate"
+    return None
+
+
+def rule_vram(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
+    memory = _memory(recipe, ctx)
+    if memory is None:
+        return [Finding(rule="vram", severity="info", message="VRAM budget not checked: no footprint in the "
+                        "recipe and no --model-dir", hint="pass --model-dir to measure the checkpoint")]
+    weights, kv, basis = memory
+    util = recipe.args.get("gpu-memory-utilization", DEFAULT_GPU_MEMORY_UTILIZATION)
+    if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1:
+        return [Finding(rule="vram", severity="error",
+                        message=f"gpu-memory-utilization must be a number in (0, 1], found {util!r}")]
+    budget = util * recipe.hardware.vram_gb
+    fixed = weights + RUNTIME_OVERHEAD_GIB
+    head = f"budget {util:g} x {recipe.hardware.vram_gb:g} GiB = {budget:.1f} GiB; weights {weights:.1f} GiB ({basis})"
+    fix = "lower max-model-len / max-num-seqs, use --kv-cache-dtype fp8, or raise gpu-memory-utilization"
+    if fixed > budget:
+        return [Finding(rule="vram", severity="warning",
+                        message=f"{head} + {RUNTIME_OVERHEAD_GIB} GiB runtime do not fit: expect an out-of-memory",
+                        hint="raise gpu-memory-utilization or use a card with more memory")]
+    max_len = _int_arg(recipe, "max-model-len")
+    if kv is None or max_len is None:
+        return [Finding(rule="vram", severity="info", message=f"{head}: KV cache not estimated (no KV geometry "
+                        "or max-model-len)")]
+    dtype = recipe.args.get("kv-cache-dtype")
+    per_seq = kv.bytes_per_sequence(max_len, 1 if str(dtype or "").startswith("fp8") else 2) / GIB
+    free = budget - fixed
+    if per_seq > free:
+        return [Finding(rule="vram", severity="warning",
+                        message=f"{head}; one sequence of max-model-len {max_len} needs {per_seq:.1f} GiB of KV "
+                                f"cache but {free:.1f} GiB are left: vLLM will refuse to start", hint=fix)]
+    seqs = _int_arg(recipe, "max-num-seqs")
+    if seqs is not None and per_seq * seqs > free:
+        fit = int(free // per_seq)
+        return [Finding(rule="vram", severity="warning",
+                        message=f"{head}; KV cache for max-num-seqs {seqs} x max-model-len {max_len} needs "
+                                f"{per_seq * seqs:.1f} GiB, {free:.1f} GiB are left: only {fit} full-length "
+                                "sequences fit at once (vLLM queues or preempts the rest)", hint=fix)]
+    return [Finding(rule="vram", severity="info", message=f"{head}; KV cache {per_seq:.2f} GiB per full-length "
+                    f"sequence fits in the {free:.1f} GiB left")]
+
+
+RULES: tuple[Rule, ...] = (
+    rule_pin,
+    rule_quantization,
+    rule_moe_backend,
+    rule_dflash_backend,
+    rule_series,
+    rule_mtp_transformers,
+    rule_spec_tokens,
+    rule_batched_tokens,
+    rule_vram,
+)
+
+
+def check(recipe: Recipe, ctx: CheckContext) -> tuple[Finding, ...]:
+    return tuple(f for rule in RULES for f in rule(recipe, ctx))
+
+
+def errors(findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
+    return tuple(f for f in findings if f.severity == "error")

@@ -1,0 +1,292 @@
+"""Source acquisition: a pin's vLLM tree from the release sdist, the upstream git remote, or a local path.
+
+Every route ends in a verified git work tree whose first commit is the pristine upstream source, so patch
+series apply with git. Trees and downloads live in the cache (``index.cache_root()``), keyed by pin and
+source, guarded by a file lock, and are complete or absent: work happens in a temporary sibling that is
+renamed into place only once it is whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+import shutil
+import tarfile
+from dataclasses import asdict, dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import git
+from filelock import FileLock, Timeout
+
+from g4build.errors import LockTimeoutError, SourceError, UnsafeArchiveError
+from g4build.index import LOCK_TIMEOUT_S, ProgressHook, cache_root, fetch_verified
+from g4build.pins import Pin
+
+MARKER = "g4build-source.json"  # kept inside .git/, so it never shows in the work tree
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "g4build",
+    "GIT_AUTHOR_EMAIL": "g4build@localhost",
+    "GIT_COMMITTER_NAME": "g4build",
+    "GIT_COMMITTER_EMAIL": "g4build@localhost",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
+}
+_MAX_MEMBER_BYTES = 512 << 20
+_MAX_TOTAL_BYTES = 4 << 30
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceResult:
+    pin: str
+    path: Path
+    source: str  # "sdist", "git" or "path"
+    verified: str  # "sha256:<hex>" or "commit:<sha>"
+    cached: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["path"] = str(self.path)
+        return d
+
+
+# --- safe extraction -------------------------------------------------------------------------------------
+
+
+def _escapes(rel: str) -> bool:
+    """True when a relative POSIX path, once normalised, leaves its base."""
+    n = posixpath.normpath(rel)
+    return n == ".." or n.startswith("../") or n.startswith("/")
+
+
+def check_tar_members(members: list[tarfile.TarInfo], where: str) -> None:
+    """Refuse the whole archive if any member could land outside the destination."""
+    total = 0
+    for m in members:
+        name = m.name
+        p = PurePosixPath(name)
+        if p.is_absolute() or re.match(r"^[A-Za-z]:", name) or "\\" in name:
+            raise UnsafeArchiveError(f"{where}: member '{name}' has an absolute path; expected names inside the tree")
+        if ".." in p.parts:
+            raise UnsafeArchiveError(f"{where}: member '{name}' climbs out with '..'; refusing the archive")
+        if m.issym():
+            if m.linkname.startswith("/") or _escapes(posixpath.join(str(p.parent), m.linkname)):
+                raise UnsafeArchiveError(
+                    f"{where}: symlink '{name}' -> '{m.linkname}' points outside the tree; refusing the archive"
+                )
+        elif m.islnk():
+            if m.linkname.startswith("/") or _escapes(m.linkname):
+                raise UnsafeArchiveError(
+                    f"{where}: hardlink '{name}' -> '{m.linkname}' points outside the tree; refusing the archive"
+                )
+        elif not (m.isfile() or m.isdir()):
+            raise UnsafeArchiveError(f"{where}: member '{name}' is a device or fifo; a source archive has none")
+        if m.size > _MAX_MEMBER_BYTES:
+            raise UnsafeArchiveError(f"{where}: member '{name}' is {m.size} bytes, over the {_MAX_MEMBER_BYTES} limit")
+        total += m.size
+    if total > _MAX_TOTAL_BYTES:
+        raise UnsafeArchiveError(f"{where}: archive unpacks to {total} bytes, over the {_MAX_TOTAL_BYTES} limit")
+
+
+def safe_extract_tar(archive: Path, dest: Path) -> Path:
+    """Extract ``archive`` to ``dest`` (which must not exist) and return its single top folder.
+
+    Every member is checked before anything is written; on any failure ``dest`` does not exist afterwards.
+    """
+    if dest.exists():
+        raise SourceError(f"{dest} already exists; expected a fresh destination for extraction")
+    tmp = dest.with_name(dest.name + ".extracting")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        with tarfile.open(archive) as tar:
+            members = tar.getmembers()
+            check_tar_members(members, archive.name)
+            tmp.mkdir(parents=True)
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(tmp, members=members, filter="data")
+            else:  # Python without extraction filters: members were checked above
+                tar.extractall(tmp, members=members)
+        tops = [p.name for p in tmp.iterdir()]
+        single = len(tops) == 1 and (tmp / tops[0]).is_dir()
+        os.replace(tmp, dest)
+    except tarfile.TarError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UnsafeArchiveError(f"{archive.name}: not a readable tar archive: {exc}") from exc
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest / tops[0] if single else dest
+
+
+# --- helpers ---------------------------------------------------------------------------------------------
+
+
+def trees_root() -> Path:
+    return cache_root() / "trees"
+
+
+def _read_marker(tree: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((tree / ".git" / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_marker(tree: Path, data: dict[str, Any]) -> None:
+    (tree / ".git" / MARKER).write_text(json.dumps(data, indent=2) + "\n")
+
+
+def _commit_tree(tree: Path, message: str) -> str:
+    repo = git.Repo.init(tree)
+    with repo.git.custom_environment(**_GIT_ENV):
+        repo.git.add("-A", "-f")  # sdists carry generated files a .gitignore would hide
+        repo.git.commit("-q", "--no-gpg-sign", "--no-verify", "-m", message)
+    return str(repo.head.commit.hexsha)
+
+
+def read_version_file(tree: Path) -> tuple[str | None, str | None]:
+    """(version, commit id) from ``vllm/_version.py`` as written by setuptools-scm."""
+    try:
+        text = (tree / "vllm" / "_version.py").read_text()
+    except OSError:
+        return None, None
+    ver = re.search(r"^__version__\s*=\s*version\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    cid = re.search(r"^__commit_id__\s*=\s*commit_id\s*=\s*['\"]g?([0-9a-f]+)['\"]", text, re.M)
+    return (ver.group(1) if ver else None), (cid.group(1) if cid else None)
+
+
+def _locked(path: Path) -> FileLock:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(path) + ".lock")
+
+
+# --- routes ----------------------------------------------------------------------------------------------
+
+
+def _from_sdist(pin: Pin, dest: Path, progress: ProgressHook | None) -> SourceResult:
+    marker = _read_marker(dest)
+    if marker and marker.get("sha256") == pin.sdist.sha256 and marker.get("pin") == pin.name:
+        return SourceResult(pin=pin.name, path=dest, source="sdist", verified=f"sha256:{pin.sdist.sha256}", cached=True)
+    if dest.exists():
+        raise SourceError(
+            f"{dest} exists but is not a g4build tree of {pin.name}",
+            hint="pass another --dest or remove that folder",
+        )
+    got = fetch_verified("vllm", pin.sdist.file, pin.sdist.sha256, cache_dir=cache_root() / "sdists", progress=progress)
+    work = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        top = safe_extract_tar(got.path, work)
+        version, commit_id = read_version_file(top)
+        if version != pin.version:
+            raise SourceError(
+                f"{pin.sdist.file}: vllm/_version.py says version {version!r}, the pin says {pin.version}"
+            )
+        if commit_id and not commit_id.startswith(pin.upstream.commit[: len(commit_id)]):
+            raise SourceError(
+                f"{pin.sdist.file}: vllm/_version.py names commit {commit_id}, the pin says {pin.upstream.commit}"
+            )
+        base = _commit_tree(top, f"upstream vllm {pin.version}")
+        _write_marker(top, {"pin": pin.name, "source": "sdist", "sha256": pin.sdist.sha256, "base": base})
+        os.replace(top, dest)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return SourceResult(pin=pin.name, path=dest, source="sdist", verified=f"sha256:{pin.sdist.sha256}", cached=False)
+
+
+def _resolve_git(repo: git.Repo, pin: Pin) -> str:
+    """Fetch as little as possible and return the full sha of the pinned commit."""
+    commit = pin.upstream.commit
+    attempts: list[list[str]] = []
+    if len(commit) == 40:
+        attempts.append(["--depth", "1", "origin", commit])
+    attempts.append(["--depth", "1", "origin", f"+refs/tags/v{pin.version}:refs/tags/v{pin.version}"])
+    attempts.append(["origin", "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"])
+    for args in attempts:
+        try:
+            repo.git.fetch("-q", *args)
+        except git.GitCommandError:
+            continue
+        for ref in (commit, f"v{pin.version}"):
+            try:
+                sha = str(repo.git.rev_parse("--verify", "-q", f"{ref}^{{commit}}"))
+            except git.GitCommandError:
+                continue
+            if pin.upstream.matches(sha):
+                return sha
+    raise SourceError(
+        f"the remote {pin.upstream.remote} has no commit starting with {commit} (tried tag v{pin.version})",
+        hint="check the pin's upstream.commit or pass --remote with a mirror that has it",
+    )
+
+
+def _from_git(pin: Pin, dest: Path, remote: str | None) -> SourceResult:
+    marker = _read_marker(dest)
+    if marker and marker.get("pin") == pin.name and pin.upstream.matches(str(marker.get("base", ""))):
+        return SourceResult(pin=pin.name, path=dest, source="git", verified=f"commit:{marker['base']}", cached=True)
+    if dest.exists():
+        raise SourceError(f"{dest} exists but is not a g4build tree of {pin.name}", hint="pass another --dest")
+    url = remote or pin.upstream.remote
+    work = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        repo = git.Repo.init(work)
+        repo.create_remote("origin", str(Path(url).resolve()) if Path(url).exists() else url)
+        try:
+            sha = _resolve_git(repo, pin)
+        except git.GitCommandError as exc:
+            raise SourceError(f"git could not reach {url}: {exc.stderr.strip()}") from exc
+        repo.git.checkout("-q", "--detach", sha)
+        _write_marker(work, {"pin": pin.name, "source": "git", "remote": url, "base": sha})
+        os.replace(work, dest)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return SourceResult(pin=pin.name, path=dest, source="git", verified=f"commit:{sha}", cached=False)
+
+
+def verify_tree(pin: Pin, tree: Path) -> str:
+    """Check an existing checkout against the pin; return what was verified."""
+    if not tree.is_dir():
+        raise SourceError(f"{tree} is not a directory; expected a vLLM checkout of {pin.name}")
+    marker = _read_marker(tree)
+    if marker and marker.get("pin") == pin.name:
+        return f"sha256:{marker['sha256']}" if marker.get("source") == "sdist" else f"commit:{marker['base']}"
+    if (tree / ".git").exists():
+        repo = git.Repo(tree)
+        for c in repo.iter_commits("HEAD", max_count=200):
+            if pin.upstream.matches(c.hexsha):
+                return f"commit:{c.hexsha}"
+    version, commit_id = read_version_file(tree)
+    if version == pin.version and commit_id and pin.upstream.commit.startswith(commit_id[: len(pin.upstream.commit)]):
+        return f"commit:{commit_id} (vllm/_version.py)"
+    found = f"version {version}, commit {commit_id}" if version else "no vllm/_version.py and no pinned commit in git"
+    raise SourceError(
+        f"{tree} is not {pin.name}: expected version {pin.version} at commit {pin.upstream.commit}, found {found}",
+        hint="fetch the pinned source with `g4build source fetch --pin " + pin.name + "`",
+    )
+
+
+def fetch_source(
+    pin: Pin,
+    how: str = "sdist",
+    *,
+    dest: Path | None = None,
+    remote: str | None = None,
+    progress: ProgressHook | None = None,
+) -> SourceResult:
+    """Acquire the pin's source by ``how``: "sdist", "git" or a filesystem path to an existing checkout."""
+    if how not in ("sdist", "git"):
+        path = Path(how).expanduser().resolve()
+        return SourceResult(pin=pin.name, path=path, source="path", verified=verify_tree(pin, path), cached=True)
+    dest = (dest or trees_root() / pin.name / how).expanduser().resolve()
+    lock = _locked(dest)
+    try:
+        with lock.acquire(timeout=LOCK_TIMEOUT_S):
+            if how == "sdist":
+                return _from_sdist(pin, dest, progress)
+            return _from_git(pin, dest, remote)
+    except Timeout as exc:
+        raise LockTimeoutError(f"another g4build holds {lock.lock_file} for over {LOCK_TIMEOUT_S:.0f} s") from exc
