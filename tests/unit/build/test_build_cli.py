@@ -65,9 +65,16 @@ def test_native_build_for_another_os_is_refused_before_anything_runs(capsys: pyt
     assert code == 9 and "must run on windows" in err
 
 
-def test_recipes_flag_is_refused_until_recipes_exist(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = _run(["wheel", "--arch", "sm120", "--os", "linux", "--recipes", "--dry-run"], capsys)
-    assert code == 2 and "--recipes" in err
+def test_recipes_flag_adds_a_launch_script_step_per_recipe(capsys: pytest.CaptureFixture[str]) -> None:
+    from g4build.recipes import recipe_names
+
+    code, out, _ = _run(["wheel", "--arch", "sm120", "--os", "windows", "--recipes", "--dry-run", "--json"], capsys)
+    assert code == 0
+    steps = [s for s in json.loads(out)["steps"] if s["name"].startswith("recipe-")]
+    assert [s["name"] for s in steps] == [f"recipe-{n}" for n in recipe_names()] and steps
+    assert steps[0]["command"][1:4] == ["recipe", "render", recipe_names()[0]]
+    assert steps[0]["command"][4:6] == ["--shell", "powershell"]
+    assert steps[0]["command"][-1] == "C:\\g4b\\wheels\\vllm-*.whl"
 
 
 def _wheel(path: Path, name: str = "vllm", version: str = "0.21.0+cu130.g4.x") -> Path:

@@ -102,6 +102,7 @@ class Options:
     launcher: str | None = None  # "ccache" / "sccache" when found
     g4build: tuple[str, ...] = ("g4build",)
     python: tuple[str, ...] = ("python",)
+    recipes: tuple[str, ...] = ()  # launch recipes to render beside the wheels (--recipes)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -239,6 +240,11 @@ def vllm_steps(
                       "--arch", arch, "--os", target.os, "--cuda", target.cuda),
              cwd=layout.root),
     ]
+    shell = "powershell" if target.os == "windows" else "bash"
+    steps += [Step(name=f"recipe-{name}", title=f"launch script {name}", resumable=False,
+                   command=(*g4b, "recipe", "render", name, "--shell", shell, "--out", out,
+                            "--wheel", layout.sep.join([out, "vllm-*.whl"])), cwd=layout.root)
+              for name in opts.recipes]
     return tuple(steps)
 
 

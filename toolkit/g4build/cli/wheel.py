@@ -89,9 +89,11 @@ def register(app: typer.Typer) -> None:
         pin = load_pins().get(pin_name)
         target = Target(os=os_name, arch=parse_arch(arch), python=python, cuda=cuda or pin.cuda,
                         executor=executor)
+        recipe_list: tuple[str, ...] = ()
         if recipes:
-            raise UsageError("--recipes is not available in this build of g4build",
-                             hint="render recipes with `g4build recipe` once the wheels exist")
+            from g4build.recipes import recipe_names
+
+            recipe_list = tuple(recipe_names())
         layout = _layout(pin, target, root, out)
         running = not dry_run and emit_script is None
         host: HostFacts | None = probe(layout.root) if running or host_os() == target.os else None
@@ -101,7 +103,8 @@ def register(app: typer.Typer) -> None:
             jobs = max_jobs(mem_gb=host_for_plan.mem_gb, cores=host_for_plan.cores) if host_for_plan else \
                 max_jobs(mem_gb=FOREIGN_MEM_GB, cores=FOREIGN_CORES)
         opts = Options(jobs=jobs, flashinfer=not no_flashinfer,
-                       launcher=host_for_plan.launcher if host_for_plan else None, python=python_cmd(target))
+                       launcher=host_for_plan.launcher if host_for_plan else None, python=python_cmd(target),
+                       recipes=recipe_list)
         cuda_home = None
         if host_for_plan and host_for_plan.nvcc:
             cuda_home = str(Path(host_for_plan.nvcc).resolve().parent.parent)
