@@ -24,11 +24,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "toolkit"), str(ROOT)]
 
+from tests.support.trees import sdist_tree  # noqa: E402
+
 from g4build.build.arch import UPSTREAM_DEFAULT_ARCH_LIST, cuda_arch_list, gencode_flags, parse_arch  # noqa: E402
 from g4build.build.deps import find_deps  # noqa: E402
 from g4build.build.host import find_nvcc, nvcc_version  # noqa: E402
 from g4build.index import cache_root  # noqa: E402
-from tests.support.trees import sdist_tree  # noqa: E402
 
 DEFAULT_UNIT = "csrc/libtorch_stable/quantization/cutlass_w4a8/w4a8_utils.cu"
 

@@ -40,6 +40,7 @@ def test_plan_for_each_combination(pin21: Pin, os_name: str, arch: str, cuda: st
     assert plan.version.startswith(f"0.21.0+cu{cuda.replace('.', '')}.g4.")
     names = [s.name for s in plan.steps]
     assert names.index("patches") < names.index("prefetch") < names.index("vllm") < names.index("validate")
+    assert names.index("use-existing-torch") < names.index("build-requirements") < names.index("vllm")
     assert names[-1] == "manifest"
     assert env["CMAKE_ARGS"] == f"-C {plan.layout.deps_file}"
     vllm = plan.step("vllm")

@@ -212,12 +212,12 @@ def vllm_steps(
                       f"sys.exit(0 if v == '{pin.torch}' and torch.version.cuda else "
                       f"'expected torch {pin.torch} built for CUDA, found ' + torch.__version__)"),
              cwd=layout.root),
-        Step(name="build-requirements", title="install build requirements",
-             command=(*py, "-m", "pip", "install", "-r", "requirements/build/cuda.txt"), cwd=src),
     ]
-    if opts.existing_torch:
+    if opts.existing_torch:  # first, so the build requirements below do not replace the installed torch
         steps.append(Step(name="use-existing-torch", title="build against the installed torch",
                           command=(*py, "use_existing_torch.py"), cwd=src))
+    steps.append(Step(name="build-requirements", title="install build requirements",
+                      command=(*py, "-m", "pip", "install", "-r", "requirements/build/cuda.txt"), cwd=src))
     steps.append(wheel_step("vllm", "build the vLLM wheel", opts, src, out))
     if opts.flashinfer and target.os != "windows":
         fi = layout.join("flashinfer")

@@ -52,14 +52,11 @@ def _show(plan: BuildPlan) -> None:
     for k, v in plan.env.items():
         env.add_row(k, v)
     console.print(env)
-    steps = Table(title="steps")
-    steps.add_column("#")
-    steps.add_column("step")
-    steps.add_column("command")
-    steps.add_column("cwd")
+    console.print("[bold]steps[/]")
     for i, s in enumerate(plan.steps, 1):
-        steps.add_row(str(i), s.name, " ".join(s.command), s.cwd)
-    console.print(steps)
+        extra = "".join(f" {k}={v}" for k, v in s.env.items())
+        console.print(f"{i:2d}. [bold]{s.name}[/] [dim](in {s.cwd}){extra}[/]", highlight=False)
+        console.print(f"    {' '.join(s.command)}", highlight=False, markup=False, soft_wrap=True)
     for n in plan.notes:
         console.print(f"note: {n}")
 
