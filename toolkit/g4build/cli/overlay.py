@@ -2,8 +2,98 @@
 
 from __future__ import annotations
 
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+
 import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+from g4build.cli._common import JSON_OPTION, console, print_json
+from g4build.cli.validate import show_report
+from g4build.errors import UsageError, ValidationError
+from g4build.index import Fetched, cache_root, fetch_verified
+from g4build.pins import Pin, load_pins
+from g4build.series import load_all
+from g4build.wheels.overlay import PROJECT, overlay_wheel, plan_overlay
+from g4build.wheels.validate import ValidateOptions, validate_wheel
+from g4build.wheels.venvoverlay import overlay_venv, undo_venv
+
+
+def platform_key() -> str:
+    if sys.platform == "win32":
+        return "win_amd64"
+    return "manylinux_x86_64"
+
+
+def fetch_pin_wheel(pin: Pin, *, quiet: bool) -> Fetched:
+    """The pin's registry wheel for this platform, verified against the pin's sha256, from the cache."""
+    key = platform_key()
+    ref = pin.wheels.get(key)
+    if ref is None:
+        raise UsageError(
+            f"pin {pin.name} names no registry wheel for {key} (pins.yaml wheels: {', '.join(pin.wheels) or 'none'})",
+            hint="pass the wheel file: `g4build overlay WHEEL --pin NAME`",
+        )
+    with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  console=console, disable=quiet, transient=True) as progress:
+        task = progress.add_task(ref.file, total=None)
+
+        def hook(done: int, total: int | None) -> None:
+            progress.update(task, completed=done, total=total)
+
+        return fetch_verified(PROJECT, ref.file, ref.sha256, cache_dir=cache_root() / "wheels", progress=hook)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app (filled in by the overlay work)."""
+    """Add this module's commands to the root app."""
+
+    @app.command("overlay")
+    def overlay(
+        wheel: Path | None = typer.Argument(
+            None, exists=True, dir_okay=False,
+            help="A vLLM wheel of the pin's version (default: the pin's registry wheel, fetched and verified).",
+        ),
+        pin: str | None = typer.Option(None, "--pin", help="Pin whose Python-only series are laid over."),
+        out: Path = typer.Option(Path("dist"), "--out", help="Folder for the new wheel and build-manifest.json."),
+        venv: Path | None = typer.Option(None, "--venv", file_okay=False, help="Patch this venv's vLLM in place."),
+        undo: bool = typer.Option(False, "--undo", help="With --venv: restore the files the overlay changed."),
+        validate: bool = typer.Option(True, "--validate/--no-validate", help="Validate the new wheel."),
+        as_json: bool = JSON_OPTION,
+    ) -> None:
+        """Lay the pin's Python-only series over an existing vLLM wheel or venv, without compiling."""
+        if undo and venv is None:
+            raise UsageError("--undo needs --venv PATH")
+        if venv is not None and wheel is not None:
+            raise UsageError("pass either a WHEEL or --venv PATH, not both")
+        if venv is not None:
+            done = undo_venv(venv) if undo else overlay_venv(venv, plan_overlay(load_pins().get(pin), load_all()))
+            if as_json:
+                print_json(done.to_dict())
+            else:
+                verb = "restored" if undo else f"patched (g4.{done.digest})"
+                console.print(f"{venv}: {verb} {len(done.files)} file(s): {', '.join(done.files)}")
+            return
+        the_pin = load_pins().get(pin)
+        plan = plan_overlay(the_pin, load_all())
+        sha = None
+        if wheel is None:
+            got = fetch_pin_wheel(the_pin, quiet=as_json)
+            wheel, sha = got.path, got.sha256
+        with console.status(f"overlaying {wheel.name}", spinner="dots") if not as_json else nullcontext():
+            result = overlay_wheel(wheel, plan, out, source_sha256=sha)
+        data = result.to_dict()
+        if validate:
+            with console.status("validating", spinner="dots") if not as_json else nullcontext():
+                report = validate_wheel(result.wheel, ValidateOptions(pin=the_pin.name))
+            if not as_json:
+                show_report(report)
+            if not report.ok:
+                result.wheel.unlink(missing_ok=True)  # never leave a wheel that failed its own checks
+                failed = ", ".join(f"{c.name}: {c.detail}" for c in report.failures())
+                raise ValidationError(f"the overlaid wheel failed validation and was deleted ({failed})")
+            data["validation"] = report.to_dict()
+        if as_json:
+            print_json(data)
+        else:
+            console.print(f"wrote {result.wheel} (vLLM {result.version}); changed: {', '.join(result.changed)}")

@@ -2,8 +2,70 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+from pathlib import Path
+
 import typer
+from rich.table import Table
+
+from g4build.cli._common import JSON_OPTION, console, print_json
+from g4build.errors import UsageError, ValidationError
+from g4build.wheels import cudatools
+from g4build.wheels.fatbin import Arch
+from g4build.wheels.validate import ValidateOptions, ValidationReport, validate_wheel
+
+
+def parse_archs(values: list[str]) -> tuple[Arch, ...]:
+    try:
+        return tuple(Arch.parse(v) for v in values)
+    except ValueError as exc:
+        raise UsageError(str(exc), hint="use e.g. --arch sm120 (repeat --arch for several)") from exc
+
+
+def show_report(report: ValidationReport) -> None:
+    table = Table(title=Path(report.wheel).name, show_lines=False, title_justify="left")
+    table.add_column("check")
+    table.add_column("", width=4)
+    table.add_column("detail", overflow="fold")
+    for c in report.checks:
+        table.add_row(c.name, "[green]ok[/]" if c.ok else "[bold red]FAIL[/]", c.detail)
+    console.print(table)
+
+
+def run_validation(wheels: list[Path], options: ValidateOptions, *, as_json: bool) -> list[ValidationReport]:
+    """Validate each wheel, print the results, raise ValidationError when any check failed."""
+    reports = []
+    for wheel in wheels:
+        with console.status(f"validating {wheel.name}", spinner="dots") if not as_json else nullcontext():
+            reports.append(validate_wheel(wheel, options))
+        if not as_json:
+            show_report(reports[-1])
+    if as_json:
+        print_json(reports[0].to_dict() if len(reports) == 1 else [r.to_dict() for r in reports])
+    failed = [r for r in reports if not r.ok]
+    if failed:
+        names = "; ".join(f"{Path(r.wheel).name}: {', '.join(c.name for c in r.failures())}" for r in failed)
+        raise ValidationError(f"{len(failed)} of {len(reports)} wheel(s) failed validation ({names})")
+    return reports
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app (filled in by the validate work)."""
+    """Add this module's commands to the root app."""
+
+    @app.command("validate")
+    def validate(
+        wheels: list[Path] = typer.Argument(..., exists=True, dir_okay=False, help="Wheel files to check."),
+        arch: list[str] = typer.Option([], "--arch", help="Require SASS for this GPU arch (e.g. sm120); repeatable."),
+        pin: str | None = typer.Option(None, "--pin", help="Require the version (and series) of this pin."),
+        smoke: bool = typer.Option(False, "--smoke", help="Install into a fresh venv (no deps) and import it."),
+        cuobjdump: bool = typer.Option(
+            True, "--cuobjdump/--no-cuobjdump", help="With --arch, cross-check fatbins with cuobjdump when found.",
+        ),
+        as_json: bool = JSON_OPTION,
+    ) -> None:
+        """Check wheels: filename tags, METADATA, RECORD hashes, series fingerprints, CUDA archs."""
+        options = ValidateOptions(
+            archs=parse_archs(arch), pin=pin, smoke=smoke,
+            cuobjdump=cudatools.find_cuobjdump() if cuobjdump and arch else None,
+        )
+        run_validation(wheels, options, as_json=as_json)

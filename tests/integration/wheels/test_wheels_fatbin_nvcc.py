@@ -1,0 +1,85 @@
+"""Real device code from this machine's nvcc, read by the fatbin reader and compared with cuobjdump."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from tests.unit.wheels.wheelsfactory import PRISTINE, build_wheel
+
+from g4build.wheels import cudatools
+from g4build.wheels.fatbin import Arch, library_archs
+from g4build.wheels.validate import ValidateOptions, validate_wheel
+
+pytestmark = pytest.mark.nvcc
+
+KERNEL = """
+__global__ void axpy(float a, const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += a * x[i];
+}
+extern "C" void run(float a, const float* x, float* y, int n) { axpy<<<(n + 255) / 256, 256>>>(a, x, y, n); }
+"""
+
+
+def _nvcc() -> str:
+    found = shutil.which("nvcc")
+    if not found:
+        pytest.skip("nvcc is not on PATH")
+    return found
+
+
+def _compile(tmp_path: Path, name: str, *gencode: str, shared: bool = True) -> Path:
+    src = tmp_path / "k.cu"
+    src.write_text(KERNEL)
+    out = tmp_path / name
+    flags = ["-shared", "-Xcompiler", "-fPIC"] if shared else ["-fatbin"]
+    subprocess.run([_nvcc(), *flags, *gencode, "-o", str(out), str(src)], check=True, capture_output=True)
+    return out
+
+
+SM120_AND_PTX90 = ("-gencode", "arch=compute_120,code=sm_120", "-gencode", "arch=compute_90,code=compute_90")
+
+
+def test_reader_matches_cuobjdump_on_a_real_sm120_library(tmp_path: Path) -> None:
+    lib = _compile(tmp_path, "libk.so", *SM120_AND_PTX90, "-gencode", "arch=compute_90a,code=sm_90a")
+    archs = library_archs(lib.read_bytes(), lib.name)
+    assert archs.names("sass") == ["sm_90a", "sm_120"] and archs.names("ptx") == ["compute_90"]
+    assert archs.verdict(Arch.parse("sm120")).ok
+    tool = cudatools.find_cuobjdump()
+    if tool is None:
+        pytest.skip("cuobjdump not found (PATH, CUDA_HOME, or the nvidia-cuda-cuobjdump package)")
+    listed = cudatools.list_archs(tool, lib)
+    assert listed == cudatools.counts(archs)
+    assert Counter({"sass sm_120": 1, "sass sm_90a": 1, "ptx sm_90": 1}) <= Counter(listed)
+
+
+def test_fatbin_inside_a_pe_image(tmp_path: Path) -> None:
+    """nvcc's own fatbin file, placed in the `.nv_fatb` section of a PE image as MSVC links it."""
+    blob = _compile(tmp_path, "k.fatbin", *SM120_AND_PTX90, shared=False).read_bytes()
+    dos = b"MZ" + b"\0" * 58 + struct.pack("<I", 0x40)
+    coff = b"PE\0\0" + struct.pack("<HHIIIHH", 0x8664, 1, 0, 0, 0, 0, 0x2022)
+    section = struct.pack("<8sIIIIIIHHI", b".nv_fatb", len(blob), 0x1000, len(blob), 0x40 + 24 + 40, 0, 0, 0, 0, 0)
+    archs = library_archs(dos + coff + section + blob, "k.pyd")
+    assert archs.names("sass") == ["sm_120"] and archs.names("ptx") == ["compute_90"]
+
+
+def test_validate_arch_on_a_wheel_with_real_libraries(tmp_path: Path, project: Path) -> None:
+    native = _compile(tmp_path, "native.so", *SM120_AND_PTX90).read_bytes()
+    ptx_only = _compile(tmp_path, "ptx.so", "-gencode", "arch=compute_80,code=sm_80",
+                        "-gencode", "arch=compute_80,code=compute_80").read_bytes()
+    wheel = build_wheel(tmp_path / "w", {**PRISTINE, "vllm/_C.abi3.so": native, "vllm/fa/_fa2_C.abi3.so": ptx_only})
+    report = validate_wheel(wheel, ValidateOptions(archs=(Arch.parse("sm120"),), cuobjdump=cudatools.find_cuobjdump()))
+    checks = {c.name: c for c in report.checks}
+    assert checks["arch sm_120 vllm/_C.abi3.so"].ok
+    fa2 = checks["arch sm_120 vllm/fa/_fa2_C.abi3.so"]
+    assert not fa2.ok and "PTX-only for sm_120" in fa2.detail and "JIT" in fa2.detail
+    assert not report.ok
+    if cudatools.find_cuobjdump():
+        assert checks["cuobjdump vllm/_C.abi3.so"].ok and checks["cuobjdump vllm/fa/_fa2_C.abi3.so"].ok
+    libs = {r.file: r for r in report.archs}
+    assert libs["vllm/fa/_fa2_C.abi3.so"].verdicts == {"sm_120": "ptx-only"}

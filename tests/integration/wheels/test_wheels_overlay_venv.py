@@ -1,0 +1,94 @@
+"""`g4build overlay --venv`: an installed vLLM patched in place, RECORD kept true, undone exactly;
+and `g4build overlay --pin` alone, which fetches the pin's registry wheel (from a real index on loopback)."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from tests.support.index_server import serve_index
+from tests.unit.wheels.wheelsfactory import build_wheel, record_hash, run_g4build
+
+from g4build.data import patches_dir
+
+
+def _venv_with_wheel(tmp_path: Path, wheel: Path) -> Path:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                    "--no-index", str(wheel)], check=True, capture_output=True)
+    return venv
+
+
+def _snapshot(venv: Path) -> dict[str, str]:
+    return {str(p.relative_to(venv)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in venv.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+
+
+def _record_ok(site: Path) -> None:
+    (dist,) = site.glob("vllm-*.dist-info")
+    for path, digest, size in csv.reader((dist / "RECORD").read_text().splitlines()):
+        if digest:
+            data = (site / path).read_bytes()
+            assert (record_hash(data), str(len(data))) == (digest, size), path
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="venv layout of Linux")
+def test_venv_overlay_then_undo_restores_exactly(tmp_path: Path, project: Path) -> None:
+    venv = _venv_with_wheel(tmp_path, build_wheel(tmp_path / "in"))
+    before = _snapshot(venv)
+    (site,) = venv.glob("lib/python3*/site-packages")
+    done = run_g4build("overlay", "--venv", str(venv), "--pin", "vllm-0.21.0", "--json")
+    assert done.returncode == 0, done.stderr
+    assert "vllm/spec/dflash.py" in json.loads(done.stdout)["files"]
+    assert "G4 fix: step 7" in (site / "vllm/spec/dflash.py").read_text()
+    assert (site / "vllm/spec/added.py").is_file() and not (site / "vllm/obsolete.py").exists()
+    _record_ok(site)
+    check = subprocess.run([str(venv / "bin/python"), "-c", "import vllm.spec.dflash as d; print(d.step_7(0))"],
+                           capture_output=True, text=True, check=True)
+    assert check.stdout.strip() == "7"
+
+    again = run_g4build("overlay", "--venv", str(venv), "--pin", "vllm-0.21.0")
+    assert again.returncode == 2 and "already carries a g4build overlay" in again.stderr
+
+    undone = run_g4build("overlay", "--venv", str(venv), "--undo")
+    assert undone.returncode == 0, undone.stderr
+    assert _snapshot(venv) == before
+    _record_ok(site)
+    nothing = run_g4build("overlay", "--venv", str(venv), "--undo")
+    assert nothing.returncode == 2 and "no g4build overlay to undo" in nothing.stderr
+
+
+def test_venv_of_another_version_is_refused_untouched(tmp_path: Path, project: Path) -> None:
+    venv = _venv_with_wheel(tmp_path, build_wheel(tmp_path / "in", version="0.33.0"))
+    before = _snapshot(venv)
+    done = run_g4build("overlay", "--venv", str(venv), "--pin", "vllm-0.21.0")
+    assert done.returncode == 2 and "is vLLM 0.33.0" in done.stderr
+    assert _snapshot(venv) == before
+
+
+def test_overlay_without_wheel_fetches_the_pins_registry_wheel(tmp_path: Path, project: Path) -> None:
+    wheel = build_wheel(tmp_path / "served")
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    pins = yaml.safe_load((patches_dir() / "pins.yaml").read_text())
+    pins["pins"]["vllm-0.21.0"]["wheels"] = {"manylinux_x86_64": {"file": wheel.name, "sha256": sha}}
+    (project / "patches" / "pins.yaml").write_text(yaml.safe_dump(pins))
+    with serve_index() as index:
+        index.add(wheel)
+        env = {"PIP_INDEX_URL": index.url, "G4BUILD_CACHE": str(tmp_path / "cache")}
+        first = run_g4build("overlay", "--pin", "vllm-0.21.0", "--out", str(tmp_path / "out"), "--json", env=env)
+        assert first.returncode == 0, first.stderr
+        out = json.loads(first.stdout)
+        assert out["validation"]["ok"] and (tmp_path / "cache" / "wheels" / wheel.name).is_file()
+        inner = json.loads((tmp_path / "out" / "build-manifest.json").read_text())
+        assert inner["source_wheel"] == {"file": wheel.name, "sha256": sha}
+        second = run_g4build("overlay", "--pin", "vllm-0.21.0", "--out", str(tmp_path / "out2"), "--json", env=env)
+        assert second.returncode == 0, second.stderr
+        assert index.hits[f"/files/{wheel.name}"] == 1  # the second run reuses the cached, verified copy

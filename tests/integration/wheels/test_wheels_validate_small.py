@@ -1,0 +1,113 @@
+"""`g4build validate` on small real wheels: what passes, and each way a wheel fails."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+from tests.unit.wheels.wheelsfactory import PRISTINE, build_wheel, container, elf, entry, pe, record_hash, run_g4build
+
+from g4build.wheels.validate import ValidateOptions, validate_wheel
+
+
+def _checks(wheel: Path, **kw: object) -> dict[str, tuple[bool, str]]:
+    report = validate_wheel(wheel, ValidateOptions(**kw))  # type: ignore[arg-type]
+    return {c.name: (c.ok, c.detail) for c in report.checks}
+
+
+def test_a_sound_wheel_passes_every_check(small_wheel: Path, project: Path) -> None:
+    checks = _checks(small_wheel, pin="vllm-0.21.0")
+    assert set(checks) == {"filename", "metadata", "record", "series"}
+    assert all(ok for ok, _ in checks.values()), checks
+    assert "no build-manifest.json" in checks["series"][1]
+
+
+def test_corrupted_record_hash_fails(tmp_path: Path, project: Path) -> None:
+    bad = "vllm/spec/utils.py," + record_hash(b"something else") + f",{len(PRISTINE['vllm/spec/utils.py'])}"
+    wheel = build_wheel(tmp_path, record_override={"vllm/spec/utils.py": bad})
+    ok, detail = _checks(wheel)["record"]
+    assert not ok and "vllm/spec/utils.py: RECORD says sha256=" in detail
+
+
+def test_missing_and_extra_files_fail(tmp_path: Path, project: Path) -> None:
+    listed_only = build_wheel(tmp_path / "a", record_override={"vllm/ghost.py": "vllm/ghost.py,sha256=AAAA,4"})
+    ok, detail = _checks(listed_only)["record"]
+    assert not ok and "missing (in RECORD, not in wheel): vllm/ghost.py" in detail
+    unlisted = build_wheel(tmp_path / "b", extra_members={"vllm/stowaway.py": b"X = 1\n"})
+    ok, detail = _checks(unlisted)["record"]
+    assert not ok and "extra (in wheel, not in RECORD): vllm/stowaway.py" in detail
+
+
+def test_member_with_bad_crc_fails(small_wheel: Path, project: Path) -> None:
+    data = bytearray(small_wheel.read_bytes())
+    with zipfile.ZipFile(small_wheel) as zf:
+        info = zf.getinfo("vllm/spec/dflash.py")
+    at = info.header_offset + 30 + len(info.filename) + len(info.extra) + 5
+    data[at] ^= 0xFF
+    small_wheel.write_bytes(bytes(data))
+    ok, detail = _checks(small_wheel)["record"]
+    assert not ok and "vllm/spec/dflash.py" in detail
+
+
+def test_metadata_version_mismatch_and_pin(tmp_path: Path, project: Path) -> None:
+    wheel = build_wheel(tmp_path, version="0.33.0")
+    ok, detail = _checks(wheel, pin="vllm-0.21.0")["metadata"]
+    assert not ok and "version 0.33.0 is not the pin's 0.21.0" in detail
+    renamed = wheel.with_name(wheel.name.replace("0.33.0", "0.33.1"))
+    wheel.rename(renamed)
+    ok, detail = _checks(renamed)["metadata"]
+    assert not ok and "METADATA Version 0.33.0 is not the filename's 0.33.1" in detail
+
+
+def test_unsupported_tags_fail(tmp_path: Path, project: Path) -> None:
+    wheel = build_wheel(tmp_path, tag="cp312-cp312-macosx_11_0_arm64")
+    ok, detail = _checks(wheel)["filename"]
+    assert not ok and "macosx_11_0_arm64" in detail
+
+
+def test_cli_json_shape_and_exit_code(tmp_path: Path, small_wheel: Path, project: Path) -> None:
+    bad = build_wheel(tmp_path / "bad", extra_members={"vllm/stowaway.py": b"X = 1\n"})
+    done = run_g4build("validate", str(small_wheel), "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert set(out) == {"wheel", "checks", "archs", "ok"} and out["ok"] is True
+    assert {"name", "ok", "detail"} == set(out["checks"][0])
+    done = run_g4build("validate", str(small_wheel), str(bad), "--json")
+    assert done.returncode == 10
+    assert [r["ok"] for r in json.loads(done.stdout)] == [True, False]
+    assert "1 of 2 wheel(s) failed validation" in done.stderr and "record" in done.stderr
+
+
+def test_smoke_installs_and_imports(tmp_path: Path, small_wheel: Path, project: Path) -> None:
+    ok, detail = _checks(small_wheel, smoke=True)["smoke"]
+    assert ok, detail
+    broken = build_wheel(tmp_path / "broken", {**PRISTINE, "vllm/__init__.py": "import vllm.nowhere\n"})
+    ok, detail = _checks(broken, smoke=True)["smoke"]
+    assert not ok and "ModuleNotFoundError" in detail
+
+
+@pytest.mark.parametrize("arch", ["sm_12x", "volta"])
+def test_bad_arch_is_a_usage_error(small_wheel: Path, project: Path, arch: str) -> None:
+    done = run_g4build("validate", str(small_wheel), "--arch", arch)
+    assert done.returncode == 2 and "not a GPU arch" in done.stderr
+
+
+def test_archs_of_elf_and_pe_libraries_and_a_malformed_fatbin(tmp_path: Path, project: Path) -> None:
+    good = elf({".nv_fatbin": container(entry(2, 120, b"cubin"), entry(1, 90, b"ptx"))})
+    windows = pe({b".nv_fatb": container(entry(2, 80, b"cubin"), entry(1, 80, b"ptx"))})
+    broken = elf({".nv_fatbin": container(entry(2, 120, b"cubin"))[:-3]})
+    wheel = build_wheel(tmp_path, {**PRISTINE, "vllm/_C.abi3.so": good, "vllm/_fa2.pyd": windows,
+                                   "vllm/_broken.so": broken, "vllm/plain.so": elf({".text": b"\x90"})})
+    done = run_g4build("validate", str(wheel), "--arch", "sm120", "--no-cuobjdump", "--json")
+    assert done.returncode == 10, done.stderr
+    out = json.loads(done.stdout)
+    checks = {c["name"]: c for c in out["checks"]}
+    assert checks["record"]["ok"] and checks["arch sm_120 vllm/_C.abi3.so"]["ok"]
+    assert checks["arch sm_120 vllm/_fa2.pyd"]["detail"].startswith("PTX-only for sm_120")
+    assert not checks["fatbin vllm/_broken.so"]["ok"] and "claims" in checks["fatbin vllm/_broken.so"]["detail"]
+    libs = {a["file"]: a for a in out["archs"]}
+    assert libs["vllm/_C.abi3.so"] == {"file": "vllm/_C.abi3.so", "fatbins": 1, "sass": ["sm_120"],
+                                       "ptx": ["compute_90"], "verdicts": {"sm_120": "sass"}}
+    assert libs["vllm/plain.so"]["fatbins"] == 0 and "arch sm_120 vllm/plain.so" not in checks

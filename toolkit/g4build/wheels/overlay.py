@@ -1,0 +1,262 @@
+"""The overlay route: lay the Python-only series over an existing vLLM wheel, without compiling.
+
+Only the files the patches touch are extracted and patched (in a scratch folder, all patches first); the
+new wheel copies every other member's compressed bytes as they are, renames the dist-info folder for the
+new version, rewrites METADATA's Version, adds build-manifest.json and regenerates RECORD. It is written
+to a temporary file and renamed into place, so a refusal or a crash leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO
+
+from packaging.version import Version
+
+from g4build.errors import UnsafeArchiveError, UsageError, ValidationError
+from g4build.manifest import MANIFEST_NAME, dumps, make_manifest
+from g4build.pins import Pin
+from g4build.series import Series, stack_digest
+from g4build.wheels.patchdir import PatchFile, apply_patches, touched_paths
+from g4build.wheels.wheelfile import (
+    RecordRow,
+    WheelName,
+    dist_info_name,
+    extend_local_label,
+    format_record,
+    parse_record,
+    record_hash,
+    set_metadata_version,
+)
+from g4build.wheels.zipraw import RawZipWriter
+
+PROJECT = "vllm"
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverlayPlan:
+    pin: Pin
+    series: tuple[Series, ...]
+    digest: str
+
+    @property
+    def patches(self) -> tuple[PatchFile, ...]:
+        pin = self.pin.name
+        return tuple(PatchFile(label=f"{s.name}/{p.file}", path=p.path)
+                     for s in self.series for p in s.patches_for(pin))
+
+    def manifest(self, extra: dict[str, Any]) -> dict[str, Any]:
+        return make_manifest(self.pin, self.series, route="overlay", extra=extra)
+
+
+def plan_overlay(pin: Pin, all_series: Sequence[Series]) -> OverlayPlan:
+    """The series with patches for ``pin``, in order; refuses any that is not Python-only."""
+    needed = tuple(s for s in all_series if s.patches_for(pin.name))
+    if not needed:
+        raise UsageError(
+            f"no series has patches for pin {pin.name}: there is nothing to overlay",
+            hint="`g4build patches list` shows the series and the pins they cover",
+        )
+    compiled = [s.name for s in needed if not s.python_only]
+    if compiled:
+        raise UsageError(
+            f"series {', '.join(compiled)} for pin {pin.name} is not Python-only (python_only: false): "
+            "it changes compiled code, which an overlay cannot do",
+            hint="build the wheel instead: `g4build wheel`",
+        )
+    return OverlayPlan(pin=pin, series=needed, digest=stack_digest(pin, needed))
+
+
+def check_version(version: Version, pin: Pin, what: str) -> None:
+    if version.public != Version(pin.version).public:
+        raise UsageError(
+            f"{what} is vLLM {version}, pin {pin.name} expects {pin.version} (any local label)",
+            hint="pass a wheel of the pinned version, or choose the pin that matches it with --pin",
+        )
+    if version.local and ".g4." in f".{version.local}.":
+        raise UsageError(f"{what} ({version}) already carries g4 series; overlay the original wheel instead")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Patched:
+    """The outcome of patching the touched files: new bytes per path, or None for a deleted file."""
+
+    files: dict[str, bytes | None]
+
+
+def safe_member(name: str) -> str:
+    rel = PurePosixPath(name)
+    if rel.is_absolute() or ".." in rel.parts or "\\" in name:
+        raise UnsafeArchiveError(f"wheel member {name!r} would land outside the folder")
+    return str(rel)
+
+
+def patch_files(read: dict[str, bytes], plan: OverlayPlan, target: str) -> Patched:
+    """Write ``read`` (path -> bytes) to a scratch folder, apply every patch there, collect the changes."""
+    with tempfile.TemporaryDirectory(prefix="g4build-overlay-") as tmp:
+        root = Path(tmp)
+        for name, data in read.items():
+            dest = root / safe_member(name)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+        apply_patches(root, plan.patches, target=target)
+        touched = {p for patch in plan.patches for p in touched_paths(patch.path.read_bytes())}
+        files: dict[str, bytes | None] = {}
+        for rel in sorted(touched):
+            path = root / rel
+            new = path.read_bytes() if path.is_file() else None
+            if new != read.get(rel):
+                files[rel] = new
+    return Patched(files=files)
+
+
+def touched_by(plan: OverlayPlan) -> set[str]:
+    return {p for patch in plan.patches for p in touched_paths(patch.path.read_bytes())}
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverlayResult:
+    wheel: Path
+    version: str
+    changed: tuple[str, ...]
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    manifest: Path
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"wheel": str(self.wheel), "version": self.version, "changed": list(self.changed),
+                "added": list(self.added), "removed": list(self.removed), "manifest": str(self.manifest)}
+
+
+def overlay_wheel(
+    source: Path, plan: OverlayPlan, out_dir: Path, *, source_sha256: str | None = None,
+) -> OverlayResult:
+    """Write the overlaid wheel into ``out_dir``; nothing is written when any check or patch fails."""
+    wheel = WheelName.parse(source.name)
+    if wheel.project != PROJECT:
+        raise UsageError(f"{source.name} is a wheel of {wheel.name}, not of {PROJECT}")
+    check_version(wheel.version, plan.pin, source.name)
+    new_version = extend_local_label(wheel.version, plan.digest)
+    old_dist = dist_info_name(wheel.name, str(wheel.version))
+    new_dist = dist_info_name(wheel.name, new_version)
+    with zipfile.ZipFile(source) as zf:
+        infos = [i for i in zf.infolist() if not i.is_dir()]
+        by_name = {i.filename: i for i in infos}
+        for name in (f"{old_dist}/METADATA", f"{old_dist}/RECORD"):
+            if name not in by_name:
+                raise ValidationError(f"{source.name}: {name} is missing", hint="is this a wheel of the pin's release?")
+        touched = touched_by(plan)
+        read = {n: zf.read(n) for n in sorted(touched) if n in by_name}
+        patched = patch_files(read, plan, source.name)
+        metadata = set_metadata_version(zf.read(f"{old_dist}/METADATA"), new_version)
+        rows = parse_record(zf.read(f"{old_dist}/RECORD"), source.name)
+        manifest = plan.manifest({"source_wheel": {"file": source.name, "sha256": source_sha256},
+                                  "wheel": wheel.with_version(new_version)})
+        manifest_bytes = dumps(manifest)
+
+        def rename(name: str) -> str:
+            return new_dist + name[len(old_dist):] if name.startswith(old_dist + "/") else name
+
+        new_rows = _record(rows, patched, rename, metadata=(f"{new_dist}/METADATA", metadata),
+                           manifest=(f"{new_dist}/{MANIFEST_NAME}", manifest_bytes), record=f"{new_dist}/RECORD")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        target = out_dir / wheel.with_version(new_version)
+        fd, part = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=out_dir)
+        try:
+            with os.fdopen(fd, "wb") as out, source.open("rb") as raw:
+                _write_members(RawZipWriter(out), raw, zf, patched, rename, old_dist=old_dist,
+                               metadata=metadata, extra=[(f"{new_dist}/{MANIFEST_NAME}", manifest_bytes),
+                                                         (f"{new_dist}/RECORD", format_record(new_rows))])
+            manifest_out = out_dir / MANIFEST_NAME
+            manifest_out.with_name(MANIFEST_NAME + ".part").write_bytes(manifest_bytes)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(part, 0o666 & ~umask)
+            os.replace(part, target)
+            os.replace(manifest_out.with_name(MANIFEST_NAME + ".part"), manifest_out)
+        except BaseException:
+            Path(part).unlink(missing_ok=True)
+            (out_dir / (MANIFEST_NAME + ".part")).unlink(missing_ok=True)
+            raise
+    return OverlayResult(
+        wheel=target, version=new_version,
+        changed=tuple(n for n, d in patched.files.items() if d is not None and n in by_name),
+        added=tuple(n for n, d in patched.files.items() if d is not None and n not in by_name),
+        removed=tuple(n for n, d in patched.files.items() if d is None),
+        manifest=out_dir / MANIFEST_NAME,
+    )
+
+
+def _write_members(
+    writer: RawZipWriter, raw: BinaryIO, zf: zipfile.ZipFile, patched: Patched, rename: Callable[[str], str], *,
+    old_dist: str, metadata: bytes, extra: list[tuple[str, bytes]],
+) -> None:
+    """Members in file order: unchanged runs copied verbatim, renamed ones re-headed, changed ones deflated;
+    new files go just before the dist-info folder, ``extra`` (manifest, RECORD) at the end."""
+    ordered = sorted(zf.infolist(), key=lambda i: i.header_offset)
+    ends = [i.header_offset for i in ordered[1:]] + [zf.start_dir]
+    record = f"{old_dist}/RECORD"
+    stamp = zf.getinfo(record).date_time
+    known = {i.filename for i in ordered}
+    added = [n for n, d in patched.files.items() if d is not None and n not in known]
+    run: list[zipfile.ZipInfo] = []
+    run_end = 0
+    for info, end in zip(ordered, ends, strict=True):
+        name = info.filename
+        if name not in patched.files and rename(name) == name:
+            run.append(info)
+            run_end = end
+            continue
+        if run:
+            writer.copy_verbatim(raw, run, run_end)
+            run = []
+        if name.startswith(old_dist + "/"):
+            for new in added:  # new files go before the dist-info
+                writer.write(new, patched.files[new] or b"", date_time=stamp)
+            added = []
+        if name in patched.files:
+            data = patched.files[name]
+            if data is not None:
+                writer.write(name, data, date_time=info.date_time, external_attr=info.external_attr)
+        elif name == f"{old_dist}/METADATA":
+            writer.write(rename(name), metadata, date_time=info.date_time, external_attr=info.external_attr)
+        elif name != record:
+            writer.copy_raw(raw, info, rename(name))
+    if run:
+        writer.copy_verbatim(raw, run, run_end)
+    for new in added:
+        writer.write(new, patched.files[new] or b"", date_time=stamp)
+    for name, data in extra:
+        writer.write(name, data, date_time=stamp)
+    writer.close()
+
+
+def _record(
+    rows: list[RecordRow], patched: Patched, rename: Callable[[str], str], *, metadata: tuple[str, bytes],
+    manifest: tuple[str, bytes], record: str,
+) -> list[RecordRow]:
+    """RECORD for the new wheel: unchanged rows kept (renamed), changed rows rehashed, new rows added."""
+    out = []
+    for row in rows:
+        if row.path in patched.files:
+            data = patched.files[row.path]
+            if data is not None:
+                out.append(RecordRow(path=row.path, hash=record_hash(data), size=str(len(data))))
+            continue
+        name = rename(row.path)
+        if name in (metadata[0], record):
+            continue
+        out.append(RecordRow(path=name, hash=row.hash, size=row.size))
+    known = {r.path for r in rows}
+    for name, data in patched.files.items():
+        if data is not None and name not in known:
+            out.append(RecordRow(path=name, hash=record_hash(data), size=str(len(data))))
+    for name, data in (metadata, manifest):
+        out.append(RecordRow(path=name, hash=record_hash(data), size=str(len(data))))
+    out.append(RecordRow(path=record, hash="", size=""))
+    return out

@@ -1,0 +1,333 @@
+"""Wheel validation: each check is a pure function of what was read from the wheel; one pass reads it.
+
+The reading pass decompresses every member once (in threads: zlib and sha256 release the GIL), hashes
+it for RECORD, reads fatbin headers from native libraries and keeps only the few files the series
+fingerprints need.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import zipfile
+import zlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from g4build.errors import ValidationError
+from g4build.manifest import MANIFEST_NAME, loads
+from g4build.pins import load_pins
+from g4build.series import load_all
+from g4build.wheels import cudatools
+from g4build.wheels.fatbin import Arch, FatbinFormatError, LibraryArchs, is_native, library_archs
+from g4build.wheels.wheelfile import WheelName, metadata_fields, parse_record, record_hash, tags_fit_target
+
+SIGNATURES = ("RECORD.jws", "RECORD.p7s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class LibraryReport:
+    file: str
+    fatbins: int
+    sass: tuple[str, ...]
+    ptx: tuple[str, ...]
+    verdicts: dict[str, str] = field(default_factory=dict)  # target sm -> "sass" / "ptx-only" / "none"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "fatbins": self.fatbins, "sass": list(self.sass), "ptx": list(self.ptx),
+                "verdicts": dict(self.verdicts)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidationReport:
+    wheel: str
+    checks: tuple[Check, ...]
+    archs: tuple[LibraryReport, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "wheel": self.wheel,
+            "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in self.checks],
+            "archs": [a.to_dict() for a in self.archs],
+            "ok": self.ok,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidateOptions:
+    archs: tuple[Arch, ...] = ()
+    pin: str | None = None
+    smoke: bool = False
+    cuobjdump: Path | None = None  # cross-check fatbins with this tool (None: skip)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Member:
+    name: str
+    hash: str
+    size: int
+    error: str | None = None  # the member could not be read (CRC, inflate)
+    fatbin_error: str | None = None  # a native library whose fatbin headers are malformed
+    fatbins: LibraryArchs | None = None
+    cuobjdump: dict[str, int] | None = None
+    text: bytes | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Contents:
+    dist_info: str | None
+    metadata: bytes | None
+    record: bytes | None
+    manifest: dict[str, Any] | None
+    members: dict[str, _Member]
+
+
+def _dist_info(names: list[str]) -> str | None:
+    tops = sorted({n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info") and "/" in n})
+    return tops[0] if len(tops) == 1 else None
+
+
+def fingerprint_paths(manifest: dict[str, Any] | None) -> set[str]:
+    if not manifest:
+        return set()
+    pin_name = str(manifest.get("pin", {}).get("name", ""))
+    wanted = {str(s.get("name")) for s in manifest["series"]}
+    paths: set[str] = set()
+    for s in load_all():
+        variant = s.variant(pin_name)
+        if s.name in wanted and variant is not None:
+            paths.update(variant.fingerprints)
+    return paths
+
+
+def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: int | None = None) -> _Contents:
+    """One pass over every member: sha256 + size, fatbin headers, and the bytes of ``keep`` + dist-info."""
+    with zipfile.ZipFile(path) as zf:
+        infos = [i for i in zf.infolist() if not i.is_dir()]
+        names = [i.filename for i in infos]
+        dist = _dist_info(names)
+        small = {n: zf.read(n) for n in names if dist and n.startswith(dist + "/") and
+                 n.rsplit("/", 1)[-1] in ("METADATA", "RECORD", MANIFEST_NAME)}
+    manifest = None
+    if dist and f"{dist}/{MANIFEST_NAME}" in small:
+        manifest = loads(small[f"{dist}/{MANIFEST_NAME}"], path.name)
+    keep = keep | fingerprint_paths(manifest)
+    local = threading.local()
+    tmp = tempfile.TemporaryDirectory(prefix="g4build-validate-") if cuobjdump else None
+
+    def one(info: zipfile.ZipInfo) -> _Member:
+        zf = getattr(local, "zf", None)
+        if zf is None:
+            zf = local.zf = zipfile.ZipFile(path)
+        try:
+            data = zf.read(info)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+            return _Member(name=info.filename, hash="", size=-1, error=f"unreadable: {exc}")
+        member = _Member(name=info.filename, hash=record_hash(data), size=len(data),
+                         text=data if info.filename in keep else None)
+        if not is_native(info.filename) or (data[:4] != b"\x7fELF" and data[:2] != b"MZ"):
+            return member
+        try:
+            archs = library_archs(data, info.filename)
+        except FatbinFormatError as exc:
+            return _Member(name=member.name, hash=member.hash, size=member.size, text=member.text,
+                           fatbin_error=str(exc))
+        listed = None
+        if tmp is not None and archs.fatbins:
+            target = Path(tmp.name) / f"{len(info.filename)}-{os.path.basename(info.filename)}"
+            target.write_bytes(data)
+            del data
+            listed = cudatools.list_archs(cuobjdump, target) if cuobjdump else None
+            target.unlink()
+        return _Member(name=member.name, hash=member.hash, size=member.size, text=member.text,
+                       fatbins=archs, cuobjdump=listed)
+
+    try:
+        with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 2)) as pool:
+            # biggest first, so the long ones do not start last
+            ordered = sorted(infos, key=lambda i: -i.compress_size)
+            members = {m.name: m for m in pool.map(one, ordered)}
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return _Contents(
+        dist_info=dist,
+        metadata=small.get(f"{dist}/METADATA"),
+        record=small.get(f"{dist}/RECORD"),
+        manifest=manifest,
+        members=members,
+    )
+
+
+def _same_version(text: str, version: Version) -> bool:
+    try:
+        return Version(text) == version
+    except InvalidVersion:
+        return False
+
+
+def check_filename(wheel: WheelName) -> Check:
+    ok, detail = tags_fit_target(wheel.tags)
+    return Check(name="filename", ok=ok, detail=f"{wheel.name} {wheel.version}: {detail}")
+
+
+def check_metadata(wheel: WheelName, c: _Contents, pin_version: str | None) -> Check:
+    if c.dist_info is None:
+        return Check(name="metadata", ok=False, detail="expected exactly one *.dist-info folder, found none or several")
+    if c.metadata is None:
+        return Check(name="metadata", ok=False, detail=f"{c.dist_info}/METADATA is missing")
+    fields = metadata_fields(c.metadata)
+    name, version_text = fields.get("name", ""), fields.get("version", "")
+    problems = []
+    if canonicalize_name(name) != wheel.project:
+        problems.append(f"METADATA Name '{name}' is not the filename's '{wheel.name}'")
+    try:
+        version = Version(version_text)
+    except InvalidVersion:
+        return Check(name="metadata", ok=False, detail=f"METADATA Version '{version_text}' is not a version")
+    if version != wheel.version:
+        problems.append(f"METADATA Version {version} is not the filename's {wheel.version}")
+    dist_name, _, dist_version = c.dist_info[: -len(".dist-info")].partition("-")
+    if canonicalize_name(dist_name) != wheel.project or not _same_version(dist_version, wheel.version):
+        problems.append(f"folder {c.dist_info} does not match {wheel.name} {wheel.version}")
+    if pin_version and version.public != Version(pin_version).public:
+        problems.append(f"version {version.public} is not the pin's {pin_version}")
+    label = version.local or ""
+    if c.manifest is not None:
+        digest = str(c.manifest.get("digest", ""))
+        if not label.endswith(f"g4.{digest}"):
+            problems.append(f"local label '{label}' does not end with g4.{digest} (the build-manifest's digest)")
+    elif ".g4." in f".{label}":
+        problems.append(f"local label '{label}' claims g4 series but there is no {MANIFEST_NAME}")
+    if problems:
+        return Check(name="metadata", ok=False, detail="; ".join(problems))
+    return Check(name="metadata", ok=True, detail=f"{name} {version} (local label: {label or 'none'})")
+
+
+def check_record(c: _Contents, where: str) -> Check:
+    if c.record is None or c.dist_info is None:
+        return Check(name="record", ok=False, detail="RECORD is missing")
+    try:
+        rows = parse_record(c.record, where)
+    except ValidationError as exc:
+        return Check(name="record", ok=False, detail=exc.message)
+    listed = {r.path: r for r in rows}
+    record_name = f"{c.dist_info}/RECORD"
+    unlisted_ok = {record_name, *(f"{c.dist_info}/{s}" for s in SIGNATURES)}
+    missing = sorted(p for p in listed if p not in c.members)
+    extra = sorted(n for n in c.members if n not in listed and n not in unlisted_ok)
+    bad = []
+    for name, m in sorted(c.members.items()):
+        row = listed.get(name)
+        if m.error:
+            bad.append(f"{name}: {m.error}")
+        elif row is None or name == record_name:
+            continue
+        elif row.hash != m.hash or row.size != str(m.size):
+            bad.append(f"{name}: RECORD says {row.hash or 'no hash'} size {row.size or '?'}, file has {m.hash} "
+                       f"size {m.size}")
+    problems = [*(f"missing (in RECORD, not in wheel): {p}" for p in missing),
+                *(f"extra (in wheel, not in RECORD): {p}" for p in extra), *bad]
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        return Check(name="record", ok=False, detail=shown)
+    return Check(name="record", ok=True, detail=f"{len(c.members)} files, every sha256 and size matches RECORD")
+
+
+def check_series(c: _Contents, pin_name: str | None) -> Check:
+    if c.manifest is None:
+        return Check(name="series", ok=True, detail=f"no {MANIFEST_NAME}: the wheel claims no series")
+    claimed_pin = str(c.manifest.get("pin", {}).get("name", ""))
+    if pin_name and claimed_pin != pin_name:
+        return Check(name="series", ok=False, detail=f"the wheel was made for pin {claimed_pin}, not {pin_name}")
+    known = {s.name: s for s in load_all()}
+    problems, seen = [], []
+    for entry in c.manifest["series"]:
+        name = str(entry.get("name"))
+        series = known.get(name)
+        if series is None:
+            problems.append(f"series {name} is unknown to this checkout (patches/series.yaml)")
+            continue
+        variant = series.variant(claimed_pin)
+        for rel, texts in (variant.fingerprints if variant else {}).items():
+            member = c.members.get(rel)
+            if member is None or member.text is None:
+                problems.append(f"{name}: {rel} is not in the wheel")
+                continue
+            content = member.text.decode("utf-8", "replace")
+            problems.extend(f"{name}: {rel} lacks {t!r}" for t in texts if t not in content)
+        seen.append(f"{name} v{entry.get('version')}")
+    if problems:
+        return Check(name="series", ok=False, detail="; ".join(problems))
+    return Check(name="series", ok=True, detail=f"fingerprints present: {', '.join(seen) or 'no series claimed'}")
+
+
+def check_archs(c: _Contents, targets: tuple[Arch, ...]) -> tuple[list[Check], list[LibraryReport]]:
+    checks, reports = [], []
+    for name, m in sorted(c.members.items()):
+        if m.fatbins is None:
+            if m.fatbin_error and targets:
+                checks.append(Check(name=f"fatbin {name}", ok=False, detail=m.fatbin_error))
+            continue
+        verdicts = {t.sm(): m.fatbins.verdict(t) for t in targets}
+        reports.append(LibraryReport(
+            file=name, fatbins=len(m.fatbins.fatbins), sass=tuple(m.fatbins.names("sass")),
+            ptx=tuple(m.fatbins.names("ptx")), verdicts={k: v.verdict for k, v in verdicts.items()},
+        ))
+        if not m.fatbins.fatbins:
+            continue
+        for sm, v in verdicts.items():
+            checks.append(Check(name=f"arch {sm} {name}", ok=v.ok, detail=v.detail))
+        if m.cuobjdump is not None:
+            mine = cudatools.counts(m.fatbins)
+            same = mine == m.cuobjdump
+            checks.append(Check(
+                name=f"cuobjdump {name}", ok=same,
+                detail="cuobjdump lists the same entries" if same
+                else f"cuobjdump lists {cudatools.show(m.cuobjdump)}; the reader found {cudatools.show(mine)}",
+            ))
+    return checks, reports
+
+
+def validate_wheel(
+    path: Path, options: ValidateOptions, *, smoke: Callable[[Path], Check] | None = None,
+) -> ValidationReport:
+    """Run every check on one wheel. Raises only when the file is not a readable zip."""
+    wheel = WheelName.parse(path.name)
+    pin_version = load_pins().get(options.pin).version if options.pin else None
+    try:
+        contents = read_wheel(path, keep=set(), cuobjdump=options.cuobjdump if options.archs else None)
+    except zipfile.BadZipFile as exc:
+        raise ValidationError(f"{path}: not a readable zip file ({exc})") from exc
+    checks = [check_filename(wheel), check_metadata(wheel, contents, pin_version), check_record(contents, path.name),
+              check_series(contents, options.pin)]
+    arch_checks, reports = check_archs(contents, options.archs)
+    checks.extend(arch_checks)
+    if options.smoke:
+        if smoke is None:
+            from g4build.wheels.smoke import smoke_install  # smoke builds on this module's Check
+
+            smoke = smoke_install
+        checks.append(smoke(path))
+    return ValidationReport(wheel=str(path), checks=tuple(checks), archs=tuple(reports))
