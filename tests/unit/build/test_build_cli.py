@@ -8,6 +8,7 @@ import json
 import subprocess
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -142,3 +143,27 @@ def test_prefetch_command_writes_the_initial_cache(tmp_path: Path, capsys: pytes
     (row,) = json.loads(out)
     assert row["name"] == "dep" and row["variables"] == ["FETCHCONTENT_SOURCE_DIR_DEP"]
     assert f'FETCHCONTENT_SOURCE_DIR_DEP "{(tmp_path / "c" / "dep-v1").as_posix()}"' in out_file.read_text()
+
+
+def test_every_g4build_command_in_a_plan_exists(capsys: pytest.CaptureFixture[str]) -> None:
+    import typer
+
+    from g4build.cli import app
+
+    root: Any = typer.main.get_command(app)
+    code, out, _ = _run(["wheel", "--arch", "sm120", "--os", "linux", "--recipes", "--dry-run", "--json"], capsys)
+    assert code == 0
+    windows = json.loads(_run(["wheel", "--arch", "sm120", "--os", "windows", "--dry-run", "--json"], capsys)[1])
+    commands = [s["command"][1:] for s in json.loads(out)["steps"] + windows["steps"] if s["command"][0] == "g4build"]
+    assert {c[0] for c in commands} >= {"source", "patches", "prefetch", "validate", "manifest", "recipe",
+                                        "cuda-shim"}
+    for argv in commands:
+        if argv[0] == "patches" and "patches" not in root.commands:
+            continue  # the patches engine lands separately
+        cmd = root
+        words = list(argv)
+        while hasattr(cmd, "commands") and words and words[0] in cmd.commands:
+            cmd = cmd.commands[words.pop(0)]
+        assert not hasattr(cmd, "commands"), argv  # reached a command, not a group
+        options = {o for p in cmd.params for o in getattr(p, "opts", [])}
+        assert {w for w in words if w.startswith("--")} <= options, (argv, options)
