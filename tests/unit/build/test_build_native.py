@@ -95,3 +95,11 @@ def test_error_tail_prefers_error_lines() -> None:
     lines = [f"line {i}" for i in range(50)] + ["c++: fatal error: Killed signal terminated program cc1plus"]
     assert error_tail(lines) == [lines[-1]]
     assert error_tail([f"l{i}" for i in range(40)], n=3) == ["l37", "l38", "l39"]
+
+
+def test_killed_compiler_suggests_fewer_jobs(tmp_path: Path) -> None:
+    code = "import sys; print('nvcc error   : \\'cicc\\' died due to signal 9 (Kill signal)'); print('Killed'); sys.exit(1)"
+    plan = _plan(tmp_path, _step("nvcc", code, tmp_path), env={"MAX_JOBS": "12"})
+    with pytest.raises(BuildError) as err:
+        _exec(io.StringIO()).run(plan)
+    assert err.value.hint and "lower --jobs (MAX_JOBS=12 now)" in err.value.hint

@@ -117,10 +117,13 @@ class NativeExecutor:
             code = proc.wait()
         seconds = time.monotonic() - start
         if code != 0:
-            tail = "\n".join(f"    {ln}" for ln in error_tail(list(recent)))
+            lines = error_tail(list(recent))
+            tail = "\n".join(f"    {ln}" for ln in lines)
+            oom = any("Killed" in ln for ln in lines) or code in (-9, 137)
             raise BuildError(
                 f"step {step.name} failed (exit {code}) after {seconds:.0f}s: {' '.join(argv)}\n{tail}",
-                hint=f"full log: {log}",
+                hint=(f"a compiler was killed, most likely out of memory: rerun with a lower --jobs "
+                      f"(MAX_JOBS={env.get('MAX_JOBS', '?')} now); " if oom else "") + f"full log: {log}",
             )
         self.console.print(f"{counter} {title}: done in {seconds:.1f}s")
         return seconds
