@@ -1,9 +1,212 @@
-"""`g4build wheel` commands."""
+"""`g4build wheel` (plan / script / build) and the build-step commands it runs: prefetch, cuda-shim, manifest."""
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 import typer
+from rich.table import Table
+
+from g4build.build import docker as docker_exec
+from g4build.build.arch import parse_arch
+from g4build.build.executor import RunResult
+from g4build.build.host import HostFacts, host_os, preflight, probe
+from g4build.build.plan import BuildPlan, Layout, Options, Target, max_jobs
+from g4build.build.planner import default_layout, make_plan, python_cmd
+from g4build.cli._common import JSON_OPTION, console, err_console, print_json
+from g4build.errors import UsageError
+from g4build.index import cache_root
+from g4build.pins import Pin, load_pins
+from g4build.series import Series, load_all
+
+# MAX_JOBS planned for another machine: a 32 GB / 16-core desktop; the script honours a MAX_JOBS already set.
+FOREIGN_MEM_GB, FOREIGN_CORES = 32.0, 16
+
+
+def series_for(pin: Pin) -> list[Series]:
+    """The series (in order) that have something to say about ``pin``."""
+    return [s for s in load_all() if s.variant(pin.name) is not None]
+
+
+def _layout(pin: Pin, target: Target, root: str | None, out: str | None) -> Layout:
+    if target.executor == "docker":
+        return docker_exec.container_layout()
+    if target.os != "windows" and host_os() == "windows" and not root:
+        raise UsageError(f"a {target.os} build planned on Windows needs --root: a folder on the {target.os} machine",
+                         hint="for example --root ~/g4b expanded on that machine (e.g. /home/me/g4b)")
+    lay = default_layout(pin, target, base=cache_root().as_posix())
+    if root:
+        lay = Layout(root=root, out=f"{root}{lay.sep}wheels", cache=lay.cache, sep=lay.sep)
+    if out:
+        lay = Layout(root=lay.root, out=out, cache=lay.cache, sep=lay.sep)
+    return lay
+
+
+def _show(plan: BuildPlan) -> None:
+    t = plan.target
+    console.print(f"[bold]{plan.pin}[/] -> vllm {plan.version} for [bold]{t.arch.name}[/] on {t.os} "
+                  f"(CUDA {t.cuda}, Python {t.python}, {t.executor})")
+    env = Table(title="environment", show_header=False)
+    for k, v in plan.env.items():
+        env.add_row(k, v)
+    console.print(env)
+    console.print("[bold]steps[/]")
+    for i, s in enumerate(plan.steps, 1):
+        extra = "".join(f" {k}={v}" for k, v in s.env.items())
+        console.print(f"{i:2d}. [bold]{s.name}[/] [dim](in {s.cwd}){extra}[/]", highlight=False)
+        console.print(f"    {' '.join(s.command)}", highlight=False, markup=False, soft_wrap=True)
+    for n in plan.notes:
+        console.print(f"note: {n}")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app (filled in by the wheel work)."""
+    """Add this module's commands to the root app."""
+
+    @app.command("wheel")
+    def wheel(
+        arch: str = typer.Option(..., "--arch", help="GPU arch: sm120 (also sm_120, 12.0, 12.0a, 12.0f), sm121..."),
+        os_name: str = typer.Option(..., "--os", help="windows, wsl or linux."),
+        pin_name: str | None = typer.Option(None, "--pin", help="Pin to build (default: the default pin)."),
+        python: str = typer.Option("3.12", "--python", help="Python X.Y the wheel is for."),
+        cuda: str | None = typer.Option(None, "--cuda", help="CUDA X.Y to build with (default: the pin's)."),
+        executor: str = typer.Option("native", "--executor", help="native or docker."),
+        out: str | None = typer.Option(None, "--out", help="Folder for the wheels."),
+        root: str | None = typer.Option(None, "--root", help="Build root (source, logs, resume state)."),
+        jobs: int | None = typer.Option(None, "--jobs", min=1, help="MAX_JOBS (default: RAM/5GB, <= cores)."),
+        no_flashinfer: bool = typer.Option(False, "--no-flashinfer", help="Leave FlashInfer out."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; run nothing."),
+        emit_script: Path | None = typer.Option(None, "--emit-script", help="Write the plan as PowerShell/bash."),
+        clean: bool = typer.Option(False, "--clean", help="Run every step, even ones finished before."),
+        recipes: bool = typer.Option(False, "--recipes", help="Also render launch recipes for the wheels."),
+        as_json: bool = JSON_OPTION,
+    ) -> None:
+        """Build vLLM (and FlashInfer) wheels for ARCH on OS from a pin plus its series."""
+        pin = load_pins().get(pin_name)
+        target = Target(os=os_name, arch=parse_arch(arch), python=python, cuda=cuda or pin.cuda,
+                        executor=executor)
+        recipe_list: tuple[str, ...] = ()
+        if recipes:
+            from g4build.recipes import recipe_names
+
+            recipe_list = tuple(recipe_names())
+        layout = _layout(pin, target, root, out)
+        running = not dry_run and emit_script is None
+        host: HostFacts | None = probe(layout.root) if running or host_os() == target.os else None
+        # MAX_JOBS / launcher are planned for the target machine: this one only when it is the target
+        host_for_plan = None if host and host.os != target.os else host
+        if jobs is None:
+            jobs = max_jobs(mem_gb=host_for_plan.mem_gb, cores=host_for_plan.cores) if host_for_plan else \
+                max_jobs(mem_gb=FOREIGN_MEM_GB, cores=FOREIGN_CORES)
+        opts = Options(jobs=jobs, flashinfer=not no_flashinfer,
+                       launcher=host_for_plan.launcher if host_for_plan else None, python=python_cmd(target),
+                       recipes=recipe_list)
+        cuda_home = None
+        if host_for_plan and host_for_plan.nvcc:
+            cuda_home = str(Path(host_for_plan.nvcc).resolve().parent.parent)
+        plan = make_plan(pin, series_for(pin), target, layout=layout, opts=opts, cuda_home=cuda_home)
+        if emit_script is not None:
+            from g4build.build.script import render
+
+            emit_script.write_text(render(plan), encoding="utf-8", newline="")
+            if os.name != "nt" and target.os != "windows":
+                emit_script.chmod(0o755)
+            err_console.print(f"wrote {emit_script} ({'PowerShell' if target.os == 'windows' else 'bash'})")
+        if dry_run or emit_script is not None:
+            if as_json:
+                print_json(plan.to_dict())
+            elif dry_run:
+                _show(plan)
+            return
+        assert host is not None
+        preflight(plan, host)
+        result = _execute(plan, target, clean=clean)
+        if as_json:
+            print_json({**plan.to_dict(), "result": [s.__dict__ for s in result.steps]})
+        else:
+            console.print(f"built in {result.seconds:.0f}s; wheels in {plan.layout.out}")
+
+    @app.command("prefetch")
+    def prefetch_cmd(
+        tree: Path = typer.Option(..., "--tree", exists=True, file_okay=False, help="A vLLM source tree."),
+        cache: Path | None = typer.Option(None, "--cache", help="Where the dependencies are kept."),
+        write: Path | None = typer.Option(None, "--write", help="Write a CMake initial-cache file (cmake -C) here."),
+        as_json: bool = JSON_OPTION,
+    ) -> None:
+        """Clone the tree's CMake FetchContent dependencies once, so builds need no network."""
+        from g4build.build.deps import find_deps, initial_cache, prefetch
+
+        cache = cache or cache_root() / "deps"
+        entries = []
+        for dep in find_deps(tree):
+            with err_console.status(f"prefetch {dep.name} @ {dep.tag}"):
+                path = prefetch(dep, cache)
+            entries.append((dep, path))
+        if write:
+            write.parent.mkdir(parents=True, exist_ok=True)
+            write.write_text(initial_cache(entries), encoding="utf-8")
+        rows = [{"name": d.name, "repository": d.repository, "tag": d.tag, "path": str(p),
+                 "variables": [d.fetchcontent_var, *([d.src_dir_var] if d.src_dir_var else [])]} for d, p in entries]
+        if as_json:
+            print_json(rows)
+        else:
+            for r in rows:
+                console.print(f"{r['name']} @ {r['tag']}: {r['path']}")
+
+    @app.command("cuda-shim")
+    def cuda_shim(
+        dest: Path = typer.Option(..., "--dest", help="Folder for the private cuda.h."),
+        cuda_home: Path | None = typer.Option(None, "--cuda-home", help="CUDA install folder (default: CUDA_HOME)."),
+    ) -> None:
+        """Write a cuda.h whose CUtensorMap alignment MSVC accepts (CUDA 13.0-13.2 on Windows)."""
+        from g4build.build.windows import write_shim
+
+        home = cuda_home or Path(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "")
+        if not str(home):
+            raise UsageError("no CUDA folder: pass --cuda-home or set CUDA_HOME")
+        console.print(f"wrote {write_shim(home, dest)}")
+
+    @app.command("manifest")
+    def manifest_cmd(
+        pin_name: str | None = typer.Option(None, "--pin"),
+        out: Path = typer.Option(..., "--out", exists=True, file_okay=False, help="Folder with the wheels."),
+        state: Path | None = typer.Option(None, "--state", help="The build's resume state (for step timings)."),
+        arch: str | None = typer.Option(None, "--arch"),
+        os_name: str | None = typer.Option(None, "--os"),
+        cuda: str | None = typer.Option(None, "--cuda"),
+        as_json: bool = JSON_OPTION,
+    ) -> None:
+        """Write build-manifest.json beside the wheels and into the vLLM wheel's dist-info."""
+        from g4build.build.manifest_info import build_extra
+        from g4build.build.stamp import stamp
+        from g4build.manifest import make_manifest
+
+        pin = load_pins().get(pin_name)
+        extra = build_extra(arch=arch, os_name=os_name, cuda=cuda, state=state)
+        manifest = make_manifest(pin, series_for(pin), route="build", extra=extra)
+        touched = stamp(out, manifest)
+        if as_json:
+            print_json({"out": str(out), "wheels_stamped": touched, "manifest": manifest})
+        else:
+            console.print(f"wrote {out / 'build-manifest.json'}; stamped {', '.join(touched) or 'no vLLM wheel'}")
+
+
+def _execute(plan: BuildPlan, target: Target, *, clean: bool) -> RunResult:
+    if target.executor == "docker":
+        base = cache_root()
+        from g4build.data import project_root
+
+        hosts = docker_exec.HostPaths(work=base / "docker" / plan.pin, deps=base / "deps",
+                                      out=Path.cwd() / "wheelhouse", tool=project_root())
+        return docker_exec.DockerExecutor(hosts).run(plan, clean=clean)
+    from g4build.build.native import NativeExecutor
+
+    activate = None
+    if target.os == "windows" and sys.platform == "win32":
+        from g4build.build.windows import msvc_environment
+
+        def activate() -> dict[str, str]:
+            return msvc_environment(target.cuda)
+
+    return NativeExecutor(activate=activate).run(plan, clean=clean)

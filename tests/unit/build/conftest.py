@@ -1,0 +1,30 @@
+"""Shared builders for the build-engine tests: real pins from patches/pins.yaml, targets, layouts."""
+
+from __future__ import annotations
+
+import pytest
+
+from g4build.build.arch import parse_arch
+from g4build.build.plan import Layout, Options, Target
+from g4build.pins import Pin, load_pins
+
+
+@pytest.fixture(scope="session")
+def pin21() -> Pin:
+    return load_pins().get("vllm-0.21.0")
+
+
+@pytest.fixture(scope="session")
+def pin33() -> Pin:
+    return load_pins().get("vllm-0.33.0")
+
+
+def target(os_name: str = "linux", arch: str = "sm120", cuda: str = "13.0", executor: str = "native") -> Target:
+    return Target(os=os_name, arch=parse_arch(arch), python="3.12", cuda=cuda, executor=executor)
+
+
+def linux_layout(root: str = "/home/u/g4b/v21") -> Layout:
+    return Layout(root=root, out=f"{root}/wheels", cache="/home/u/g4b/deps")
+
+
+OPTS = Options(jobs=4)

@@ -1,0 +1,169 @@
+"""`g4build wheel` and its step commands through the real CLI entry point."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import subprocess
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from g4build.cli import main
+from g4build.manifest import MANIFEST_NAME, loads
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_readme_main_job_dry_run_works_anywhere(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(["wheel", "--arch", "sm120", "--os", "windows", "--dry-run", "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert data["target"]["os"] == "windows" and data["target"]["arch"] == "sm120"
+    assert data["env"]["TORCH_CUDA_ARCH_LIST"] == "12.0f"
+    assert [s["name"] for s in data["steps"]][:2] == ["source", "checkout"]
+    code, out, _ = _run(["wheel", "--arch", "sm_120", "--os", "windows", "--dry-run"], capsys)
+    assert code == 0 and "vcvars" not in out and "TORCH_CUDA_ARCH_LIST" in out
+
+
+@pytest.mark.parametrize(("argv", "code", "text"), [
+    (["--arch", "sm86", "--os", "linux"], 2, "arch 'sm86'"),
+    (["--arch", "sm121", "--os", "windows"], 2, "not a target on windows"),
+    (["--arch", "sm120", "--os", "linux", "--cuda", "12.4"], 9, "needs CUDA >= 12.8"),
+    (["--arch", "sm120", "--os", "linux", "--pin", "vllm-9.9.9"], 2, "unknown pin"),
+    (["--arch", "sm120", "--os", "beos"], 2, "unknown OS"),
+])
+def test_bad_input_exits_with_its_code(capsys: pytest.CaptureFixture[str], argv: list[str], code: int,
+                                       text: str) -> None:
+    got, _, err = _run(["wheel", *argv, "--dry-run"], capsys)
+    assert got == code and text in err
+
+
+def test_emit_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ps1 = tmp_path / "build.ps1"
+    assert _run(["wheel", "--arch", "12.0f", "--os", "windows", "--emit-script", str(ps1)], capsys)[0] == 0
+    assert "Invoke-Step 'vllm'" in ps1.read_text()
+    sh = tmp_path / "build.sh"
+    assert _run(["wheel", "--arch", "sm120", "--os", "linux", "--jobs", "3", "--emit-script", str(sh)], capsys)[0] == 0
+    text = sh.read_text()
+    assert text.startswith("#!/usr/bin/env bash") and 'MAX_JOBS="${MAX_JOBS:-3}"' in text
+    assert subprocess.run(["bash", "-n", str(sh)], check=False).returncode == 0
+
+
+def test_native_build_for_another_os_is_refused_before_anything_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(["wheel", "--arch", "sm120", "--os", "windows"], capsys)
+    assert code == 9 and "must run on windows" in err
+
+
+def test_recipes_flag_adds_a_launch_script_step_per_recipe(capsys: pytest.CaptureFixture[str]) -> None:
+    from g4build.recipes import recipe_names
+
+    code, out, _ = _run(["wheel", "--arch", "sm120", "--os", "windows", "--recipes", "--dry-run", "--json"], capsys)
+    assert code == 0
+    steps = [s for s in json.loads(out)["steps"] if s["name"].startswith("recipe-")]
+    assert [s["name"] for s in steps] == [f"recipe-{n}" for n in recipe_names()] and steps
+    assert steps[0]["command"][1:4] == ["recipe", "render", recipe_names()[0]]
+    assert steps[0]["command"][4:6] == ["--shell", "powershell"]
+    assert steps[0]["command"][-1] == "C:\\g4b\\wheels\\vllm-*.whl"
+
+
+def _wheel(path: Path, name: str = "vllm", version: str = "0.21.0+cu130.g4.x") -> Path:
+    dist = f"{name}-{version}.dist-info"
+    files = {f"{name}/__init__.py": b"", f"{dist}/METADATA": f"Name: {name}\nVersion: {version}\n".encode(),
+             f"{dist}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: cp38-abi3-linux_x86_64\n"}
+    lines = []
+    for n, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        lines.append(f"{n},sha256={digest},{len(data)}")
+    lines.append(f"{dist}/RECORD,,")
+    whl = path / f"{name}-{version}-cp38-abi3-linux_x86_64.whl"
+    with zipfile.ZipFile(whl, "w") as zf:
+        for n, data in files.items():
+            zf.writestr(n, data)
+        zf.writestr(f"{dist}/RECORD", "\n".join(lines) + "\n")
+    return whl
+
+
+def test_manifest_goes_beside_the_wheels_and_into_the_vllm_dist_info(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    vllm = _wheel(tmp_path)
+    other = _wheel(tmp_path, "flashinfer_python", "0.6.8.post1")
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"done": {"vllm": {"digest": "d", "seconds": 12.5}}}))
+    code, out, _ = _run(["manifest", "--out", str(tmp_path), "--state", str(state), "--arch", "sm120",
+                         "--os", "linux", "--cuda", "13.0", "--json"], capsys)
+    assert code == 0 and json.loads(out)["wheels_stamped"] == [vllm.name]
+    beside = loads((tmp_path / MANIFEST_NAME).read_bytes(), "beside")
+    assert beside["route"] == "build" and beside["pin"]["name"] == "vllm-0.21.0"
+    assert beside["timings"] == {"vllm": 12.5} and beside["target"]["arch"] == "sm120"
+    assert sorted(beside["wheels"]) == sorted([vllm.name, other.name])
+    with zipfile.ZipFile(vllm) as zf:
+        member = "vllm-0.21.0+cu130.g4.x.dist-info/" + MANIFEST_NAME
+        inside = zf.read(member)
+        record = zf.read("vllm-0.21.0+cu130.g4.x.dist-info/RECORD").decode().splitlines()
+        assert zf.read("vllm/__init__.py") == b""
+    assert loads(inside, "inside") == beside
+    digest = base64.urlsafe_b64encode(hashlib.sha256(inside).digest()).rstrip(b"=").decode()
+    assert f"{member},sha256={digest},{len(inside)}" in record
+    assert record[-1].endswith("RECORD,,")
+    with zipfile.ZipFile(other) as zf:
+        assert not [n for n in zf.namelist() if n.endswith(MANIFEST_NAME)]
+    # stamping twice keeps one entry
+    assert _run(["manifest", "--out", str(tmp_path)], capsys)[0] == 0
+    with zipfile.ZipFile(vllm) as zf:
+        assert zf.namelist().count(member) == 1
+        assert sum(1 for ln in zf.read("vllm-0.21.0+cu130.g4.x.dist-info/RECORD").decode().splitlines()
+                   if ln.startswith(member)) == 1
+
+
+def test_prefetch_command_writes_the_initial_cache(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    for args in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "c"], ["tag", "v1"]):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@e", *args], cwd=remote, check=True)
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "CMakeLists.txt").write_text(f"FetchContent_Declare(dep GIT_REPOSITORY {remote.as_uri()} GIT_TAG v1)\n")
+    out_file = tmp_path / "b" / "deps.cmake"
+    code, out, _ = _run(["prefetch", "--tree", str(tree), "--cache", str(tmp_path / "c"), "--write", str(out_file),
+                         "--json"], capsys)
+    assert code == 0
+    (row,) = json.loads(out)
+    assert row["name"] == "dep" and row["variables"] == ["FETCHCONTENT_SOURCE_DIR_DEP"]
+    assert f'FETCHCONTENT_SOURCE_DIR_DEP "{(tmp_path / "c" / "dep-v1").as_posix()}"' in out_file.read_text()
+
+
+def test_every_g4build_command_in_a_plan_exists(capsys: pytest.CaptureFixture[str]) -> None:
+    import typer
+
+    from g4build.cli import app
+
+    root: Any = typer.main.get_command(app)
+    code, out, _ = _run(["wheel", "--arch", "sm120", "--os", "linux", "--recipes", "--dry-run", "--json"], capsys)
+    assert code == 0
+    windows = json.loads(_run(["wheel", "--arch", "sm120", "--os", "windows", "--dry-run", "--json"], capsys)[1])
+    commands = [s["command"][1:] for s in json.loads(out)["steps"] + windows["steps"] if s["command"][0] == "g4build"]
+    assert {c[0] for c in commands} >= {"source", "patches", "prefetch", "validate", "manifest", "recipe",
+                                        "cuda-shim"}
+    for argv in commands:
+        if argv[0] == "patches" and "patches" not in root.commands:
+            continue  # the patches engine lands separately
+        cmd = root
+        words = list(argv)
+        while hasattr(cmd, "commands") and words and words[0] in cmd.commands:
+            cmd = cmd.commands[words.pop(0)]
+        assert not hasattr(cmd, "commands"), argv  # reached a command, not a group
+        options = {o for p in cmd.params for o in getattr(p, "opts", [])}
+        assert {w for w in words if w.startswith("--")} <= options, (argv, options)

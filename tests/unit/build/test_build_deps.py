@@ -1,0 +1,90 @@
+"""CMake FetchContent dependencies: parsing (text and the real pinned trees), prefetch from local git remotes."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from g4build.build.deps import CMakeDep, find_deps, initial_cache, parse_cmake, prefetch
+from g4build.errors import BuildError, SourceError
+
+CMAKE = """
+set(LIB_REVISION "v1.2.3" CACHE STRING "x")
+if (DEFINED ENV{LIB_SRC_DIR})
+  set(LIB_SRC_DIR $ENV{LIB_SRC_DIR})
+endif()
+if(LIB_SRC_DIR)
+  FetchContent_Declare(lib SOURCE_DIR ${LIB_SRC_DIR})
+else()
+  FetchContent_Declare(
+      lib
+      GIT_REPOSITORY https://example.invalid/lib.git  # a comment (with parens)
+      GIT_TAG ${LIB_REVISION}
+      GIT_SUBMODULES "third/a" "third/b"
+      GIT_PROGRESS TRUE
+  )
+endif()
+"""
+
+
+def test_parse_resolves_tags_env_overrides_and_submodules() -> None:
+    (dep,) = parse_cmake(CMAKE, "x.cmake")
+    assert dep == CMakeDep(name="lib", repository="https://example.invalid/lib.git", tag="v1.2.3",
+                           submodules=("third/a", "third/b"), src_dir_var="LIB_SRC_DIR", declared_in="x.cmake")
+    assert dep.fetchcontent_var == "FETCHCONTENT_SOURCE_DIR_LIB"
+
+
+def test_unresolvable_tag_is_an_error() -> None:
+    with pytest.raises(SourceError, match="cannot resolve"):
+        parse_cmake("FetchContent_Declare(x GIT_REPOSITORY https://e.invalid/x GIT_TAG ${NOPE})", "y.cmake")
+
+
+def test_initial_cache_names_both_variables(tmp_path: Path) -> None:
+    (dep,) = parse_cmake(CMAKE, "x.cmake")
+    text = initial_cache([(dep, tmp_path / "lib")])
+    assert f'set(FETCHCONTENT_SOURCE_DIR_LIB "{(tmp_path / "lib").as_posix()}" CACHE PATH' in text
+    assert 'set(LIB_SRC_DIR "' in text
+
+
+def _git(*args: str, cwd: Path) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _repo(path: Path, files: dict[str, str], tag: str) -> Path:
+    path.mkdir(parents=True)
+    _git("init", "-q", cwd=path)
+    for name, text in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    _git("add", "-A", cwd=path)
+    _git("-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "c", cwd=path)
+    _git("tag", tag, cwd=path)
+    (path / "later.txt").write_text("after the tag")
+    _git("add", "-A", cwd=path)
+    _git("-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "later", cwd=path)
+    return path
+
+
+def test_prefetch_clones_the_tag_once_and_reuses_it_offline(tmp_path: Path) -> None:
+    remote = _repo(tmp_path / "remote", {"include/lib.h": "// v1.2.3\n"}, "v1.2.3")
+    (dep,) = parse_cmake(CMAKE.replace("GIT_SUBMODULES \"third/a\" \"third/b\"", ""), "x.cmake")
+    got = prefetch(dep, tmp_path / "cache", remote=str(remote))
+    assert (got / "include" / "lib.h").read_text() == "// v1.2.3\n"
+    assert not (got / "later.txt").exists()  # the tag, not the branch head
+    calls: list[list[str]] = []
+    again = prefetch(dep, tmp_path / "cache", remote="/nonexistent", git=lambda argv, cwd: calls.append(argv))
+    assert again == got and calls == []  # served from the cache: no git, no network
+
+
+def test_prefetch_failure_leaves_nothing_that_looks_finished(tmp_path: Path) -> None:
+    (dep,) = parse_cmake(CMAKE, "x.cmake")
+    with pytest.raises(BuildError, match="git fetch"):
+        prefetch(dep, tmp_path / "cache", remote=str(tmp_path / "missing"))
+    assert not (tmp_path / "cache" / dep.cache_name).exists()
+
+
+def test_find_deps_needs_a_cmake_tree(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="no CMakeLists.txt"):
+        find_deps(tmp_path)

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from g4build.build.host import HostFacts, preflight, probe
+from g4build.build.planner import make_plan
+from g4build.errors import BuildError
+from g4build.pins import Pin
+
+from .conftest import OPTS, linux_layout, target
+
+GOOD = HostFacts(os="linux", cores=16, mem_gb=64, free_gb=200, nvcc="/usr/local/cuda/bin/nvcc",
+                 nvcc_version="13.0", cxx="/usr/bin/g++", launcher=None)
+
+
+def _plan(pin: Pin, os_name: str = "linux"):  # type: ignore[no-untyped-def]
+    return make_plan(pin, [], target(os_name), layout=linux_layout(), opts=OPTS)
+
+
+def test_good_host_passes(pin21: Pin) -> None:
+    preflight(_plan(pin21), GOOD)
+
+
+@pytest.mark.parametrize(("change", "text"), [
+    ({"nvcc": None, "nvcc_version": None}, "nvcc not found"),
+    ({"nvcc_version": "12.8"}, "expected CUDA >= 13.0"),
+    ({"cxx": None}, "C\\+\\+ compiler"),
+    ({"free_gb": 12.0}, "expected at least 30 GB"),
+    ({"os": "windows"}, "must run on linux"),
+])
+def test_missing_prerequisites_fail_before_any_step(pin21: Pin, change: dict[str, object], text: str) -> None:
+    with pytest.raises(BuildError, match=text):
+        preflight(_plan(pin21), dataclasses.replace(GOOD, **change))  # type: ignore[arg-type]
+
+
+def test_probe_reads_this_machine(tmp_path: object) -> None:
+    facts = probe(str(tmp_path) + "/not/yet/created")
+    assert facts.cores >= 1 and facts.mem_gb > 0 and facts.free_gb > 0

@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+
+from g4build.build import windows
+from g4build.build.plan import Layout, Options, max_jobs
+from g4build.build.planner import default_layout, make_plan
+from g4build.errors import BuildError, UsageError
+from g4build.manifest import local_label
+from g4build.pins import GitRef, Pin
+
+from .conftest import OPTS, linux_layout, target
+
+COMBOS = [  # every (os, arch, cuda) that matters; the pins' CUDA is 13.0, users also have 12.8/12.9 and 13.2
+    *itertools.product(["windows"], ["sm120"], ["12.8", "12.9", "13.0", "13.2"]),
+    *itertools.product(["wsl", "linux"], ["sm120"], ["12.9", "13.0", "13.2"]),
+    *itertools.product(["linux"], ["sm121", "sm100"], ["12.9", "13.0"]),
+    ("linux", "sm90", "13.0"),
+]
+
+
+def _plan(pin: Pin, os_name: str, arch: str, cuda: str, opts: Options = OPTS):  # type: ignore[no-untyped-def]
+    t = target(os_name, arch, cuda)
+    lay = default_layout(pin, t, base="/home/u/.cache/g4build")
+    return make_plan(pin, [], t, layout=lay, opts=opts)
+
+
+@pytest.mark.parametrize(("os_name", "arch", "cuda"), COMBOS)
+def test_plan_for_each_combination(pin21: Pin, os_name: str, arch: str, cuda: str) -> None:
+    plan = _plan(pin21, os_name, arch, cuda)
+    env = plan.env
+    family = cuda.startswith("13") and arch != "sm90"  # Hopper has no family target: 9.0a
+    assert env["TORCH_CUDA_ARCH_LIST"].endswith("f" if family else "a")
+    assert env["CMAKE_BUILD_TYPE"] == "Release" and env["VLLM_TARGET_DEVICE"] == "cuda"
+    assert env["VLLM_VERSION_OVERRIDE"] == env["SETUPTOOLS_SCM_PRETEND_VERSION"] == plan.version
+    assert plan.version == f"0.21.0+{local_label(cuda, pin21, [])}"
+    assert plan.version.startswith(f"0.21.0+cu{cuda.replace('.', '')}.g4.")
+    names = [s.name for s in plan.steps]
+    assert names.index("patches") < names.index("prefetch") < names.index("vllm") < names.index("validate")
+    assert names.index("use-existing-torch") < names.index("build-requirements") < names.index("vllm")
+    assert names[-1] == "manifest"
+    assert env["CMAKE_ARGS"] == f"-C {plan.layout.deps_file}"
+    vllm = plan.step("vllm")
+    assert vllm.cwd == plan.layout.src and "--no-build-isolation" in vllm.command
+    if os_name == "windows":
+        assert names[:2] == ["source", "checkout"]
+        assert plan.step("checkout").command[-1] == pin21.bases["windows"].commit
+        assert pin21.bases["windows"].remote in plan.step("source").command
+        assert env["DISTUTILS_USE_SDK"] == "1"
+        assert "FLASHINFER_CUDA_ARCH_LIST" not in env and "flashinfer-jit-cache" not in names
+        assert any("vcvars64.bat" in line for line in plan.setup)
+        assert any("vswhere.exe" in line for line in plan.setup)
+        assert ("cuda-shim" in names) == (cuda in ("13.0", "13.2"))
+        assert ("NVCC_PREPEND_FLAGS" in env) == (cuda in ("13.0", "13.2"))
+        assert plan.layout.sep == "\\" and len(plan.layout.root) <= windows.MAX_ROOT_CHARS
+    else:
+        assert plan.step("source").command[1:-1] == ("source", "fetch", "--pin", "vllm-0.21.0", "--from", "sdist",
+                                                     "--dest")
+        assert env["FLASHINFER_CUDA_ARCH_LIST"] == env["TORCH_CUDA_ARCH_LIST"]
+        assert "flashinfer-jit-cache" in names
+        assert plan.setup == ()
+
+
+def test_plan_is_pure_and_deterministic(pin21: Pin) -> None:
+    a, b = _plan(pin21, "windows", "sm120", "13.0"), _plan(pin21, "windows", "sm120", "13.0")
+    assert a == b and a.to_dict() == b.to_dict()
+    assert [s.digest(a.env, a.identity) for s in a.steps] == [s.digest(b.env, b.identity) for s in b.steps]
+
+
+def test_digests_change_with_inputs(pin21: Pin) -> None:
+    a = _plan(pin21, "linux", "sm120", "13.0")
+    b = _plan(pin21, "linux", "sm120", "13.0", Options(jobs=8))
+    assert a.step("vllm").digest(a.env, a.identity) != b.step("vllm").digest(b.env, b.identity)
+
+
+def test_json_shape(pin21: Pin) -> None:
+    d = _plan(pin21, "windows", "sm120", "13.0").to_dict()
+    assert {"target", "env", "steps"} <= set(d)
+    assert d["target"]["arch"] == "sm120" and d["target"]["os"] == "windows"
+    assert all(set(s) == {"name", "command", "cwd", "env"} for s in d["steps"])
+
+
+def test_pin_of_0_33_plans_too(pin33: Pin) -> None:
+    plan = _plan(pin33, "linux", "sm120", "13.0")
+    assert plan.version.startswith("0.33.0+cu130.g4.")
+
+
+def test_windows_without_a_base_is_refused(pin33: Pin) -> None:
+    bare = dataclasses.replace(pin33, bases={})
+    with pytest.raises(UsageError, match="no Windows base"):
+        _plan(bare, "windows", "sm120", "13.0")
+
+
+def test_windows_base_can_be_any_fork(pin21: Pin) -> None:
+    other = dataclasses.replace(pin21, bases={"windows": GitRef(remote="https://example.invalid/fork.git",
+                                                                 commit="abcdef1")})
+    plan = _plan(other, "windows", "sm120", "13.0")
+    assert plan.step("source").command[-2] == "https://example.invalid/fork.git"
+
+
+@pytest.mark.parametrize(("os_name", "arch", "cuda", "error", "text"), [
+    ("windows", "sm121", "13.0", UsageError, "not a target on windows"),
+    ("wsl", "sm90", "13.0", UsageError, "not a target on wsl"),
+    ("linux", "sm120", "12.6", BuildError, "needs CUDA >= 12.8"),
+    ("linux", "sm120", "12.8", BuildError, "FlashInfer"),  # FlashInfer's AOT build needs 12.9 for sm_120
+    ("linux", "sm121", "12.8", BuildError, "needs CUDA >= 12.9"),
+])
+def test_bad_input_fails_before_any_step(pin21: Pin, os_name: str, arch: str, cuda: str,
+                                         error: type[Exception], text: str) -> None:
+    with pytest.raises(error, match=text):
+        _plan(pin21, os_name, arch, cuda)
+
+
+def test_windows_cuda_12_8_needs_no_flashinfer_cuda(pin21: Pin) -> None:
+    assert _plan(pin21, "windows", "sm120", "12.8").env["TORCH_CUDA_ARCH_LIST"] == "12.0a"
+
+
+def test_no_flashinfer_option(pin21: Pin) -> None:
+    plan = _plan(pin21, "linux", "sm120", "13.0", Options(jobs=2, flashinfer=False))
+    assert not [s for s in plan.steps if s.name.startswith("flashinfer")]
+
+
+def test_docker_executor_is_linux_only(pin21: Pin) -> None:
+    with pytest.raises(UsageError, match="docker"):
+        make_plan(pin21, [], target("windows", executor="docker"), layout=linux_layout(), opts=OPTS)
+
+
+def test_layout_rules(pin21: Pin) -> None:
+    long_root = "C:\\Users\\someone\\Documents\\builds\\vllm"
+    lay = Layout(root=long_root, out=long_root + "\\w", cache="C:\\g4b\\deps", sep="\\")
+    with pytest.raises(UsageError, match="260-character"):
+        make_plan(pin21, [], target("windows"), layout=lay, opts=OPTS)
+    with pytest.raises(UsageError, match="Windows drive"):
+        make_plan(pin21, [], target("wsl"), layout=linux_layout("/mnt/c/g4b"), opts=OPTS)
+    with pytest.raises(UsageError, match="white space"):
+        make_plan(pin21, [], target("linux"), layout=linux_layout("/home/u/my builds"), opts=OPTS)
+
+
+@pytest.mark.parametrize(("mem", "cores", "threads", "jobs"), [
+    (16, 32, 1, 3), (64, 16, 1, 12), (128, 16, 1, 16), (8, 8, 1, 1), (2, 4, 1, 1), (64, 32, 2, 6),
+])
+def test_max_jobs_from_ram_and_cores(mem: float, cores: int, threads: int, jobs: int) -> None:
+    assert max_jobs(mem_gb=mem, cores=cores, nvcc_threads=threads) == jobs

@@ -1,0 +1,141 @@
+"""CMake FetchContent dependencies of a vLLM tree: read them, prefetch them into a cache, point CMake at them.
+
+vLLM's CMakeLists.txt and ``cmake/external_projects/*.cmake`` declare what they download at configure time
+(CUTLASS, vllm-flash-attn, FlashMLA, qutlass, DeepGEMM, triton_kernels). Reading the pin's own files (not a
+list kept here) keeps g4build right when upstream moves a tag. The prefetched copies are named in a CMake
+initial-cache file (``cmake -C``): ``FETCHCONTENT_SOURCE_DIR_<NAME>`` for every dependency plus the
+project's own ``*_SRC_DIR`` override where one exists, so a second build needs no network.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from g4build.errors import BuildError, SourceError
+
+_DECLARE = re.compile(r"FetchContent_Declare\s*\((?P<body>[^()]*(?:\([^()]*\)[^()]*)*)\)", re.IGNORECASE)
+_SET = re.compile(r"^\s*set\s*\(\s*(?P<name>\w+)\s+\"?(?P<value>[^\s\")]+)\"?", re.IGNORECASE | re.MULTILINE)
+_ENV_SRC = re.compile(r"DEFINED\s+ENV\{(?P<var>\w+_SRC_DIR)\}")
+_COMMENT = re.compile(r"#[^\n]*")
+_KEYWORDS = {"GIT_REPOSITORY", "GIT_TAG", "GIT_SHALLOW", "GIT_PROGRESS", "GIT_SUBMODULES", "SOURCE_DIR",
+             "BINARY_DIR", "SOURCE_SUBDIR", "CONFIGURE_COMMAND", "BUILD_COMMAND", "URL", "URL_HASH"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CMakeDep:
+    name: str  # FetchContent name, e.g. "vllm-flash-attn"
+    repository: str
+    tag: str
+    submodules: tuple[str, ...]  # GIT_SUBMODULES (empty: all of them)
+    src_dir_var: str | None  # the project's own override, e.g. VLLM_FLASH_ATTN_SRC_DIR
+    declared_in: str  # relative path of the .cmake file
+
+    @property
+    def fetchcontent_var(self) -> str:
+        return "FETCHCONTENT_SOURCE_DIR_" + re.sub(r"[^A-Za-z0-9]", "_", self.name).upper()
+
+    @property
+    def cache_name(self) -> str:
+        return f"{self.name}-{re.sub(r'[^A-Za-z0-9._-]', '_', self.tag)}"
+
+
+def _args(body: str) -> list[str]:
+    return re.findall(r'"[^"]*"|[^\s"]+', _COMMENT.sub("", body))
+
+
+def _resolve(value: str, variables: dict[str, str]) -> str:
+    return re.sub(r"\$\{(\w+)\}", lambda m: variables.get(m[1], m[0]), value.strip('"'))
+
+
+def parse_cmake(text: str, where: str) -> list[CMakeDep]:
+    """The git dependencies one CMake file declares (declarations from a local SOURCE_DIR are skipped)."""
+    clean = _COMMENT.sub("", text)
+    variables = {m["name"]: m["value"] for m in _SET.finditer(clean)}
+    deps: list[CMakeDep] = []
+    for m in _DECLARE.finditer(clean):
+        args = _args(m["body"])
+        if not args or "GIT_REPOSITORY" not in args:
+            continue
+        name = args[0]
+        fields: dict[str, list[str]] = {}
+        key = ""
+        for a in args[1:]:
+            if a in _KEYWORDS:
+                key = a
+                fields[key] = []
+            elif key:
+                fields[key].append(a)
+        repo = _resolve(fields.get("GIT_REPOSITORY", [""])[0], variables)
+        tag = _resolve((fields.get("GIT_TAG") or [""])[0], variables)
+        if not repo or not tag or "${" in repo + tag:
+            raise SourceError(f"{where}: FetchContent_Declare({name}) has a repository or tag g4build cannot "
+                              f"resolve ({repo!r} @ {tag!r})", hint="report it: the pin's CMake changed shape")
+        before = clean[: m.start()]
+        env_vars = _ENV_SRC.findall(before)
+        deps.append(CMakeDep(
+            name=name, repository=repo, tag=tag,
+            submodules=tuple(s.strip('"') for s in fields.get("GIT_SUBMODULES", [])),
+            src_dir_var=env_vars[-1] if env_vars else None, declared_in=where,
+        ))
+    return deps
+
+
+def find_deps(tree: Path) -> list[CMakeDep]:
+    """Every git FetchContent dependency of a vLLM source tree, CMakeLists.txt first."""
+    files = [tree / "CMakeLists.txt", *sorted((tree / "cmake" / "external_projects").glob("*.cmake"))]
+    if not files[0].is_file():
+        raise SourceError(f"{tree} has no CMakeLists.txt: expected a vLLM source tree")
+    deps: list[CMakeDep] = []
+    for f in files:
+        if f.is_file():
+            deps += parse_cmake(f.read_text(encoding="utf-8"), f.relative_to(tree).as_posix())
+    return deps
+
+
+def initial_cache(entries: Iterable[tuple[CMakeDep, Path]]) -> str:
+    """A ``cmake -C`` file naming each prefetched source."""
+    lines = ["# written by g4build prefetch: FetchContent sources already on disk"]
+    for dep, path in entries:
+        p = path.as_posix()
+        lines.append(f'set({dep.fetchcontent_var} "{p}" CACHE PATH "g4build prefetch")')
+        if dep.src_dir_var:
+            lines.append(f'set({dep.src_dir_var} "{p}" CACHE PATH "g4build prefetch")')
+    return "\n".join(lines) + "\n"
+
+
+Runner = Callable[[list[str], Path | None], None]
+
+
+def _git(argv: list[str], cwd: Path | None) -> None:
+    proc = subprocess.run(["git", *argv], cwd=cwd, capture_output=True, text=True, check=False)
+    if proc.returncode:
+        raise BuildError(f"git {' '.join(argv)} failed: {proc.stderr.strip()[-500:]}",
+                         hint="check the network (or mirror) for the dependency's repository")
+
+
+def prefetch(dep: CMakeDep, cache: Path, *, remote: str | None = None, git: Runner = _git) -> Path:
+    """Clone ``dep`` at its tag into ``cache`` once; a finished copy (stamp file) is reused offline."""
+    dest = cache / dep.cache_name
+    stamp = dest / ".g4build-prefetched"
+    if stamp.is_file():
+        return dest
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    git(["init", "-q"], tmp)
+    git(["remote", "add", "origin", remote or dep.repository], tmp)
+    git(["fetch", "-q", "--depth", "1", "origin", dep.tag], tmp)
+    git(["checkout", "-q", "--detach", "FETCH_HEAD"], tmp)
+    if dep.submodules:
+        git(["submodule", "update", "--init", "--depth", "1", "--", *dep.submodules], tmp)
+    else:
+        git(["submodule", "update", "--init", "--recursive", "--depth", "1"], tmp)
+    (tmp / ".g4build-prefetched").write_text(f"{dep.repository} {dep.tag}\n")
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    return dest

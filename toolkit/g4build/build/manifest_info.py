@@ -1,0 +1,49 @@
+"""What a build adds to build-manifest.json: target, environment, tool versions, step timings."""
+
+from __future__ import annotations
+
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from g4build.build.state import BuildState
+
+_KEYS = ("TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS", "CMAKE_BUILD_TYPE",
+         "VLLM_TARGET_DEVICE", "VLLM_VERSION_OVERRIDE", "CUDA_HOME")
+
+
+def _version(argv: list[str]) -> str | None:
+    if not shutil.which(argv[0]):
+        return None
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"(\d+\.\d+(?:\.\d+)?)", out.split("release", 1)[-1] if "release" in out else out)
+    return m[1] if m else None
+
+
+def tool_versions() -> dict[str, str | None]:
+    return {
+        "python": platform.python_version(),
+        "nvcc": _version(["nvcc", "--version"]),
+        "cmake": _version(["cmake", "--version"]),
+        "ninja": _version(["ninja", "--version"]),
+        "git": _version(["git", "--version"]),
+        "platform": f"{sys.platform}-{platform.machine()}",
+    }
+
+
+def build_extra(*, arch: str | None, os_name: str | None, cuda: str | None, state: Path | None) -> dict[str, Any]:
+    import os
+
+    return {
+        "target": {"arch": arch, "os": os_name, "cuda": cuda},
+        "env": {k: os.environ[k] for k in _KEYS if k in os.environ},
+        "tools": tool_versions(),
+        "timings": BuildState.load(state).timings() if state else {},
+    }

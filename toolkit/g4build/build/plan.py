@@ -1,0 +1,269 @@
+"""BuildPlan: what ``g4build wheel`` will run, as data. Pure: no filesystem, no subprocess, no clock.
+
+A plan is a target (os, arch, python, cuda), an environment shared by every step, and ordered steps; each
+step is a command users could type themselves (``g4build source fetch``, ``pip wheel`` ...) with its cwd
+and env delta. The inputs digest of a step (command, cwd, env, the plan's identity) lets a later run skip
+steps that already finished (resume).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from g4build.build.arch import ArchInfo, check_cuda, check_os_arch, cuda_arch_list, flashinfer_arch_list
+from g4build.errors import UsageError
+from g4build.manifest import local_label
+from g4build.pins import Pin
+from g4build.series import Series
+
+OSES = ("windows", "wsl", "linux")
+EXECUTORS = ("native", "docker")
+GB_PER_NVCC_JOB = 5.0  # an nvcc job on vLLM's heavy units needs ~4-6 GB; OOM "Killed" is the usual WSL failure
+FLASHINFER_REMOTE = "https://github.com/flashinfer-ai/flashinfer.git"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    os: str
+    arch: ArchInfo
+    python: str
+    cuda: str
+    executor: str = "native"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "os": self.os,
+            "arch": self.arch.name,
+            "python": self.python,
+            "cuda": self.cuda,
+            "executor": self.executor,
+            "torch_cuda_arch_list": cuda_arch_list(self.arch, self.cuda),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    name: str
+    command: tuple[str, ...]
+    cwd: str
+    env: dict[str, str] = field(default_factory=dict)
+    title: str = ""
+    resumable: bool = True  # False: always run (cheap checks, outputs that depend on later state)
+
+    def digest(self, plan_env: dict[str, str], identity: str) -> str:
+        payload = json.dumps(
+            [identity, self.name, list(self.command), self.cwd, sorted(self.env.items()), sorted(plan_env.items())]
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "command": list(self.command), "cwd": self.cwd, "env": dict(self.env)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """Where a build lives. ``root`` holds the source tree, logs and state; ``out`` the wheels."""
+
+    root: str
+    out: str
+    cache: str  # prefetched CMake dependencies, shared between builds
+    sep: str = "/"
+
+    def join(self, *parts: str) -> str:
+        return self.sep.join([self.root.rstrip("/\\"), *parts])
+
+    @property
+    def src(self) -> str:
+        return self.join("src")
+
+    @property
+    def deps_file(self) -> str:
+        return self.join("prefetched-deps.cmake")
+
+    @property
+    def state_file(self) -> str:
+        return self.join("g4build-state.json")
+
+    @property
+    def log_dir(self) -> str:
+        return self.join("logs")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    jobs: int  # MAX_JOBS (already chosen from RAM/cores or --jobs)
+    nvcc_threads: int = 1
+    flashinfer: bool = True
+    existing_torch: bool = True
+    launcher: str | None = None  # "ccache" / "sccache" when found
+    g4build: tuple[str, ...] = ("g4build",)
+    python: tuple[str, ...] = ("python",)
+    recipes: tuple[str, ...] = ()  # launch recipes to render beside the wheels (--recipes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildPlan:
+    target: Target
+    pin: str
+    version: str  # the wheel version: <upstream>+cu<XY>.g4.<digest>
+    layout: Layout
+    env: dict[str, str]
+    setup: tuple[str, ...]  # shell lines a script runs first (e.g. MSVC activation on Windows)
+    steps: tuple[Step, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def identity(self) -> str:
+        return f"{self.pin}|{self.version}|{self.target.os}|{self.target.arch.name}|{self.target.cuda}"
+
+    def step(self, name: str) -> Step:
+        for s in self.steps:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": {**self.target.to_dict(), "pin": self.pin, "version": self.version,
+                       "root": self.layout.root, "out": self.layout.out},
+            "env": dict(self.env),
+            "steps": [s.to_dict() for s in self.steps],
+            "setup": list(self.setup),
+            "notes": list(self.notes),
+        }
+
+
+def max_jobs(*, mem_gb: float, cores: int, nvcc_threads: int = 1) -> int:
+    """Parallel nvcc jobs that fit: ~5 GB per job (times its threads), never more than the cores."""
+    by_mem = int(mem_gb // (GB_PER_NVCC_JOB * max(1, nvcc_threads)))
+    return max(1, min(cores, by_mem))
+
+
+def wheel_version(pin: Pin, series: Sequence[Series], cuda: str) -> str:
+    return f"{pin.version}+{local_label(cuda, pin, series)}"
+
+
+def check_target(target: Target, pin: Pin) -> None:
+    """Everything knowable from pin + target alone; raises before anything runs."""
+    if target.os not in OSES:
+        raise UsageError(f"unknown OS {target.os!r}: expected one of {', '.join(OSES)}")
+    if target.executor not in EXECUTORS:
+        raise UsageError(f"unknown executor {target.executor!r}: expected one of {', '.join(EXECUTORS)}")
+    check_os_arch(target.os, target.arch)
+    if target.executor == "docker" and target.os == "windows":
+        raise UsageError(
+            "the docker executor builds Linux wheels; a Windows wheel needs --executor native on Windows",
+            hint="use --os wsl --executor docker for a wheel that runs inside WSL",
+        )
+    if target.os == "windows" and "windows" not in pin.bases:
+        raise UsageError(
+            f"pin {pin.name} names no Windows base: upstream's setup.py builds nothing on win32",
+            hint="add bases.windows (a Windows-enabled fork remote + commit) to the pin in patches/pins.yaml",
+        )
+    # FlashInfer's ahead-of-time build is Linux-only; on Windows it is not part of the plan.
+    check_cuda(target.arch, target.cuda, flashinfer=target.os != "windows")
+    parts = target.python.split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts) or (int(parts[0]), int(parts[1])) < (3, 10):
+        raise UsageError(f"--python {target.python!r}: expected X.Y, at least 3.10")
+
+
+def build_env(target: Target, pin: Pin | None, version: str, layout: Layout, opts: Options) -> dict[str, str]:
+    """The environment every step of a vLLM build sees (the OS module adds its own on top)."""
+    env = {
+        "TORCH_CUDA_ARCH_LIST": cuda_arch_list(target.arch, target.cuda),
+        "MAX_JOBS": str(opts.jobs),
+        "NVCC_THREADS": str(opts.nvcc_threads),
+        "CMAKE_BUILD_TYPE": "Release",
+        "VLLM_TARGET_DEVICE": "cuda",
+        "SETUPTOOLS_SCM_PRETEND_VERSION": version,
+        "VLLM_VERSION_OVERRIDE": version,
+        # prefetched FetchContent sources (FETCHCONTENT_SOURCE_DIR_*, VLLM_*_SRC_DIR) as a CMake initial cache
+        "CMAKE_ARGS": f"-C {layout.deps_file}",
+        "FETCHCONTENT_BASE_DIR": layout.join("fetchcontent"),
+    }
+    if target.os != "windows":
+        env["FLASHINFER_CUDA_ARCH_LIST"] = flashinfer_arch_list(target.arch, target.cuda)
+    if opts.launcher is None:
+        env["VLLM_DISABLE_SCCACHE"] = "1"
+    elif opts.launcher == "ccache":
+        env["VLLM_DISABLE_SCCACHE"] = "1"  # vLLM prefers sccache when both exist; pick the one we found
+    return env
+
+
+def vllm_steps(
+    *, pin: Pin, target: Target, layout: Layout, opts: Options, source: tuple[Step, ...], extra: tuple[Step, ...],
+) -> tuple[Step, ...]:
+    g4b, py, src, out = opts.g4build, opts.python, layout.src, layout.out
+    arch = target.arch.name
+    steps: list[Step] = [
+        *source,
+        Step(name="patches", title="apply the series", command=(*g4b, "patches", "apply", "--pin", pin.name,
+             "--tree", src), cwd=layout.root),
+        Step(name="prefetch", title="prefetch CMake dependencies",
+             command=(*g4b, "prefetch", "--tree", src, "--cache", layout.cache, "--write", layout.deps_file),
+             cwd=layout.root),
+        *extra,
+        Step(name="torch", title="check the installed torch", resumable=False,
+             command=(*py, "-c", f"import torch, sys; v = torch.__version__.split('+')[0]; "
+                      f"sys.exit(0 if v == '{pin.torch}' and torch.version.cuda else "
+                      f"'expected torch {pin.torch} built for CUDA, found ' + torch.__version__)"),
+             cwd=layout.root),
+    ]
+    if opts.existing_torch:  # first, so the build requirements below do not replace the installed torch
+        steps.append(Step(name="use-existing-torch", title="build against the installed torch",
+                          command=(*py, "use_existing_torch.py"), cwd=src))
+    steps.append(Step(name="build-requirements", title="install build requirements",
+                      command=(*py, "-m", "pip", "install", "-r", "requirements/build/cuda.txt"), cwd=src))
+    steps.append(wheel_step("vllm", "build the vLLM wheel", opts, src, out))
+    if opts.flashinfer and target.os != "windows":
+        fi = layout.join("flashinfer")
+        steps += [
+            Step(name="flashinfer-source", title="fetch FlashInfer",
+                 command=("git", "clone", "--depth", "1", "--branch", f"v{pin.flashinfer}", "--recurse-submodules",
+                          "--shallow-submodules", FLASHINFER_REMOTE, fi), cwd=layout.root),
+            Step(name="flashinfer-python", title="build flashinfer-python",
+                 command=(*py, "-m", "build", "--no-isolation", "--wheel", "--outdir", out, "."), cwd=fi),
+            Step(name="flashinfer-jit-cache", title=f"build FlashInfer's ahead-of-time kernels for {arch}",
+                 command=(*py, "-m", "build", "--no-isolation", "--wheel", "--outdir", out, "."),
+                 cwd=layout.sep.join([fi, "flashinfer-jit-cache"])),
+        ]
+    steps += [
+        Step(name="validate", title="validate the wheels", resumable=False,
+             command=(*g4b, "validate", layout.sep.join([out, "vllm-*.whl"]), "--arch", arch, "--pin", pin.name),
+             cwd=layout.root),
+        Step(name="manifest", title="write build-manifest.json", resumable=False,
+             command=(*g4b, "manifest", "--pin", pin.name, "--out", out, "--state", layout.state_file,
+                      "--arch", arch, "--os", target.os, "--cuda", target.cuda),
+             cwd=layout.root),
+    ]
+    shell = "powershell" if target.os == "windows" else "bash"
+    steps += [Step(name=f"recipe-{name}", title=f"launch script {name}", resumable=False,
+                   command=(*g4b, "recipe", "render", name, "--shell", shell, "--out", out,
+                            "--wheel", layout.sep.join([out, "vllm-*.whl"])), cwd=layout.root)
+              for name in opts.recipes]
+    return tuple(steps)
+
+
+def wheel_step(name: str, title: str, opts: Options, project: str, out: str) -> Step:
+    """``pip wheel`` of a project against the installed build requirements (torch included)."""
+    return Step(name=name, title=title, cwd=project,
+                command=(*opts.python, "-m", "pip", "wheel", ".", "--no-build-isolation", "--no-deps", "-v",
+                         "-w", out))
+
+
+def extension_plan(
+    *, target: Target, layout: Layout, opts: Options, project: str, name: str, version: str,
+    cuda_home: str | None = None,
+) -> BuildPlan:
+    """A plan for any CUDA extension project with the environment a vLLM build gets (arch list, jobs,
+    version, build type): the same machinery, small enough for CI to run for real."""
+    env = {k: v for k, v in build_env(target, None, version, layout, opts).items()
+           if k not in ("CMAKE_ARGS", "FETCHCONTENT_BASE_DIR")}
+    if cuda_home:
+        env["CUDA_HOME"] = cuda_home
+    step = wheel_step(name, f"build the {name} wheel", opts, project, layout.out)
+    return BuildPlan(target=target, pin=name, version=version, layout=layout, env=env, setup=(), steps=(step,))

@@ -1,0 +1,58 @@
+"""``make_plan``: pin + series + target -> BuildPlan, choosing the OS module. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from g4build.build import linux, windows
+from g4build.build.plan import BuildPlan, Layout, Options, Target, build_env, check_target, vllm_steps, wheel_version
+from g4build.pins import Pin
+from g4build.series import Series
+
+
+def default_layout(pin: Pin, target: Target, *, base: str) -> Layout:
+    if target.os == "windows":
+        return windows.default_layout(pin, target)
+    return linux.default_layout(pin, target, base=base)
+
+
+def python_cmd(target: Target) -> tuple[str, ...]:
+    return windows.python_cmd(target.python) if target.os == "windows" else linux.python_cmd(target.python)
+
+
+def make_plan(
+    pin: Pin,
+    series: Sequence[Series],
+    target: Target,
+    *,
+    layout: Layout,
+    opts: Options,
+    cuda_home: str | None = None,
+) -> BuildPlan:
+    """The whole vLLM build for ``target``; raises UsageError/BuildError for what is wrong before any step."""
+    check_target(target, pin)
+    version = wheel_version(pin, series, target.cuda)
+    env = build_env(target, pin, version, layout, opts)
+    notes: list[str] = []
+    if target.os == "windows":
+        windows.check_layout(layout)
+        env.update(windows.env(target, layout))
+        setup = windows.setup_lines(target)
+        source = windows.source_steps(pin, layout)
+        extra = windows.extra_steps(target, layout, opts.g4build)
+        base = pin.bases["windows"]
+        notes.append(f"source: Windows base {base.remote} at {base.commit}")
+        notes.append("FlashInfer's ahead-of-time kernels are Linux-only: on Windows FlashInfer compiles at first use")
+        if windows.needs_align_shim(target.cuda):
+            notes.append(f"CUDA {target.cuda} + MSVC: a private cuda.h with 64-byte CUtensorMap alignment is used")
+    else:
+        linux.check_layout(target.os, layout)
+        env.update(linux.env(target, layout, cuda_home=cuda_home))
+        setup = ()
+        source = linux.source_steps(pin, layout, opts.g4build)
+        extra = ()
+    if opts.launcher:
+        notes.append(f"compiler launcher: {opts.launcher} (vLLM's setup.py picks it up from PATH)")
+    steps = vllm_steps(pin=pin, target=target, layout=layout, opts=opts, source=source, extra=extra)
+    return BuildPlan(target=target, pin=pin.name, version=version, layout=layout, env=env, setup=setup,
+                     steps=steps, notes=tuple(notes))

@@ -1,0 +1,129 @@
+"""A plan as a script a user runs by hand: PowerShell for Windows, bash for WSL/Linux.
+
+Both keep the executor's resume rule: a step whose inputs digest has a marker in ``<root>/.g4build-done``
+is skipped; ``G4BUILD_CLEAN=1`` forces every step.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from g4build.build.plan import BuildPlan, Step
+
+_SAFE_GLOB = re.compile(r"^[A-Za-z0-9._*?-]+$")
+
+
+def _ps(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _ps_arg(a: str, sep: str) -> str:
+    head, _, tail = a.rpartition(sep)
+    if "*" in tail and head and _SAFE_GLOB.match(tail):
+        return f"(Get-ChildItem -Path {_ps(a)}).FullName"
+    return _ps(a)
+
+
+def _sh_arg(a: str) -> str:
+    head, _, tail = a.rpartition("/")
+    if "*" in tail and head and _SAFE_GLOB.match(tail):
+        return f"{shlex.quote(head)}/{tail}"
+    return shlex.quote(a)
+
+
+def _header(plan: BuildPlan, comment: str) -> list[str]:
+    t = plan.target
+    return [
+        f"{comment} g4build plan: {plan.pin} -> vLLM {plan.version} for {t.arch.name} on {t.os} "
+        f"(CUDA {t.cuda}, Python {t.python})",
+        f"{comment} Re-run to resume: finished steps are skipped. Set G4BUILD_CLEAN=1 to run every step again.",
+        *(f"{comment} note: {n}" for n in plan.notes),
+    ]
+
+
+def render_bash(plan: BuildPlan) -> str:
+    lay = plan.layout
+    lines = ["#!/usr/bin/env bash", *_header(plan, "#"), "set -euo pipefail", ""]
+    lines += plan.setup
+    for k, v in plan.env.items():
+        if k == "MAX_JOBS":  # a user may know better than the machine it was planned on
+            lines.append(f'export MAX_JOBS="${{MAX_JOBS:-{v}}}"')
+        else:
+            lines.append(f"export {k}={shlex.quote(v)}")
+    lines += [
+        f"DONE={shlex.quote(lay.join('.g4build-done'))}",
+        'mkdir -p "$DONE"',
+        'if [ "${G4BUILD_CLEAN:-0}" = 1 ]; then rm -f "$DONE"/*; fi',
+        "",
+        "step() {  # step NAME DIGEST CWD -- COMMAND...",
+        '  local name=$1 digest=$2 cwd=$3; shift 4',
+        '  if [ -n "$digest" ] && [ -f "$DONE/$name.$digest" ]; then echo "== $name: finished before, skipped"; '
+        "return 0; fi",
+        '  echo "== $name"',
+        '  mkdir -p "$cwd"',
+        '  local start=$SECONDS',
+        '  (cd "$cwd" && "$@")',
+        '  echo "== $name: done in $((SECONDS - start))s"',
+        '  if [ -n "$digest" ]; then rm -f "$DONE/$name".*; touch "$DONE/$name.$digest"; fi',
+        "}",
+        "",
+    ]
+    for s in plan.steps:
+        lines.append(_bash_step(plan, s))
+    return "\n".join(lines) + "\n"
+
+
+def _bash_step(plan: BuildPlan, s: Step) -> str:
+    digest = s.digest(plan.env, plan.identity) if s.resumable else ""
+    envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in s.env.items())
+    cmd = " ".join(_sh_arg(a) for a in s.command)
+    prefix = f"env {envs} " if envs else ""
+    return f"step {s.name} {shlex.quote(digest)} {shlex.quote(s.cwd)} -- {prefix}{cmd}"
+
+
+def render_powershell(plan: BuildPlan) -> str:
+    lay = plan.layout
+    lines = [*_header(plan, "#"), "$ErrorActionPreference = 'Stop'", "Set-StrictMode -Version Latest", ""]
+    lines += plan.setup
+    for k, v in plan.env.items():
+        if k == "MAX_JOBS":
+            lines.append(f"if (-not $env:MAX_JOBS) {{ $env:MAX_JOBS = {_ps(v)} }}")
+        else:
+            lines.append(f"$env:{k} = {_ps(v)}")
+    lines += [
+        f"$Done = {_ps(lay.join('.g4build-done'))}",
+        "New-Item -ItemType Directory -Force -Path $Done | Out-Null",
+        "if ($env:G4BUILD_CLEAN -eq '1') { Remove-Item -Path (Join-Path $Done '*') -Force -ErrorAction "
+        "SilentlyContinue }",
+        "",
+        "function Invoke-Step([string]$Name, [string]$Digest, [string]$Cwd, [scriptblock]$Body) {",
+        "  $marker = Join-Path $Done \"$Name.$Digest\"",
+        "  if ($Digest -and (Test-Path $marker)) { Write-Host \"== ${Name}: finished before, skipped\"; return }",
+        "  Write-Host \"== $Name\"",
+        "  New-Item -ItemType Directory -Force -Path $Cwd | Out-Null",
+        "  $clock = [Diagnostics.Stopwatch]::StartNew()",
+        "  Push-Location $Cwd",
+        "  try {",
+        "    & $Body",
+        "    if ($LASTEXITCODE) { throw \"step $Name failed with exit code $LASTEXITCODE\" }",
+        "  } finally { Pop-Location }",
+        "  Write-Host (\"== ${Name}: done in {0:N0}s\" -f $clock.Elapsed.TotalSeconds)",
+        "  if ($Digest) {",
+        "    Remove-Item -Path (Join-Path $Done \"$Name.*\") -Force -ErrorAction SilentlyContinue",
+        "    New-Item -ItemType File -Force -Path $marker | Out-Null",
+        "  }",
+        "}",
+        "",
+    ]
+    for s in plan.steps:
+        digest = s.digest(plan.env, plan.identity) if s.resumable else ""
+        body = [f"$env:{k} = {_ps(v)}" for k, v in s.env.items()]
+        exe, *args = s.command
+        body.append("& " + " ".join([_ps(exe), *(_ps_arg(a, lay.sep) for a in args)]))
+        lines.append(f"Invoke-Step {_ps(s.name)} {_ps(digest)} {_ps(s.cwd)} {{ {'; '.join(body)} }}")
+    return "\r\n".join(lines) + "\r\n"
+
+
+def render(plan: BuildPlan) -> str:
+    return render_powershell(plan) if plan.target.os == "windows" else render_bash(plan)

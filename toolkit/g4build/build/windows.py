@@ -1,0 +1,169 @@
+"""Everything g4build knows about building on native Windows (MSVC + CUDA), in one place.
+
+- Upstream's setup.py builds nothing on win32, so the source is the pin's Windows base (a Windows-enabled
+  fork at a pinned commit), onto which the series apply.
+- MSVC is activated with vswhere + vcvars64; DISTUTILS_USE_SDK=1 keeps setuptools from looking for it again.
+- A short build root keeps CMake's deep object paths under the 260-character limit.
+- CUDA 13.0-13.2's ``cuda.h`` declares ``CUtensorMap`` with ``alignas(128)``, which MSVC refuses to pass by
+  value. Instead of editing the installed header (the fork's advice, needs admin rights), the plan writes a
+  private copy with a 64-byte alignment under MSVC and puts it first on the include path (``CL`` for cl.exe,
+  ``NVCC_PREPEND_FLAGS`` for nvcc).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from packaging.version import Version
+
+from g4build.build.plan import Layout, Step, Target
+from g4build.errors import BuildError, UsageError
+from g4build.pins import Pin
+
+NAME = "windows"
+SCRIPT = "powershell"
+ROOT = "C:\\g4b"
+MAX_ROOT_CHARS = 24  # vLLM's deepest object paths add ~200 characters below the source tree
+VSWHERE = "${env:ProgramFiles(x86)}\\Microsoft Visual Studio\\Installer\\vswhere.exe"
+_VSWHERE_ARGS = ("-latest", "-products", "*", "-requires",
+                 "Microsoft.VisualStudio.Component.VC.Tools.x86.x64", "-property", "installationPath")
+
+
+def needs_align_shim(cuda: str) -> bool:
+    v = Version(cuda)
+    return Version("13.0") <= v < Version("13.3")
+
+
+def default_layout(pin: Pin, target: Target) -> Layout:
+    short = pin.version.replace(".", "")
+    root = f"{ROOT}\\v{short}"
+    return Layout(root=root, out=f"{ROOT}\\wheels", cache=f"{ROOT}\\deps", sep="\\")
+
+
+def python_cmd(version: str) -> tuple[str, ...]:
+    return ("py", f"-{version}")
+
+
+def check_layout(layout: Layout) -> None:
+    if len(layout.root) > MAX_ROOT_CHARS:
+        raise UsageError(
+            f"build root {layout.root!r} is {len(layout.root)} characters: expected at most {MAX_ROOT_CHARS} on "
+            "Windows (CMake object paths below it pass the 260-character limit)",
+            hint=f"use a short root such as {ROOT} (--root)",
+        )
+    for path in (layout.root, layout.cache):
+        if " " in path:
+            raise UsageError(f"build path {path!r} contains a space: CMAKE_ARGS cannot carry it",
+                             hint=f"use a root without spaces such as {ROOT}")
+
+
+def env(target: Target, layout: Layout) -> dict[str, str]:
+    extra = {"DISTUTILS_USE_SDK": "1"}
+    if needs_align_shim(target.cuda):
+        shim = layout.join("cuda-shim")
+        extra["CL"] = f"/I{shim}"
+        extra["NVCC_PREPEND_FLAGS"] = f"-I{shim}"
+    return extra
+
+
+def setup_lines(target: Target) -> tuple[str, ...]:
+    cuda_var = "CUDA_PATH_V" + target.cuda.replace(".", "_")
+    args = " ".join(f"'{a}'" for a in _VSWHERE_ARGS)
+    return (
+        f'$vs = & "{VSWHERE}" {args}',
+        "if (-not $vs) { throw 'Visual Studio with the C++ x64 tools was not found (vswhere)' }",
+        "cmd /c \"`\"$vs\\VC\\Auxiliary\\Build\\vcvars64.bat`\" >nul && set\" | ForEach-Object {",
+        "  if ($_ -match '^([^=]+)=(.*)$') { Set-Item -Path \"env:$($Matches[1])\" -Value $Matches[2] }",
+        "}",
+        f"if (-not $env:CUDA_HOME) {{ $env:CUDA_HOME = $env:{cuda_var} }}",
+        f"if (-not $env:CUDA_HOME) {{ throw 'CUDA {target.cuda} not found: set CUDA_HOME or install it' }}",
+    )
+
+
+def source_steps(pin: Pin, layout: Layout) -> tuple[Step, ...]:
+    base = pin.bases["windows"]
+    return (
+        Step(name="source", title="clone the Windows base",
+             command=("git", "clone", "--filter=blob:none", "--no-checkout", base.remote, layout.src),
+             cwd=layout.root),
+        Step(name="checkout", title=f"check out {base.commit[:12]}",
+             command=("git", "-C", layout.src, "checkout", "--detach", base.commit), cwd=layout.root),
+    )
+
+
+def extra_steps(target: Target, layout: Layout, g4build: tuple[str, ...]) -> tuple[Step, ...]:
+    steps = [Step(name="windows-requirements", title="install the fork's Windows requirements",
+                  command=(*python_cmd(target.python), "-m", "pip", "install", "-r", "requirements/windows.txt"),
+                  cwd=layout.src)]
+    if needs_align_shim(target.cuda):
+        steps.append(Step(name="cuda-shim", title="cuda.h with MSVC-safe alignment",
+                          command=(*g4build, "cuda-shim", "--dest", layout.join("cuda-shim")), cwd=layout.root))
+    return tuple(steps)
+
+
+# --- side effects: only on a Windows machine --------------------------------------------------------------
+
+_TENSOR_MAP = re.compile(r"\b(alignas|_Alignas)\(128\)")
+_GUARD = "G4BUILD_TENSOR_MAP_ALIGN"
+
+
+def shim_cuda_h(text: str) -> str:
+    """The text of a ``cuda.h`` whose 128-byte ``alignas`` becomes 64 bytes under MSVC only."""
+    if _GUARD in text:
+        return text
+    if not _TENSOR_MAP.search(text):
+        raise BuildError("cuda.h has no alignas(128): this CUDA does not need the MSVC alignment workaround")
+    head = (f"#if defined(_MSC_VER)\n#define {_GUARD} 64\n#else\n#define {_GUARD} 128\n#endif\n")
+    body = _TENSOR_MAP.sub(lambda m: f"{m[1]}({_GUARD})", text)
+    return head + body
+
+
+def write_shim(cuda_home: Path, dest: Path) -> Path:
+    header = cuda_home / "include" / "cuda.h"
+    if not header.is_file():
+        raise BuildError(f"{header} not found: expected the CUDA toolkit's cuda.h",
+                         hint="set CUDA_HOME to the CUDA install folder")
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / "cuda.h"
+    out.write_text(shim_cuda_h(header.read_text(encoding="utf-8")), encoding="utf-8")
+    return out
+
+
+def parse_set_output(text: str) -> dict[str, str]:
+    """``cmd /c set`` output -> environment mapping."""
+    result: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key and not key.startswith("="):
+            result[key] = value
+    return result
+
+
+def msvc_environment(cuda: str) -> dict[str, str]:
+    """Run vswhere + vcvars64 and return the environment they leave (plus CUDA_HOME)."""
+    vswhere = Path(os.environ.get("PROGRAMFILES(X86)", r"C:\Program Files (x86)")) / \
+        "Microsoft Visual Studio" / "Installer" / "vswhere.exe"
+    if not vswhere.is_file():
+        raise BuildError(f"vswhere not found at {vswhere}: expected Visual Studio 2019 or newer",
+                         hint="install Visual Studio Build Tools with 'Desktop development with C++'")
+    found = subprocess.run([str(vswhere), *_VSWHERE_ARGS], capture_output=True, text=True, check=False)
+    vs = found.stdout.strip().splitlines()[0] if found.stdout.strip() else ""
+    if not vs:
+        raise BuildError("Visual Studio has no C++ x64 tools (vswhere found none)",
+                         hint="add the 'MSVC v143 x64/x86 build tools' component")
+    vcvars = Path(vs) / "VC" / "Auxiliary" / "Build" / "vcvars64.bat"
+    out = subprocess.run(f'cmd /c ""{vcvars}" >nul && set"', capture_output=True, text=True, check=False,
+                         shell=True)
+    env = parse_set_output(out.stdout)
+    if "VCToolsInstallDir" not in env:
+        raise BuildError(f"{vcvars} did not set up MSVC: {out.stderr.strip()[-300:]}")
+    cuda_var = "CUDA_PATH_V" + cuda.replace(".", "_")
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get(cuda_var)
+    if not cuda_home:
+        raise BuildError(f"CUDA {cuda} not found: neither CUDA_HOME nor {cuda_var} is set",
+                         hint=f"install CUDA {cuda} or set CUDA_HOME")
+    env["CUDA_HOME"] = cuda_home
+    return env
