@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from tests.support.trees import sdist_tree
 
 from g4build.build.deps import find_deps
-from tests.support.trees import sdist_tree
 
 pytestmark = pytest.mark.network
 
