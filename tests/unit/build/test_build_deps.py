@@ -86,5 +86,5 @@ def test_prefetch_failure_leaves_nothing_that_looks_finished(tmp_path: Path) -> 
 
 
 def test_find_deps_needs_a_cmake_tree(tmp_path: Path) -> None:
-    with pytest.raises(SourceError, match="no CMakeLists.txt"):
+    with pytest.raises(SourceError, match=r"no CMakeLists\.txt"):
         find_deps(tmp_path)

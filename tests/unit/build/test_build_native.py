@@ -98,7 +98,10 @@ def test_error_tail_prefers_error_lines() -> None:
 
 
 def test_killed_compiler_suggests_fewer_jobs(tmp_path: Path) -> None:
-    code = "import sys; print('nvcc error   : \\'cicc\\' died due to signal 9 (Kill signal)'); print('Killed'); sys.exit(1)"
+    code = (
+        "import sys; print('nvcc error   : \\'cicc\\' died due to signal 9 (Kill signal)'); "
+        "print('Killed'); sys.exit(1)"
+    )
     plan = _plan(tmp_path, _step("nvcc", code, tmp_path), env={"MAX_JOBS": "12"})
     with pytest.raises(BuildError) as err:
         _exec(io.StringIO()).run(plan)
