@@ -175,6 +175,17 @@ def flash_attention() -> None:
     cfg = SimpleNamespace(model_config=SimpleNamespace(is_mm_prefix_lm=True))
     facts["fa_refuses_mm_256"] = mm_reason(cfg, 256)
     facts["fa_refuses_mm_512"] = mm_reason(cfg, 512)
+    # Full CUDA graphs (FA3 reports ALWAYS): an mm-prefix model keeps mixed batches out of them.
+    from vllm.v1.attention.backend import AttentionCGSupport
+
+    builder = flash_attn.FlashAttentionMetadataBuilder
+    builder._cudagraph_support = AttentionCGSupport.ALWAYS
+    facts["fa_cudagraph"] = {
+        str(flag): builder.get_cudagraph_support(
+            SimpleNamespace(model_config=SimpleNamespace(is_mm_prefix_lm=flag)), None
+        ).name
+        for flag in (True, False)
+    }
     facts["forward"] = forward_facts(flash_attn)
 
 

@@ -134,3 +134,10 @@ def test_supports_mm_prefix_follows_head_size_without_fa4(tree_facts: Facts, pin
     before = tree_facts(pin, "pristine")
     assert before["fa_supports_mm_prefix"] is False
     assert before["fa_refuses_mm_256"] is True
+
+
+@pytest.mark.parametrize("pin", PINS)
+def test_mixed_batches_of_mm_prefix_models_stay_out_of_full_cuda_graphs(tree_facts: Facts, pin: str) -> None:
+    # The exact rows are recomputed from Python, which a full-graph replay would skip.
+    assert tree_facts(pin, "patched")["fa_cudagraph"] == {"True": "UNIFORM_BATCH", "False": "ALWAYS"}
+    assert tree_facts(pin, "pristine")["fa_cudagraph"] == {"True": "ALWAYS", "False": "ALWAYS"}
