@@ -1,0 +1,149 @@
+"""Fixtures for the series_a behaviour tests: the pinned vLLM trees (pristine and patched) and the facts their
+own code produces, gathered once per tree by running series_a_tree_probe.py inside it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from tests.support.trees import patched_tree, sdist_tree
+
+HERE = Path(__file__).parent
+PINS = ["vllm-0.21.0", "vllm-0.33.0"]
+
+# Wheels built for another torch (torchvision / torchaudio from PyPI beside the CPU torch) fail at import;
+# vLLM and transformers treat them as optional, so the probe runs as if they were not installed.
+_SITECUSTOMIZE = """
+import importlib.util, sys
+_hidden = set()
+for _pkg in ("torchvision", "torchaudio", "torchcodec"):
+    if importlib.util.find_spec(_pkg) is None:
+        continue
+    try:
+        __import__(_pkg)
+    except Exception:
+        _hidden.add(_pkg)
+        for _m in [m for m in sys.modules if m.split(".")[0] == _pkg]:
+            del sys.modules[_m]
+if _hidden:
+    _find_spec = importlib.util.find_spec
+    def _hide(name, package=None):
+        return None if name.split(".")[0] in _hidden else _find_spec(name, package)
+    importlib.util.find_spec = _hide
+    class _Absent:
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name.split(".")[0] in _hidden:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+    sys.meta_path.insert(0, _Absent)
+"""
+
+# A multimodal-prefix target with Gemma4's head dims (256 sliding / 512 global) and a text-only DFlash drafter:
+# configs only, no weights (nothing is loaded).
+_TARGET = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 256,
+    "global_head_dim": 512,
+    "vocab_size": 1024,
+    "max_position_embeddings": 4096,
+    "is_mm_prefix_lm": True,
+    "torch_dtype": "bfloat16",
+}
+_DRAFT = {
+    "architectures": ["DFlashDraftModel"],
+    "model_type": "qwen3",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 128,
+    "vocab_size": 1024,
+    "max_position_embeddings": 4096,
+    "block_size": 16,
+    "torch_dtype": "bfloat16",
+    "dflash_config": {"mask_token_id": 3, "target_layer_ids": [0, 1]},
+}
+
+
+@pytest.fixture(scope="session")
+def mm_prefix_module():  # type: ignore[no-untyped-def]
+    """mm_prefix_module(pin): the patched tree's own vllm/v1/attention/backends/mm_prefix_fa.py (torch only)."""
+
+    def load(pin: str) -> ModuleType:
+        path = patched_tree(pin) / "vllm" / "v1" / "attention" / "backends" / "mm_prefix_fa.py"
+        return load_module(path, "series_a_mm_prefix_fa_" + pin.replace(".", "_").replace("-", "_"))
+
+    return load
+
+
+@pytest.fixture(scope="session")
+def attn_ref() -> ModuleType:
+    return load_module(HERE / "attention_reference.py", "series_a_attention_reference")
+
+
+def load_module(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def probe_inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    root = tmp_path_factory.mktemp("series_a_probe")
+    (root / "boot").mkdir()
+    (root / "boot" / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    for name, config in (("target", _TARGET), ("draft", _DRAFT)):
+        (root / name).mkdir()
+        (root / name / "config.json").write_text(json.dumps(config))
+    return root / "boot", root / "target", root / "draft"
+
+
+_FACTS: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+@pytest.fixture(scope="session")
+def tree_facts(probe_inputs: tuple[Path, Path, Path]):  # type: ignore[no-untyped-def]
+    """facts(pin, "pristine" | "patched"): what series_a_tree_probe.py reports inside that tree."""
+
+    def facts(pin: str, kind: str) -> dict[str, Any]:
+        if (pin, kind) not in _FACTS:
+            tree = sdist_tree(pin) if kind == "pristine" else patched_tree(pin)
+            boot, target, draft = probe_inputs
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join([str(boot), str(tree)])
+            env["PYTHONDONTWRITEBYTECODE"] = "1"  # the pristine tree is shared read-only
+            env["VLLM_LOGGING_LEVEL"] = "WARNING"
+            proc = subprocess.run(
+                [sys.executable, str(HERE / "series_a_tree_probe.py"), str(target), str(draft)],
+                cwd=target.parent,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("SERIES_A_FACTS ")]
+            assert proc.returncode == 0 and lines, (
+                f"probe failed in {tree} (rc={proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+            )
+            _FACTS[(pin, kind)] = json.loads(lines[-1].removeprefix("SERIES_A_FACTS "))
+        return _FACTS[(pin, kind)]
+
+    return facts

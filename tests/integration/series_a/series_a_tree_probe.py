@@ -1,0 +1,278 @@
+"""Runs inside a vLLM source tree (PYTHONPATH=<tree>) and prints one JSON object of facts for the series_a
+tests: what the tree's own code does with a DFlash / MTP drafter on a multimodal-prefix target, what its
+FlashAttention backend says about mm-prefix support, and what its FlashAttentionImpl.forward computes.
+
+Usage: python series_a_tree_probe.py TARGET_DIR DRAFT_DIR. Works on pristine and patched trees (facts a tree
+cannot produce are reported as null). Only what cannot exist on a CPU machine is replaced: the compiled
+flash_attn_varlen_func (by the reference in attention_reference.py, recording its calls), the FA2 kernel's
+presence, and model weights (get_model)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+import attention_reference as ref
+import torch
+
+TARGET_DIR, DRAFT_DIR = sys.argv[1], sys.argv[2]
+facts: dict[str, Any] = {}
+
+
+def backend_name(attention_config: Any) -> str | None:
+    backend = attention_config.backend
+    return None if backend is None else backend.name
+
+
+def configs(attention_backend: str | None) -> Any:
+    from vllm.config import DeviceConfig, ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
+    from vllm.model_executor.models.config import Gemma4Config
+
+    target = ModelConfig(model=TARGET_DIR, skip_tokenizer_init=True, max_model_len=1024)
+    extra = {} if attention_backend is None else {"attention_backend": attention_backend}
+    spec = SpeculativeConfig(
+        method="dflash",
+        model=DRAFT_DIR,
+        num_speculative_tokens=4,
+        target_model_config=target,
+        target_parallel_config=ParallelConfig(),
+        **extra,
+    )
+    config = VllmConfig(model_config=target, speculative_config=spec, device_config=DeviceConfig(device="cpu"))
+    # Gemma4's own hook: heterogeneous head dims (256 / 512) force TRITON_ATTN on the target.
+    Gemma4Config.verify_and_update_config(config)
+    facts["target_backend_by_hook"] = backend_name(config.attention_config)
+    if config.attention_config.backend is None:
+        # Newer trees read per-layer head sizes from a real Gemma4 checkpoint config; without FA4 they
+        # land on the same choice: force TRITON_ATTN on the target.
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+        config.attention_config.backend = AttentionBackendEnum.TRITON_ATTN
+    # The model runner reads the flag long before a drafter is built (a cached property on newer trees).
+    assert config.model_config.is_mm_prefix_lm
+    return config
+
+
+def proposer(cls: type, config: Any) -> Any:
+    """A proposer carrying only the state _create_draft_vllm_config reads (its __init__ allocates device
+    buffers and needs a model runner)."""
+    obj = cls.__new__(cls)
+    obj.vllm_config = config
+    obj.speculative_config = config.speculative_config
+    obj.dflash_causal = False
+    return obj
+
+
+def mm_reason(config: Any, head_size: int) -> bool:
+    """Whether FlashAttention refuses layers of this head size for the config's mm-prefix flag."""
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+    reasons = FlashAttentionBackend.validate_configuration(
+        head_size=head_size,
+        dtype=torch.bfloat16,
+        kv_cache_dtype="auto",
+        block_size=None,
+        use_mla=False,
+        has_sink=False,
+        use_sparse=False,
+        use_mm_prefix=config.model_config.is_mm_prefix_lm,
+        use_per_head_quant_scales=False,
+        device_capability=DeviceCapability(12, 0),
+        attn_type="decoder",
+    )
+    # "partial multimodal token full attention not supported", or a combination reason naming mm_prefix.
+    return any("multimodal" in reason or "mm_prefix" in reason for reason in reasons)
+
+
+def drafter_facts(config: Any) -> dict[str, Any]:
+    return {
+        "mm_prefix": config.model_config.is_mm_prefix_lm,
+        "backend": backend_name(config.attention_config),
+        "flash_attn_refuses": mm_reason(config, 128),
+    }
+
+
+def decoupling() -> None:
+    from vllm.v1.spec_decode.dflash import DFlashProposer
+    from vllm.v1.spec_decode.gemma4 import Gemma4Proposer
+
+    config = configs(None)
+    target_arch_before = config.model_config.model_arch_config.is_mm_prefix_lm
+    facts["target_backend"] = backend_name(config.attention_config)
+    facts["v1_dflash"] = drafter_facts(proposer(DFlashProposer, config)._create_draft_vllm_config())
+    facts["target_after"] = {
+        "mm_prefix": config.model_config.is_mm_prefix_lm,
+        "arch_mm_prefix": config.model_config.model_arch_config.is_mm_prefix_lm,
+        "arch_before": target_arch_before,
+        "backend": backend_name(config.attention_config),
+    }
+    mtp = proposer(Gemma4Proposer, config)._create_draft_vllm_config()
+    facts["v1_mtp"] = {
+        "mm_prefix": mtp.model_config.is_mm_prefix_lm,
+        "backend": backend_name(mtp.attention_config),
+        "same_model_config": mtp.model_config is config.model_config,
+    }
+    explicit = configs("flash_attn")
+    facts["v1_dflash_explicit"] = drafter_facts(proposer(DFlashProposer, explicit)._create_draft_vllm_config())
+    facts["v2"] = v2_facts(config) if v2_present() else None
+    facts["v2_explicit"] = v2_facts(explicit) if v2_present() else None
+
+
+def v2_present() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm.v1.worker.gpu.spec_decode.dflash") is not None
+
+
+def v2_facts(config: Any) -> dict[str, Any]:
+    """The V2 runner's DFlash path: the config its draft layers are built from (load_dflash_model, with
+    get_model recording instead of loading weights) and the config its metadata builders get."""
+    import torch.nn as nn
+    from vllm.v1.worker.gpu.spec_decode.dflash import utils as dflash_utils
+    from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
+
+    seen: list[Any] = []
+
+    class Recorded(Exception):
+        pass
+
+    def get_model(*, vllm_config: Any, model_config: Any, **_: Any) -> nn.Module:
+        # What the draft layers would be built from; the weights cannot be loaded here.
+        seen.append(vllm_config)
+        raise Recorded
+
+    dflash_utils.get_model = get_model
+    # One process, no pipeline parallelism: the load config passes through unchanged.
+    dflash_utils.get_pp_safe_draft_load_config = lambda load_config: load_config
+    with contextlib.suppress(Recorded):
+        dflash_utils.load_dflash_model(nn.Module(), config)
+    speculator = DFlashSpeculator.__new__(DFlashSpeculator)
+    speculator.vllm_config = config
+    speculator.requires_non_causal = True
+    return {
+        "layers": drafter_facts(seen[0]),
+        "builders": drafter_facts(speculator.attn_vllm_config),
+        "builders_non_causal": speculator.attn_vllm_config.attention_config.use_non_causal,
+        "target_mm_prefix_after": config.model_config.is_mm_prefix_lm,
+    }
+
+
+def flash_attention() -> None:
+    from vllm.v1.attention.backends import flash_attn
+
+    # The installed FlashAttention is FA2 (SM120): the varlen kernel is there, FA4 is not.
+    flash_attn.is_flash_attn_varlen_func_available = lambda: True
+    flash_attn.is_fa_version_supported = lambda version: version != 4
+    backend = flash_attn.FlashAttentionBackend
+    facts["fa_supports_mm_prefix"] = backend.supports_mm_prefix()
+    per_head = getattr(backend, "supports_mm_prefix_for_head_size", None)
+    facts["fa_mm_prefix_for_head"] = None if per_head is None else {str(h): per_head(h) for h in (64, 128, 256, 512)}
+    cfg = SimpleNamespace(model_config=SimpleNamespace(is_mm_prefix_lm=True))
+    facts["fa_refuses_mm_256"] = mm_reason(cfg, 256)
+    facts["fa_refuses_mm_512"] = mm_reason(cfg, 512)
+    # Full CUDA graphs (FA3 reports ALWAYS): an mm-prefix model keeps mixed batches out of them.
+    from vllm.v1.attention.backend import AttentionCGSupport
+
+    builder = flash_attn.FlashAttentionMetadataBuilder
+    builder._cudagraph_support = AttentionCGSupport.ALWAYS
+    facts["fa_cudagraph"] = {
+        str(flag): builder.get_cudagraph_support(
+            SimpleNamespace(model_config=SimpleNamespace(is_mm_prefix_lm=flag)), None
+        ).name
+        for flag in (True, False)
+    }
+    facts["forward"] = forward_facts(flash_attn)
+
+
+def forward_facts(flash_attn: Any) -> dict[str, Any]:
+    """FlashAttentionImpl.forward itself, with the reference kernel recording its calls."""
+    rng = random.Random(7)
+    result: dict[str, Any] = {"text_only": [], "mm_max_err": None, "mm_extra_calls": None}
+    has_spans = "mm_prefix_spans" in flash_attn.FlashAttentionMetadata.__dataclass_fields__
+    has_ranges = "mm_prefix_range" in flash_attn.FlashAttentionMetadata.__dataclass_fields__
+    worst, extra = 0.0, 0
+    for trial in range(24):
+        window = [None, 5, 12][trial % 3]
+        with_ranges = trial >= 6
+        batch = ref.random_batch(rng, with_ranges=with_ranges, head_size=32, block_size=16)
+        recorder = ref.Recorder()
+        flash_attn.flash_attn_varlen_func = recorder
+        if hasattr(flash_attn, "_FA4_DENSE_ATTENTION_KERNEL"):
+            flash_attn._FA4_DENSE_ATTENTION_KERNEL = recorder
+        impl = flash_attn.FlashAttentionImpl(
+            num_heads=4,
+            head_size=32,
+            scale=32**-0.5,
+            num_kv_heads=2,
+            alibi_slopes=None,
+            sliding_window=window,
+            kv_cache_dtype="auto",
+        )
+        impl.vllm_flash_attn_version = 2
+        starts = torch.tensor(batch.query_starts, dtype=torch.int32)
+        seq_lens = torch.tensor(batch.seq_lens, dtype=torch.int32)
+        fields: dict[str, Any] = {
+            "num_actual_tokens": int(starts[-1]),
+            "max_query_len": max(batch.query_lens),
+            "query_start_loc": starts,
+            "max_seq_len": max(batch.seq_lens),
+            "seq_lens": seq_lens,
+            "block_table": batch.block_table,
+            "slot_mapping": torch.zeros(int(starts[-1]), dtype=torch.long),
+        }
+        if "use_cascade" in flash_attn.FlashAttentionMetadata.__dataclass_fields__:
+            fields.update(
+                use_cascade=False,
+                common_prefix_len=0,
+                cu_prefix_query_lens=None,
+                prefix_kv_lens=None,
+                suffix_kv_lens=None,
+            )
+        metadata = flash_attn.FlashAttentionMetadata(**fields)
+        if with_ranges:
+            if has_ranges:  # 0.21.0: the model runner sets the ranges after build
+                metadata.mm_prefix_range = batch.ranges
+                metadata.query_start_loc_cpu = starts
+                metadata.seq_lens_cpu = seq_lens
+            if has_spans:  # 0.33.0: the builder records the rows
+                from vllm.v1.attention.backends.mm_prefix_fa import mm_prefix_spans
+
+                metadata.mm_prefix_spans = mm_prefix_spans(batch.ranges, starts, seq_lens)
+                metadata.mm_prefix_query_range_tensor = torch.zeros(1, 2, dtype=torch.int32)
+        kv_cache = kv_cache_for(flash_attn, batch)
+        layer = SimpleNamespace(_q_scale=torch.ones(1), _k_scale=torch.ones(1), _v_scale=torch.ones(1))
+        # Gemma4's opt-in clamp of the bidirectional block to the window (read on trees that know it).
+        clamp = has_spans and window is not None and trial % 2 == 1
+        layer.mm_prefix_clamp_sliding_window = clamp
+        output = torch.zeros_like(batch.query)
+        impl.forward(layer, batch.query, batch.query, batch.query, kv_cache, metadata, output)
+        if not with_ranges:
+            result["text_only"].append(recorder.summary())
+        elif has_spans or has_ranges:
+            expected = ref.dense_mm_prefix(batch, window, clamp, 32**-0.5)
+            worst = max(worst, (output - expected).abs().max().item())
+            extra += len(recorder.calls) - 1
+    if has_spans or has_ranges:
+        result["mm_max_err"] = worst
+        result["mm_extra_calls"] = extra
+    return result
+
+
+def kv_cache_for(flash_attn: Any, batch: ref.MMBatch) -> torch.Tensor:
+    """The tree's own KV cache layout, filled with the batch's keys and values."""
+    get_shape = getattr(flash_attn.FlashAttentionBackend, "get_kv_cache_shape", None)
+    if get_shape is not None and get_shape(*batch.key_cache.shape)[0] == 2:
+        # [2, blocks, block_size, heads, size]
+        return torch.stack([batch.key_cache, batch.value_cache])
+    # [blocks, heads, block_size, 2 * size]
+    return torch.cat([batch.key_cache, batch.value_cache], dim=-1).transpose(1, 2).contiguous()
+
+
+decoupling()
+flash_attention()
+print("SERIES_A_FACTS " + json.dumps(facts))

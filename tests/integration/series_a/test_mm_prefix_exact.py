@@ -1,0 +1,143 @@
+"""mm-prefix-fa: the patched trees' own mm_prefix_fa module against a dense masked reference, their
+FlashAttentionImpl.forward end to end, the text-only path unchanged, and supports_mm_prefix per head size."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.network
+
+PINS = ["vllm-0.21.0", "vllm-0.33.0"]
+Facts = Callable[[str, str], dict[str, Any]]
+
+
+def _exact_rows(mm: ModuleType, ref: ModuleType, batch: Any, window: int | None, clamp: bool) -> torch.Tensor:
+    """The decomposition as the backend runs it: the causal call, then the mm rows replaced."""
+    scale = batch.query.shape[-1] ** -0.5
+    out = torch.zeros_like(batch.query)
+    starts = torch.tensor(batch.query_starts, dtype=torch.int32)
+    seq_lens = torch.tensor(batch.seq_lens, dtype=torch.int32)
+    ref.varlen_attention(
+        q=batch.query,
+        k=batch.key_cache,
+        v=batch.value_cache,
+        out=out,
+        cu_seqlens_q=starts,
+        max_seqlen_q=max(batch.query_lens),
+        seqused_k=seq_lens,
+        max_seqlen_k=max(batch.seq_lens),
+        causal=True,
+        window_size=[window - 1, 0] if window else [-1, -1],
+        block_table=batch.block_table,
+        softmax_scale=scale,
+    )
+    spans = mm.mm_prefix_spans(batch.ranges, starts, seq_lens)
+    calls = mm.cached_mm_prefix_calls({}, spans, window, clamp, "cpu")
+    mm.run_mm_prefix_calls(
+        ref.varlen_attention,
+        calls,
+        query=batch.query,
+        key_cache=batch.key_cache,
+        value_cache=batch.value_cache,
+        output=out,
+        block_table=batch.block_table,
+        softmax_scale=scale,
+    )
+    return out
+
+
+@pytest.mark.parametrize("pin", PINS)
+def test_decomposition_matches_dense_mask(attn_ref: ModuleType, mm_prefix_module: Any, pin: str) -> None:
+    mm = mm_prefix_module(pin)
+    rng = random.Random(20260611)
+    worst, rows_in_ranges = 0.0, 0
+    for trial in range(150):
+        batch = attn_ref.random_batch(rng)
+        window = [None, 3, 8, 17][trial % 4]
+        clamp = trial % 3 == 0
+        got = _exact_rows(mm, attn_ref, batch, window, clamp)
+        expected = attn_ref.dense_mm_prefix(batch, window, clamp, batch.query.shape[-1] ** -0.5)
+        worst = max(worst, (got - expected).abs().max().item())
+        spans = mm.mm_prefix_spans(batch.ranges, torch.tensor(batch.query_starts), torch.tensor(batch.seq_lens))
+        rows_in_ranges += sum(sp.num_rows for sp in spans)
+    assert worst <= 1e-5
+    assert rows_in_ranges > 500  # the batches exercise many mm rows, not only causal ones
+
+
+def test_causal_only_would_fail_the_same_check(attn_ref: ModuleType, mm_prefix_module: Any) -> None:
+    """The comparison is sensitive: without the replaced rows the output is far from the dense mask."""
+    rng = random.Random(5)
+    mm = mm_prefix_module("vllm-0.21.0")
+    batch = attn_ref.random_batch(rng)
+    while not mm.mm_prefix_spans(batch.ranges, torch.tensor(batch.query_starts), torch.tensor(batch.seq_lens)):
+        batch = attn_ref.random_batch(rng)
+    causal = torch.zeros_like(batch.query)
+    attn_ref.varlen_attention(
+        q=batch.query,
+        k=batch.key_cache,
+        v=batch.value_cache,
+        out=causal,
+        cu_seqlens_q=torch.tensor(batch.query_starts),
+        max_seqlen_q=max(batch.query_lens),
+        seqused_k=torch.tensor(batch.seq_lens),
+        max_seqlen_k=max(batch.seq_lens),
+        causal=True,
+        window_size=[-1, -1],
+        block_table=batch.block_table,
+        softmax_scale=batch.query.shape[-1] ** -0.5,
+    )
+    expected = attn_ref.dense_mm_prefix(batch, None, False, batch.query.shape[-1] ** -0.5)
+    assert (causal - expected).abs().max().item() > 1e-2
+
+
+def test_chunk_boundaries_are_placed_exactly(mm_prefix_module: Any) -> None:
+    mm = mm_prefix_module("vllm-0.21.0")
+    # Request 0: chunk covers positions 10..19 (seq_len 20, 10 new tokens); range 5..14 began in the
+    # previous chunk, range 18..30 runs past this chunk, range 40..50 is not reached yet.
+    # Request 1: a decode at position 99, past its range.
+    spans = mm.mm_prefix_spans(
+        {0: [(5, 14), (18, 30), (40, 50)], 1: [(2, 9)]},
+        torch.tensor([0, 10, 11]),
+        torch.tensor([20, 100]),
+    )
+    assert [tuple(sp) for sp in spans] == [(0, 0, 10, 5, 5, 14), (0, 8, 18, 2, 18, 19)]
+    groups = mm.mm_prefix_segments(spans, 4, False)
+    # Range 5..14 with window 4: rows 10..14 are deeper than s + W = 9, so they see exactly [5, 14].
+    assert groups[(9, 0)] == [mm.MMPrefixSegment(0, k, 1, 15) for k in range(5)]
+    assert groups[(3, -1)] == [mm.MMPrefixSegment(0, 8, 2, 20)]
+
+
+@pytest.mark.parametrize("pin", PINS)
+def test_forward_is_exact_and_text_only_calls_are_unchanged(tree_facts: Facts, pin: str) -> None:
+    patched = tree_facts(pin, "patched")["forward"]
+    pristine = tree_facts(pin, "pristine")["forward"]
+    assert patched["mm_max_err"] is not None and patched["mm_max_err"] <= 1e-5
+    assert patched["mm_extra_calls"] > 0
+    # Text-only batches: exactly the calls the unpatched forward makes (one causal call each).
+    assert patched["text_only"] == pristine["text_only"]
+    assert all(len(calls) == 1 and calls[0]["causal"] is True for calls in patched["text_only"])
+
+
+@pytest.mark.parametrize("pin", PINS)
+def test_supports_mm_prefix_follows_head_size_without_fa4(tree_facts: Facts, pin: str) -> None:
+    facts = tree_facts(pin, "patched")
+    assert facts["fa_supports_mm_prefix"] is True
+    assert facts["fa_mm_prefix_for_head"] == {"64": True, "128": True, "256": True, "512": False}
+    assert facts["fa_refuses_mm_256"] is False
+    assert facts["fa_refuses_mm_512"] is True
+    before = tree_facts(pin, "pristine")
+    assert before["fa_supports_mm_prefix"] is False
+    assert before["fa_refuses_mm_256"] is True
+
+
+@pytest.mark.parametrize("pin", PINS)
+def test_mixed_batches_of_mm_prefix_models_stay_out_of_full_cuda_graphs(tree_facts: Facts, pin: str) -> None:
+    # The exact rows are recomputed from Python, which a full-graph replay would skip.
+    assert tree_facts(pin, "patched")["fa_cudagraph"] == {"True": "UNIFORM_BATCH", "False": "ALWAYS"}
+    assert tree_facts(pin, "pristine")["fa_cudagraph"] == {"True": "ALWAYS", "False": "ALWAYS"}
