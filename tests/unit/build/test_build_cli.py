@@ -167,3 +167,17 @@ def test_every_g4build_command_in_a_plan_exists(capsys: pytest.CaptureFixture[st
         assert not hasattr(cmd, "commands"), argv  # reached a command, not a group
         options = {o for p in cmd.params for o in getattr(p, "opts", [])}
         assert {w for w in words if w.startswith("--")} <= options, (argv, options)
+
+
+def test_release_selects_its_pin_or_says_how_to_pin_it(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["wheel", "--arch", "sm120", "--os", "linux", "--dry-run", "--json"]
+    code, by_release, _ = _run([*base, "--release", "0.33.0"], capsys)
+    assert code == 0
+    code, by_pin, _ = _run([*base, "--pin", "vllm-0.33.0"], capsys)
+    assert code == 0
+    assert json.loads(by_release)["steps"] == json.loads(by_pin)["steps"]
+    code, _, err = _run([*base, "--release", "0.40.1"], capsys)
+    assert code == 2
+    assert "0.40.1 is not pinned" in err and "patches check --release 0.40.1" in err
+    code, _, err = _run([*base, "--release", "0.33.0", "--pin", "vllm-0.33.0"], capsys)
+    assert code == 2 and "not both" in err

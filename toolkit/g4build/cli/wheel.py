@@ -30,6 +30,23 @@ def series_for(pin: Pin) -> list[Series]:
     return [s for s in load_all() if s.variant(pin.name) is not None]
 
 
+def pin_for_release(release: str, pin_name: str | None) -> Pin:
+    """The pin of upstream release ``release``. Building needs a pin (a pinned sdist sha256 and reviewed patch
+    variants), so an unpinned release is refused with what to do; ``patches check --release`` shows drift."""
+    pins = load_pins()
+    if pin_name:
+        raise UsageError(f"give --pin or --release, not both (found {pin_name} and {release})")
+    for pin in pins.pins.values():
+        if pin.version == release:
+            return pin
+    nearest = pins.nearest(release)
+    raise UsageError(
+        f"vLLM {release} is not pinned: expected one of {', '.join(p.version for p in pins.pins.values())}",
+        hint=f"run `g4build patches check --release {release}` (it uses {nearest.name}'s patches), then add a "
+        f"pin for {release} to patches/pins.yaml with the sdist sha256 the index publishes",
+    )
+
+
 def _layout(pin: Pin, target: Target, root: str | None, out: str | None) -> Layout:
     if target.executor == "docker":
         return docker_exec.container_layout()
@@ -69,6 +86,9 @@ def register(app: typer.Typer) -> None:
         arch: str = typer.Option(..., "--arch", help="GPU arch: sm120 (also sm_120, 12.0, 12.0a, 12.0f), sm121..."),
         os_name: str = typer.Option(..., "--os", help="windows, wsl or linux."),
         pin_name: str | None = typer.Option(None, "--pin", help="Pin to build (default: the default pin)."),
+        release: str | None = typer.Option(
+            None, "--release", help="Upstream release X.Y.Z to build; it must be pinned (see `g4build pins list`)."
+        ),
         python: str = typer.Option("3.12", "--python", help="Python X.Y the wheel is for."),
         cuda: str | None = typer.Option(None, "--cuda", help="CUDA X.Y to build with (default: the pin's)."),
         executor: str = typer.Option("native", "--executor", help="native or docker."),
@@ -83,7 +103,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = JSON_OPTION,
     ) -> None:
         """Build vLLM (and FlashInfer) wheels for ARCH on OS from a pin plus its series."""
-        pin = load_pins().get(pin_name)
+        pin = pin_for_release(release, pin_name) if release else load_pins().get(pin_name)
         target = Target(os=os_name, arch=parse_arch(arch), python=python, cuda=cuda or pin.cuda,
                         executor=executor)
         recipe_list: tuple[str, ...] = ()
