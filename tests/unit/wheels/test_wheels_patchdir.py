@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from tests.unit.wheels.wheelsfactory import PRISTINE, git_patch
 
-from g4build.errors import PatchConflictError, UnsafeArchiveError
+from g4build.errors import ConfigError, PatchConflictError
 from g4build.wheels.patchdir import PatchFile, apply_patches, hunk_number, touched_paths
 
 
@@ -25,8 +25,8 @@ def test_touched_paths_cover_new_deleted_and_renamed(tmp_path: Path) -> None:
 
 
 def test_paths_leaving_the_tree_are_refused() -> None:
-    with pytest.raises(UnsafeArchiveError):
-        touched_paths(b"--- a/../x\n+++ b/../x\n@@ -1 +1 @@\n-a\n+b\n")
+    with pytest.raises(ConfigError, match="leaves the tree"):
+        touched_paths(b"diff --git a/../x b/../x\n--- a/../x\n+++ b/../x\n@@ -1 +1 @@\n-a\n+b\n")
 
 
 def test_series_applies_in_order_inside_a_git_repository(tmp_path: Path) -> None:
@@ -59,8 +59,8 @@ def test_conflict_names_patch_file_and_hunk(tmp_path: Path) -> None:
 
 
 def test_hunk_number_counts_per_file() -> None:
-    patch = (b"--- a/f.py\n+++ b/f.py\n@@ -3,1 +3,1 @@\n-a\n+b\n@@ -9,1 +9,1 @@\n-c\n+d\n"
-             b"--- a/g.py\n+++ b/g.py\n@@ -9,1 +9,1 @@\n-c\n+d\n")
+    patch = (b"diff --git a/f.py b/f.py\n--- a/f.py\n+++ b/f.py\n@@ -3,1 +3,1 @@\n-a\n+b\n@@ -9,1 +9,1 @@\n-c\n+d\n"
+             b"diff --git a/g.py b/g.py\n--- a/g.py\n+++ b/g.py\n@@ -9,1 +9,1 @@\n-c\n+d\n")
     assert hunk_number(patch, "f.py", 9) == 2
     assert hunk_number(patch, "g.py", 9) == 1
     assert hunk_number(patch, "f.py", 5) is None

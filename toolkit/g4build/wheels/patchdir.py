@@ -9,15 +9,14 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
-from g4build.errors import BuildError, PatchConflictError, UnsafeArchiveError
+from g4build import patchfile
+from g4build.errors import BuildError, PatchConflictError
 
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _FAILED_AT = re.compile(r"patch failed: (.+):(\d+)\s*$")
-_PATH_LINES = ("--- ", "+++ ", "rename from ", "rename to ", "copy from ", "copy to ")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,70 +25,18 @@ class PatchFile:
     path: Path
 
 
-def _clean(raw: str, *, strip: bool) -> str | None:
-    raw = raw.split("\t", 1)[0].strip()
-    if raw.startswith('"') and raw.endswith('"'):
-        raw = raw[1:-1].encode().decode("unicode_escape").encode("latin-1").decode("utf-8")
-    if raw == "/dev/null":
-        return None
-    if strip:
-        if not raw.startswith(("a/", "b/")):
-            return None
-        raw = raw[2:]
-    rel = PurePosixPath(raw)
-    if rel.is_absolute() or ".." in rel.parts or not rel.parts:
-        raise UnsafeArchiveError(f"patch path {raw!r} leaves the tree", hint="fix the patch file")
-    return str(rel)
-
-
-def _scan(patch: bytes) -> Iterator[tuple[str, str]]:
-    """Yield ("header", line) for lines outside hunk bodies and ("hunk", line) for each hunk header."""
-    old_left = new_left = 0
-    for line in patch.decode("utf-8", "replace").splitlines():
-        if old_left > 0 or new_left > 0:
-            tag = line[:1]
-            if tag in (" ", ""):
-                old_left, new_left = old_left - 1, new_left - 1
-            elif tag == "-":
-                old_left -= 1
-            elif tag == "+":
-                new_left -= 1
-            continue
-        m = _HUNK.match(line)
-        if m:
-            old_left = int(m[2]) if m[2] is not None else 1
-            new_left = int(m[3]) if m[3] is not None else 1
-            yield "hunk", line
-        else:
-            yield "header", line
-
-
-def touched_paths(patch: bytes) -> set[str]:
+def touched_paths(patch: bytes, *, where: str = "patch") -> set[str]:
     """Every path a git-format patch reads or writes (``a/``/``b/`` prefixes removed, /dev/null left out)."""
-    found: set[str] = set()
-    for kind, line in _scan(patch):
-        for head in _PATH_LINES:
-            if kind == "header" and line.startswith(head):
-                path = _clean(line[len(head):], strip=head in ("--- ", "+++ "))
-                if path:
-                    found.add(path)
-    return found
+    return patchfile.touched_paths(patchfile.parse_patch(patch, where=where))
 
 
 def hunk_number(patch: bytes, file: str, line: int) -> int | None:
     """Which hunk (1-based) of ``file`` in ``patch`` starts at old line ``line``."""
-    old = current = None
-    count = 0
-    for kind, text in _scan(patch):
-        if kind == "header" and text.startswith("--- "):
-            old = _clean(text[4:], strip=True)
-        elif kind == "header" and text.startswith("+++ "):
-            current, count = _clean(text[4:], strip=True) or old, 0
-        elif kind == "hunk" and current == file:
-            count += 1
-            m = _HUNK.match(text)
-            if m and int(m[1]) == line:
-                return count
+    for diff in patchfile.parse_patch(patch, where="patch"):
+        if diff.path == file:
+            for hunk in diff.hunks:
+                if hunk.old_start == line:
+                    return hunk.number
     return None
 
 
