@@ -121,6 +121,15 @@ def test_windows_cuda_12_8_needs_no_flashinfer_cuda(pin21: Pin) -> None:
 def test_no_flashinfer_option(pin21: Pin) -> None:
     plan = _plan(pin21, "linux", "sm120", "13.0", Options(jobs=2, flashinfer=False))
     assert not [s for s in plan.steps if s.name.startswith("flashinfer")]
+    assert "FLASHINFER_CUDA_ARCH_LIST" not in plan.env
+
+
+def test_no_flashinfer_lifts_only_flashinfers_cuda_floor(pin21: Pin) -> None:
+    # CUDA 12.8 compiles vLLM for sm_120 but not FlashInfer's kernels: without FlashInfer the plan is fine
+    plan = _plan(pin21, "linux", "sm120", "12.8", Options(jobs=2, flashinfer=False))
+    assert plan.env["TORCH_CUDA_ARCH_LIST"] == "12.0a"
+    with pytest.raises(BuildError, match=r"needs CUDA >= 12\.8"):
+        _plan(pin21, "linux", "sm120", "12.6", Options(jobs=2, flashinfer=False))
 
 
 def test_docker_executor_is_linux_only(pin21: Pin) -> None:

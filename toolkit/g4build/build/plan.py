@@ -147,8 +147,9 @@ def wheel_version(pin: Pin, series: Sequence[Series], cuda: str) -> str:
     return f"{pin.version}+{local_label(cuda, pin, series)}"
 
 
-def check_target(target: Target, pin: Pin) -> None:
-    """Everything knowable from pin + target alone; raises before anything runs."""
+def check_target(target: Target, pin: Pin, *, flashinfer: bool = True) -> None:
+    """Everything knowable from pin + target alone; raises before anything runs. ``flashinfer``: the plan
+    builds FlashInfer's ahead-of-time kernels (so the CUDA must be new enough for them too)."""
     if target.os not in OSES:
         raise UsageError(f"unknown OS {target.os!r}: expected one of {', '.join(OSES)}")
     if target.executor not in EXECUTORS:
@@ -164,8 +165,8 @@ def check_target(target: Target, pin: Pin) -> None:
             f"pin {pin.name} names no Windows base: upstream's setup.py builds nothing on win32",
             hint="add bases.windows (a Windows-enabled fork remote + commit) to the pin in patches/pins.yaml",
         )
-    # FlashInfer's ahead-of-time build is Linux-only; on Windows it is not part of the plan.
-    check_cuda(target.arch, target.cuda, flashinfer=target.os != "windows")
+    # FlashInfer's ahead-of-time build is Linux-only; on Windows (or with --no-flashinfer) it is not in the plan.
+    check_cuda(target.arch, target.cuda, flashinfer=flashinfer and target.os != "windows")
     parts = target.python.split(".")
     if len(parts) != 2 or not all(p.isdigit() for p in parts) or (int(parts[0]), int(parts[1])) < (3, 10):
         raise UsageError(f"--python {target.python!r}: expected X.Y, at least 3.10")
@@ -185,7 +186,7 @@ def build_env(target: Target, pin: Pin | None, version: str, layout: Layout, opt
         "CMAKE_ARGS": f"-C {layout.deps_file}",
         "FETCHCONTENT_BASE_DIR": layout.join("fetchcontent"),
     }
-    if target.os != "windows":
+    if opts.flashinfer and target.os != "windows":
         env["FLASHINFER_CUDA_ARCH_LIST"] = flashinfer_arch_list(target.arch, target.cuda)
     if opts.launcher is None:
         env["VLLM_DISABLE_SCCACHE"] = "1"

@@ -30,7 +30,7 @@ def make_plan(
     cuda_home: str | None = None,
 ) -> BuildPlan:
     """The whole vLLM build for ``target``; raises UsageError/BuildError for what is wrong before any step."""
-    check_target(target, pin)
+    check_target(target, pin, flashinfer=opts.flashinfer)
     version = wheel_version(pin, series, target.cuda)
     env = build_env(target, pin, version, layout, opts)
     notes: list[str] = []
