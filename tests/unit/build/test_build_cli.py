@@ -181,3 +181,14 @@ def test_release_selects_its_pin_or_says_how_to_pin_it(capsys: pytest.CaptureFix
     assert "0.40.1 is not pinned" in err and "patches check --release 0.40.1" in err
     code, _, err = _run([*base, "--release", "0.33.0", "--pin", "vllm-0.33.0"], capsys)
     assert code == 2 and "not both" in err
+
+
+def test_docker_build_mounts_root_and_copies_wheels_to_out(tmp_path: Path) -> None:
+    from g4build.cli.wheel import docker_hosts
+    from g4build.index import cache_root
+
+    chosen = docker_hosts("vllm-0.21.0", root=str(tmp_path / "root"), out=str(tmp_path / "wheels"))
+    assert chosen.work == tmp_path / "root" and chosen.out == tmp_path / "wheels"
+    default = docker_hosts("vllm-0.21.0", root=None, out=None)
+    assert default.work == cache_root() / "docker" / "vllm-0.21.0" and default.out == Path.cwd() / "wheelhouse"
+    assert chosen.deps == default.deps == cache_root() / "deps"

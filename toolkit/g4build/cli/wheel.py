@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
         python: str = typer.Option("3.12", "--python", help="Python X.Y the wheel is for."),
         cuda: str | None = typer.Option(None, "--cuda", help="CUDA X.Y to build with (default: the pin's)."),
         executor: str = typer.Option("native", "--executor", help="native or docker."),
-        out: str | None = typer.Option(None, "--out", help="Folder for the wheels."),
+        out: str | None = typer.Option(None, "--out", help="Folder for the wheels (docker: default ./wheelhouse)."),
         root: str | None = typer.Option(None, "--root", help="Build root (source, logs, resume state)."),
         jobs: int | None = typer.Option(None, "--jobs", min=1, help="MAX_JOBS (default: RAM/5GB, <= cores)."),
         no_flashinfer: bool = typer.Option(False, "--no-flashinfer", help="Leave FlashInfer out."),
@@ -141,11 +141,11 @@ def register(app: typer.Typer) -> None:
             return
         assert host is not None
         preflight(plan, host)
-        result = _execute(plan, target, clean=clean)
+        result, wheels = _execute(plan, target, clean=clean, root=root, out=out)
         if as_json:
-            print_json({**plan.to_dict(), "result": [s.__dict__ for s in result.steps]})
+            print_json({**plan.to_dict(), "wheels": wheels, "result": [s.__dict__ for s in result.steps]})
         else:
-            console.print(f"built in {result.seconds:.0f}s; wheels in {plan.layout.out}")
+            console.print(f"built in {result.seconds:.0f}s; wheels in {wheels}")
 
     @app.command("prefetch")
     def prefetch_cmd(
@@ -212,14 +212,22 @@ def register(app: typer.Typer) -> None:
             console.print(f"wrote {out / 'build-manifest.json'}; stamped {', '.join(touched) or 'no vLLM wheel'}")
 
 
-def _execute(plan: BuildPlan, target: Target, *, clean: bool) -> RunResult:
-    if target.executor == "docker":
-        base = cache_root()
-        from g4build.data import project_root
+def docker_hosts(pin: str, *, root: str | None, out: str | None) -> docker_exec.HostPaths:
+    """Host folders the docker executor mounts: --root (else the cache) for source, logs and resume state;
+    --out (else ./wheelhouse) for the wheels copied out of the container."""
+    from g4build.data import project_root
 
-        hosts = docker_exec.HostPaths(work=base / "docker" / plan.pin, deps=base / "deps",
-                                      out=Path.cwd() / "wheelhouse", tool=project_root())
-        return docker_exec.DockerExecutor(hosts).run(plan, clean=clean)
+    base = cache_root()
+    return docker_exec.HostPaths(work=Path(root) if root else base / "docker" / pin, deps=base / "deps",
+                                 out=Path(out) if out else Path.cwd() / "wheelhouse", tool=project_root())
+
+
+def _execute(plan: BuildPlan, target: Target, *, clean: bool, root: str | None, out: str | None,
+             ) -> tuple[RunResult, str]:
+    """Run ``plan``; returns what ran and the folder on this machine that holds the wheels."""
+    if target.executor == "docker":
+        hosts = docker_hosts(plan.pin, root=root, out=out)
+        return docker_exec.DockerExecutor(hosts).run(plan, clean=clean), str(hosts.out)
     from g4build.build.native import NativeExecutor
 
     activate = None
@@ -229,4 +237,4 @@ def _execute(plan: BuildPlan, target: Target, *, clean: bool) -> RunResult:
         def activate() -> dict[str, str]:
             return msvc_environment(target.cuda)
 
-    return NativeExecutor(activate=activate).run(plan, clean=clean)
+    return NativeExecutor(activate=activate).run(plan, clean=clean), plan.layout.out
