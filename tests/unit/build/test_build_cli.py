@@ -61,6 +61,33 @@ def test_emit_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert subprocess.run(["bash", "-n", str(sh)], check=False).returncode == 0
 
 
+def test_relative_out_is_one_absolute_folder_for_every_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the nightly passes `--out wheelhouse`; steps run in different folders, so it must become one absolute path
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = _run(["wheel", "--arch", "sm120", "--os", "linux", "--out", "wheelhouse", "--dry-run", "--json"],
+                        capsys)
+    assert code == 0
+    data = json.loads(out)
+    wheels = (tmp_path / "wheelhouse").resolve().as_posix()
+    assert data["target"]["out"] == wheels
+    writers = {s["name"]: s["command"] for s in data["steps"]
+               if s["name"] in ("vllm", "flashinfer-python", "flashinfer-jit-cache", "validate", "manifest")}
+    assert len(writers) == 5
+    for name, command in writers.items():
+        assert any(a == wheels or a.startswith(wheels + "/") for a in command), name
+        assert "wheelhouse" not in [a.split("/", 1)[0] for a in command], name
+
+
+def test_relative_paths_for_another_kind_of_machine_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(["wheel", "--arch", "sm120", "--os", "windows", "--out", "wheelhouse", "--dry-run"], capsys)
+    assert code == 2 and "absolute path on the windows machine" in " ".join(err.split())
+    code, out, _ = _run(["wheel", "--arch", "sm120", "--os", "windows", "--root", "C:\\b", "--out", "D:\\w",
+                         "--dry-run", "--json"], capsys)
+    assert code == 0 and json.loads(out)["target"]["out"] == "D:\\w"
+
+
 def test_native_build_for_another_os_is_refused_before_anything_runs(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run(["wheel", "--arch", "sm120", "--os", "windows"], capsys)
     assert code == 9 and "must run on windows" in err

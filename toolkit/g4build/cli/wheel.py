@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import typer
 from rich.table import Table
@@ -47,9 +47,26 @@ def pin_for_release(release: str, pin_name: str | None) -> Pin:
     )
 
 
+def absolute_on_target(path: str, option: str, target: Target) -> str:
+    """``path`` as an absolute path of the machine the plan runs on: steps run in different folders, so a
+    relative --out or --root would scatter the wheels. Resolved here when this machine's paths are the
+    target's kind (posix / Windows); refused when the plan is for the other kind."""
+    windows_target = target.os == "windows"
+    flavour = PureWindowsPath if windows_target else PurePosixPath
+    if flavour(path).is_absolute():
+        return path
+    if windows_target == (host_os() == "windows"):
+        return str(Path(path).resolve())
+    example = "C:\\g4b" if windows_target else "/home/me/g4b"
+    raise UsageError(f"{option} {path!r} is relative: expected an absolute path on the {target.os} machine",
+                     hint=f"give the full path there, for example {option} {example}")
+
+
 def _layout(pin: Pin, target: Target, root: str | None, out: str | None) -> Layout:
     if target.executor == "docker":
         return docker_exec.container_layout()
+    root = absolute_on_target(root, "--root", target) if root else None
+    out = absolute_on_target(out, "--out", target) if out else None
     if target.os != "windows" and host_os() == "windows" and not root:
         raise UsageError(f"a {target.os} build planned on Windows needs --root: a folder on the {target.os} machine",
                          hint="for example --root ~/g4b expanded on that machine (e.g. /home/me/g4b)")
