@@ -219,3 +219,5 @@ def test_docker_build_mounts_root_and_copies_wheels_to_out(tmp_path: Path) -> No
     default = docker_hosts("vllm-0.21.0", root=None, out=None)
     assert default.work == cache_root() / "docker" / "vllm-0.21.0" and default.out == Path.cwd() / "wheelhouse"
     assert chosen.deps == default.deps == cache_root() / "deps"
+    relative = docker_hosts("vllm-0.21.0", root="r", out="w")
+    assert relative.work == Path.cwd() / "r" and relative.out == Path.cwd() / "w"

@@ -230,13 +230,13 @@ def register(app: typer.Typer) -> None:
 
 
 def docker_hosts(pin: str, *, root: str | None, out: str | None) -> docker_exec.HostPaths:
-    """Host folders the docker executor mounts: --root (else the cache) for source, logs and resume state;
-    --out (else ./wheelhouse) for the wheels copied out of the container."""
+    """Host folders the docker executor mounts (absolute: Docker refuses relative binds): --root (else the
+    cache) for source, logs and resume state; --out (else ./wheelhouse) for the wheels copied out."""
     from g4build.data import project_root
 
     base = cache_root()
-    return docker_exec.HostPaths(work=Path(root) if root else base / "docker" / pin, deps=base / "deps",
-                                 out=Path(out) if out else Path.cwd() / "wheelhouse", tool=project_root())
+    return docker_exec.HostPaths(work=Path(root).resolve() if root else base / "docker" / pin, deps=base / "deps",
+                                 out=Path(out or "wheelhouse").resolve(), tool=project_root())
 
 
 def _execute(plan: BuildPlan, target: Target, *, clean: bool, root: str | None, out: str | None,
