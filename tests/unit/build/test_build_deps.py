@@ -88,3 +88,20 @@ def test_prefetch_failure_leaves_nothing_that_looks_finished(tmp_path: Path) -> 
 def test_find_deps_needs_a_cmake_tree(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match=r"no CMakeLists\.txt"):
         find_deps(tmp_path)
+
+
+def test_prefetch_waits_for_another_builds_lock_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from filelock import FileLock
+
+    from g4build.build import deps
+    from g4build.errors import LockTimeoutError
+
+    (dep,) = parse_cmake(CMAKE, "x.cmake")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    calls: list[list[str]] = []
+    monkeypatch.setattr(deps, "LOCK_TIMEOUT_S", 0.05)
+    other = FileLock(str(cache / dep.cache_name) + ".lock")  # another build is prefetching this dependency
+    with other, pytest.raises(LockTimeoutError, match="another g4build holds"):
+        prefetch(dep, cache, remote="/nonexistent", git=lambda argv, cwd: calls.append(argv))
+    assert calls == []  # nothing touched the half-made copy of the other build

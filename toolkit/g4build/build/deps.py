@@ -16,7 +16,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from g4build.errors import BuildError, SourceError
+from filelock import FileLock, Timeout
+
+from g4build.errors import BuildError, LockTimeoutError, SourceError
+from g4build.index import LOCK_TIMEOUT_S
 
 _DECLARE = re.compile(r"FetchContent_Declare\s*\((?P<body>[^()]*(?:\([^()]*\)[^()]*)*)\)", re.IGNORECASE)
 _SET = re.compile(r"^\s*set\s*\(\s*(?P<name>\w+)\s+\"?(?P<value>[^\s\")]+)\"?", re.IGNORECASE | re.MULTILINE)
@@ -119,8 +122,21 @@ def _git(argv: list[str], cwd: Path | None) -> None:
 
 
 def prefetch(dep: CMakeDep, cache: Path, *, remote: str | None = None, git: Runner = _git) -> Path:
-    """Clone ``dep`` at its tag into ``cache`` once; a finished copy (stamp file) is reused offline."""
+    """Clone ``dep`` at its tag into ``cache`` once; a finished copy (stamp file) is reused offline. Builds that
+    share the cache (two archs at once) take a lock per dependency, as ``index.fetch_verified`` does."""
     dest = cache / dep.cache_name
+    cache.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(dest) + ".lock")
+    try:
+        with lock.acquire(timeout=LOCK_TIMEOUT_S):
+            return _clone_once(dep, dest, remote=remote, git=git)
+    except Timeout as exc:
+        raise LockTimeoutError(f"another g4build holds {lock.lock_file} for over {LOCK_TIMEOUT_S:.0f} s",
+                               hint="wait for the other build's prefetch, or remove the lock file if none runs") \
+            from exc
+
+
+def _clone_once(dep: CMakeDep, dest: Path, *, remote: str | None, git: Runner) -> Path:
     stamp = dest / ".g4build-prefetched"
     if stamp.is_file():
         return dest
