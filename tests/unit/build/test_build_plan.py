@@ -2,6 +2,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -153,3 +157,29 @@ def test_layout_rules(pin21: Pin) -> None:
 ])
 def test_max_jobs_from_ram_and_cores(mem: float, cores: int, threads: int, jobs: int) -> None:
     assert max_jobs(mem_gb=mem, cores=cores, nvcc_threads=threads) == jobs
+
+
+@pytest.mark.parametrize(("fake", "ok", "found"), [
+    (None, False, "found no torch"),
+    ("2.11.0+cpu", False, "found 2.11.0+cpu without CUDA"),
+    ("2.13.0+cu130", False, "found 2.13.0+cu130:"),
+    ("2.11.0+cu130", True, ""),
+])
+def test_torch_step_runs_and_says_what_to_install(
+    pin21: Pin, tmp_path: Path, fake: str | None, ok: bool, found: str,
+) -> None:
+    # the plan's own command, run by a real interpreter without site-packages and with a stand-in torch
+    if fake:
+        (tmp_path / "torch").mkdir()
+        cuda = None if fake.endswith("+cpu") else "13.0"
+        (tmp_path / "torch" / "__init__.py").write_text(
+            f"import types\n__version__ = {fake!r}\nversion = types.SimpleNamespace(cuda={cuda!r})\n")
+    plan = _plan(pin21, "linux", "sm120", "13.0", Options(jobs=1, python=(sys.executable, "-S")))
+    step = plan.step("torch")
+    assert not step.resumable
+    proc = subprocess.run(step.command, capture_output=True, text=True, check=False,
+                          env={"PYTHONPATH": str(tmp_path), "PATH": os.environ.get("PATH", "")})
+    assert (proc.returncode == 0) is ok, proc.stderr
+    if not ok:
+        assert f"expected torch {pin21.torch} built for CUDA" in proc.stderr and found in proc.stderr
+        assert f"install torch=={pin21.torch} from the PyTorch cu130 wheel index" in proc.stderr

@@ -209,10 +209,7 @@ def vllm_steps(
              cwd=layout.root),
         *extra,
         Step(name="torch", title="check the installed torch", resumable=False,
-             command=(*py, "-c", f"import torch, sys; v = torch.__version__.split('+')[0]; "
-                      f"sys.exit(0 if v == '{pin.torch}' and torch.version.cuda else "
-                      f"'expected torch {pin.torch} built for CUDA, found ' + torch.__version__)"),
-             cwd=layout.root),
+             command=(*py, "-c", torch_check(pin.torch, target.cuda)), cwd=layout.root),
     ]
     if opts.existing_torch:  # first, so the build requirements below do not replace the installed torch
         steps.append(Step(name="use-existing-torch", title="build against the installed torch",
@@ -247,6 +244,21 @@ def vllm_steps(
                             "--wheel", layout.sep.join([out, "vllm-*.whl"])), cwd=layout.root)
               for name in opts.recipes]
     return tuple(steps)
+
+
+def torch_check(torch: str, cuda: str) -> str:
+    """A one-line Python program (single quotes only, for PowerShell) that exits non-zero unless the
+    interpreter has torch ``torch`` built for CUDA, saying what it found and what to install."""
+    cu = "cu" + cuda.replace(".", "")
+    return (
+        "import importlib.util, sys; "
+        "t = __import__('torch') if importlib.util.find_spec('torch') else None; "
+        "v = t.__version__ if t else 'no torch'; "
+        f"sys.exit(0 if t and v.split('+')[0] == '{torch}' and t.version.cuda else "
+        f"'expected torch {torch} built for CUDA in ' + sys.executable + ', found ' + "
+        f"(v if t is None or t.version.cuda else v + ' without CUDA') + "
+        f"': install torch=={torch} from the PyTorch {cu} wheel index into that Python, then rerun')"
+    )
 
 
 def wheel_step(name: str, title: str, opts: Options, project: str, out: str) -> Step:
