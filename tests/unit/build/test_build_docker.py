@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import subprocess
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,17 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from g4build.build.docker import OUT, TOOL, WORK, DockerExecutor, HostPaths, container_layout, image_for
+from g4build.build.docker import (
+    OUT,
+    TOOL,
+    TOOL_COPY,
+    WORK,
+    DockerExecutor,
+    HostPaths,
+    container_layout,
+    copy_tool,
+    image_for,
+)
 from g4build.build.plan import Options
 from g4build.build.planner import make_plan
 from g4build.errors import BuildError
@@ -91,7 +102,9 @@ def test_runs_the_plan_in_a_cuda_devel_image_and_copies_wheels_out(tmp_path: Pat
     assert run["detach"] is True and run["working_dir"] == WORK
     script = run["command"][-1]
     assert run["command"][:2] == ["bash", "-c"]
-    assert f"pip install -q {TOOL} build" in script and "export TORCH_CUDA_ARCH_LIST=12.0f" in script
+    assert f"pip install -q {TOOL_COPY} build" in script and f"pip install -q {TOOL} " not in script
+    assert script.index(f"-C {TOOL} ") < script.index(f"pip install -q {TOOL_COPY}")
+    assert "export TORCH_CUDA_ARCH_LIST=12.0f" in script
     assert "step vllm " in script
     vols = run["volumes"]
     assert vols[str(tmp_path / "work")] == {"bind": WORK, "mode": "rw"}
@@ -137,3 +150,22 @@ def test_the_real_sdk_has_the_attributes_the_recorder_mimics() -> None:
                        (Container, ["logs", "wait", "get_archive", "remove"])):
         for attr in attrs:
             assert callable(getattr(cls, attr)), (cls, attr)
+
+
+def test_the_tool_is_installed_from_a_writable_copy(tmp_path: Path) -> None:
+    # the read-only mount cannot take setuptools' build/ and *.egg-info: the copy lines run for real here
+    src, dst = tmp_path / "ro tool", tmp_path / "copy"
+    (src / "toolkit" / "g4build").mkdir(parents=True)
+    (src / "toolkit" / "g4build" / "__init__.py").write_text("x = 1\n")
+    (src / "toolkit" / "g4build" / "build").mkdir()  # the build engine package is no build output
+    (src / "toolkit" / "g4build" / "build" / "plan.py").write_text("y = 2\n")
+    (src / "pyproject.toml").write_text("[project]\nname = 'g4build'\n")
+    for junk in (".git/HEAD", "build/lib/x.py", "toolkit/g4build.egg-info/PKG-INFO"):
+        (src / junk).parent.mkdir(parents=True, exist_ok=True)
+        (src / junk).write_text("junk\n")
+    (dst / "stale.txt").parent.mkdir(parents=True)
+    (dst / "stale.txt").write_text("from an earlier run\n")
+    script = "set -euo pipefail\n" + "\n".join(copy_tool(str(src), str(dst))) + "\n"
+    subprocess.run(["bash", "-c", script], check=True)
+    got = sorted(p.relative_to(dst).as_posix() for p in dst.rglob("*") if p.is_file())
+    assert got == ["pyproject.toml", "toolkit/g4build/__init__.py", "toolkit/g4build/build/plan.py"]

@@ -8,6 +8,7 @@ resumes; the wheels are copied out of the container's output folder with ``get_a
 from __future__ import annotations
 
 import io
+import shlex
 import tarfile
 import time
 from collections.abc import Callable
@@ -38,8 +39,21 @@ def image_for(cuda: str, *, distro: str = "ubuntu24.04") -> str:
     return f"nvidia/cuda:{cuda}.0-devel-{distro}"
 
 
+TOOL_COPY = "/g4b/g4build-src"  # a writable copy: installing writes build/ and *.egg-info into the source
+
+
+def copy_tool(src: str, dst: str) -> list[str]:
+    """Shell lines copying the g4build project (without .git and build outputs) from ``src`` to ``dst``."""
+    q_src, q_dst = shlex.quote(src), shlex.quote(dst)
+    return [
+        f"rm -rf {q_dst} && mkdir -p {q_dst}",
+        f"tar -C {q_src} --exclude=./.git --exclude=./build --exclude='*.egg-info' -cf - . | tar -C {q_dst} -xf -",
+    ]
+
+
 def bootstrap(python: str) -> str:
-    """Shell lines that give the CUDA image a Python, git and g4build (mounted read-only at TOOL)."""
+    """Shell lines that give the CUDA image a Python, git and g4build (mounted read-only at TOOL, installed
+    from a copy: setuptools writes into the source it builds, which a read-only mount refuses)."""
     return "\n".join([
         "set -euo pipefail",
         "export DEBIAN_FRONTEND=noninteractive",
@@ -48,7 +62,8 @@ def bootstrap(python: str) -> str:
         "fi",
         f"[ -x /g4b/venv/bin/python ] || python{python} -m venv /g4b/venv || python3 -m venv /g4b/venv",
         ". /g4b/venv/bin/activate",
-        f"pip install -q {TOOL} build",
+        *copy_tool(TOOL, TOOL_COPY),
+        f"pip install -q {TOOL_COPY} build",
     ])
 
 
