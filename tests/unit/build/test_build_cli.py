@@ -221,3 +221,28 @@ def test_docker_build_mounts_root_and_copies_wheels_to_out(tmp_path: Path) -> No
     assert chosen.deps == default.deps == cache_root() / "deps"
     relative = docker_hosts("vllm-0.21.0", root="r", out="w")
     assert relative.work == Path.cwd() / "r" and relative.out == Path.cwd() / "w"
+
+
+def test_machine_choices_use_this_machine_only_where_it_compiles() -> None:
+    from g4build.build.arch import parse_arch
+    from g4build.build.host import HostFacts
+    from g4build.build.plan import Target, max_jobs
+    from g4build.cli.wheel import FOREIGN_CORES, FOREIGN_MEM_GB, machine_choices
+
+    here = HostFacts(os="linux", cores=4, mem_gb=64.0, free_gb=100.0, nvcc="/opt/host-cuda/bin/nvcc",
+                     nvcc_version="12.8", cxx="/usr/bin/g++", launcher="sccache")
+    mine = max_jobs(mem_gb=64.0, cores=4)
+    foreign = max_jobs(mem_gb=FOREIGN_MEM_GB, cores=FOREIGN_CORES)
+    assert mine != foreign
+
+    def tgt(os_name: str, executor: str) -> Target:
+        return Target(os=os_name, arch=parse_arch("sm120"), python="3.12", cuda="13.0", executor=executor)
+
+    # a native build here: everything from this machine
+    assert machine_choices(tgt("linux", "native"), here) == (mine, "sccache", "/opt/host-cuda")
+    # a container on this machine: its RAM and cores, but the image's CUDA and no host launcher
+    assert machine_choices(tgt("linux", "docker"), here) == (mine, None, None)
+    assert machine_choices(tgt("wsl", "docker"), here) == (mine, None, None)
+    # another machine (or none probed): a typical desktop
+    assert machine_choices(tgt("windows", "native"), here) == (foreign, None, None)
+    assert machine_choices(tgt("linux", "native"), None) == (foreign, None, None)

@@ -38,3 +38,9 @@ def test_missing_prerequisites_fail_before_any_step(pin21: Pin, change: dict[str
 def test_probe_reads_this_machine(tmp_path: object) -> None:
     facts = probe(str(tmp_path) + "/not/yet/created")
     assert facts.cores >= 1 and facts.mem_gb > 0 and facts.free_gb > 0
+
+
+def test_free_disk_is_reported_where_it_was_measured(pin21: Pin) -> None:
+    low = dataclasses.replace(GOOD, free_gb=5.0)
+    with pytest.raises(BuildError, match="GB free at /home/me/docker-work: expected at least 30 GB"):
+        preflight(_plan(pin21), low, at="/home/me/docker-work")

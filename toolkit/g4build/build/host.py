@@ -91,8 +91,9 @@ def probe(root: str) -> HostFacts:
     )
 
 
-def preflight(plan: BuildPlan, host: HostFacts, *, min_free_gb: float = MIN_FREE_GB) -> None:
-    """Refuse to start a build this machine cannot finish. Pure: every fact comes in ``host``."""
+def preflight(plan: BuildPlan, host: HostFacts, *, min_free_gb: float = MIN_FREE_GB, at: str | None = None) -> None:
+    """Refuse to start a build this machine cannot finish. Pure: every fact comes in ``host`` (its free disk
+    measured at ``at``, default the plan's build root)."""
     t = plan.target
     if t.executor == "native" and host.os != t.os:
         raise BuildError(f"a native build for {t.os} must run on {t.os}; this machine is {host.os}",
@@ -110,5 +111,6 @@ def preflight(plan: BuildPlan, host: HostFacts, *, min_free_gb: float = MIN_FREE
                              hint="install Visual Studio Build Tools" if t.os == "windows"
                              else "install g++ (apt-get install build-essential)")
     if host.free_gb < min_free_gb:
-        raise BuildError(f"{host.free_gb:.1f} GB free at {plan.layout.root}: expected at least {min_free_gb:.0f} GB",
+        raise BuildError(f"{host.free_gb:.1f} GB free at {at or plan.layout.root}: expected at least "
+                         f"{min_free_gb:.0f} GB",
                          hint="free disk space or choose another --root")

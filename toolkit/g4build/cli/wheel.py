@@ -62,6 +62,20 @@ def absolute_on_target(path: str, option: str, target: Target) -> str:
                      hint=f"give the full path there, for example {option} {example}")
 
 
+def machine_choices(target: Target, host: HostFacts | None) -> tuple[int, str | None, str | None]:
+    """MAX_JOBS, compiler launcher and CUDA_HOME planned from this machine's facts where they hold for the
+    machine that compiles: RAM and cores when it is the target or runs the container; launcher and CUDA_HOME
+    only for a native build here (inside a container they are the image's, not this machine's)."""
+    compiles_here = host is not None and (host.os == target.os or target.executor == "docker")
+    jobs = max_jobs(mem_gb=host.mem_gb, cores=host.cores) if host is not None and compiles_here else \
+        max_jobs(mem_gb=FOREIGN_MEM_GB, cores=FOREIGN_CORES)
+    native_here = host is not None and host.os == target.os and target.executor == "native"
+    launcher = host.launcher if host is not None and native_here else None
+    cuda_home = str(Path(host.nvcc).resolve().parent.parent) if host is not None and native_here and host.nvcc \
+        else None
+    return jobs, launcher, cuda_home
+
+
 def _layout(pin: Pin, target: Target, root: str | None, out: str | None) -> Layout:
     if target.executor == "docker":
         return docker_exec.container_layout()
@@ -130,18 +144,12 @@ def register(app: typer.Typer) -> None:
             recipe_list = tuple(recipe_names())
         layout = _layout(pin, target, root, out)
         running = not dry_run and emit_script is None
-        host: HostFacts | None = probe(layout.root) if running or host_os() == target.os else None
-        # MAX_JOBS / launcher are planned for the target machine: this one only when it is the target
-        host_for_plan = None if host and host.os != target.os else host
-        if jobs is None:
-            jobs = max_jobs(mem_gb=host_for_plan.mem_gb, cores=host_for_plan.cores) if host_for_plan else \
-                max_jobs(mem_gb=FOREIGN_MEM_GB, cores=FOREIGN_CORES)
-        opts = Options(jobs=jobs, flashinfer=not no_flashinfer,
-                       launcher=host_for_plan.launcher if host_for_plan else None, python=python_cmd(target),
-                       recipes=recipe_list)
-        cuda_home = None
-        if host_for_plan and host_for_plan.nvcc:
-            cuda_home = str(Path(host_for_plan.nvcc).resolve().parent.parent)
+        # docker: the disk that matters is the host folder mounted as the build root
+        probe_at = str(docker_hosts(pin.name, root=root, out=out).work) if executor == "docker" else layout.root
+        host: HostFacts | None = probe(probe_at) if running or host_os() == target.os else None
+        default_jobs, launcher, cuda_home = machine_choices(target, host)
+        opts = Options(jobs=jobs or default_jobs, flashinfer=not no_flashinfer, launcher=launcher,
+                       python=python_cmd(target), recipes=recipe_list)
         plan = make_plan(pin, series_for(pin), target, layout=layout, opts=opts, cuda_home=cuda_home)
         if emit_script is not None:
             from g4build.build.script import render
@@ -157,7 +165,7 @@ def register(app: typer.Typer) -> None:
                 _show(plan)
             return
         assert host is not None
-        preflight(plan, host)
+        preflight(plan, host, at=probe_at)
         result, wheels = _execute(plan, target, clean=clean, root=root, out=out)
         if as_json:
             print_json({**plan.to_dict(), "wheels": wheels, "result": [s.__dict__ for s in result.steps]})
