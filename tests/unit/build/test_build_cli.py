@@ -98,11 +98,12 @@ def test_recipes_flag_adds_a_launch_script_step_per_recipe(capsys: pytest.Captur
 
     code, out, _ = _run(["wheel", "--arch", "sm120", "--os", "windows", "--recipes", "--dry-run", "--json"], capsys)
     assert code == 0
-    steps = [s for s in json.loads(out)["steps"] if s["name"].startswith("recipe-")]
+    data = json.loads(out)
+    steps = [s for s in data["steps"] if s["name"].startswith("recipe-")]
     assert [s["name"] for s in steps] == [f"recipe-{n}" for n in recipe_names()] and steps
     assert steps[0]["command"][1:4] == ["recipe", "render", recipe_names()[0]]
     assert steps[0]["command"][4:6] == ["--shell", "powershell"]
-    assert steps[0]["command"][-1] == "C:\\g4b\\wheels\\vllm-*.whl"
+    assert steps[0]["command"][-1] == f"C:\\g4b\\wheels\\vllm-{data['target']['version']}-*.whl"
 
 
 def _wheel(path: Path, name: str = "vllm", version: str = "0.21.0+cu130.g4.x") -> Path:
@@ -125,8 +126,16 @@ def _wheel(path: Path, name: str = "vllm", version: str = "0.21.0+cu130.g4.x") -
 def test_manifest_goes_beside_the_wheels_and_into_the_vllm_dist_info(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    vllm = _wheel(tmp_path)
+    from g4build.build.plan import wheel_version
+    from g4build.cli.wheel import series_for
+    from g4build.pins import load_pins
+
+    pin = load_pins().get("vllm-0.21.0")
+    version = wheel_version(pin, series_for(pin), "13.0")
+    vllm = _wheel(tmp_path, version=version)
     other = _wheel(tmp_path, "flashinfer_python", "0.6.8.post1")
+    earlier = _wheel(tmp_path, version="0.21.0+cu130.g4.0ld")  # an earlier build's wheel left in --out
+    earlier_bytes = earlier.read_bytes()
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"done": {"vllm": {"digest": "d", "seconds": 12.5}}}))
     code, out, _ = _run(["manifest", "--out", str(tmp_path), "--state", str(state), "--arch", "sm120",
@@ -135,11 +144,12 @@ def test_manifest_goes_beside_the_wheels_and_into_the_vllm_dist_info(
     beside = loads((tmp_path / MANIFEST_NAME).read_bytes(), "beside")
     assert beside["route"] == "build" and beside["pin"]["name"] == "vllm-0.21.0"
     assert beside["timings"] == {"vllm": 12.5} and beside["target"]["arch"] == "sm120"
-    assert sorted(beside["wheels"]) == sorted([vllm.name, other.name])
+    assert sorted(beside["wheels"]) == sorted([vllm.name, other.name, earlier.name])
+    assert earlier.read_bytes() == earlier_bytes  # this manifest does not describe it
     with zipfile.ZipFile(vllm) as zf:
-        member = "vllm-0.21.0+cu130.g4.x.dist-info/" + MANIFEST_NAME
+        member = f"vllm-{version}.dist-info/" + MANIFEST_NAME
         inside = zf.read(member)
-        record = zf.read("vllm-0.21.0+cu130.g4.x.dist-info/RECORD").decode().splitlines()
+        record = zf.read(f"vllm-{version}.dist-info/RECORD").decode().splitlines()
         assert zf.read("vllm/__init__.py") == b""
     assert loads(inside, "inside") == beside
     digest = base64.urlsafe_b64encode(hashlib.sha256(inside).digest()).rstrip(b"=").decode()
@@ -148,11 +158,15 @@ def test_manifest_goes_beside_the_wheels_and_into_the_vllm_dist_info(
     with zipfile.ZipFile(other) as zf:
         assert not [n for n in zf.namelist() if n.endswith(MANIFEST_NAME)]
     # stamping twice keeps one entry
-    assert _run(["manifest", "--out", str(tmp_path)], capsys)[0] == 0
+    assert _run(["manifest", "--out", str(tmp_path), "--cuda", "13.0"], capsys)[0] == 0
     with zipfile.ZipFile(vllm) as zf:
         assert zf.namelist().count(member) == 1
-        assert sum(1 for ln in zf.read("vllm-0.21.0+cu130.g4.x.dist-info/RECORD").decode().splitlines()
+        assert sum(1 for ln in zf.read(f"vllm-{version}.dist-info/RECORD").decode().splitlines()
                    if ln.startswith(member)) == 1
+    # a --cuda whose wheel is not there says what it expected and what it found
+    code, _, err = _run(["manifest", "--out", str(tmp_path), "--cuda", "12.9"], capsys)
+    flat = " ".join(err.split())
+    assert code != 0 and "expected vllm-0.21.0+cu129" in flat and vllm.name in flat
 
 
 def test_prefetch_command_writes_the_initial_cache(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

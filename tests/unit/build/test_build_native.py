@@ -89,6 +89,11 @@ def test_globs_expand_or_fail(tmp_path: Path) -> None:
     assert expand_globs(("a", str(tmp_path / "vllm-*.whl"))) == ["a", str(tmp_path / "vllm-1-py3-none-any.whl")]
     with pytest.raises(BuildError, match="no file matches"):
         expand_globs((str(tmp_path / "nothing-*.whl"),))
+    # a plan names its own wheel version (with its + local part); an earlier build's wheel is not picked up
+    (tmp_path / "vllm-0.21.0+cu130.g4.old-cp38-abi3-linux_x86_64.whl").write_text("")
+    (tmp_path / "vllm-0.21.0+cu130.g4.new-cp38-abi3-linux_x86_64.whl").write_text("")
+    assert expand_globs((str(tmp_path / "vllm-0.21.0+cu130.g4.new-*.whl"),)) == [
+        str(tmp_path / "vllm-0.21.0+cu130.g4.new-cp38-abi3-linux_x86_64.whl")]
 
 
 def test_error_tail_prefers_error_lines() -> None:

@@ -81,6 +81,6 @@ def test_powershell_script_parses(pin21: Pin) -> None:
     tree = parser.parse(text.encode())
     assert not tree.root_node.has_error
     assert "vcvars64.bat" in text and "Invoke-Step 'vllm'" in text
-    assert "(Get-ChildItem -Path 'C:\\g4b\\wheels\\vllm-*.whl').FullName" in text
+    assert f"(Get-ChildItem -Path 'C:\\g4b\\wheels\\vllm-{plan.version}-*.whl').FullName" in text
     broken = parser.parse(text.replace("function Invoke-Step(", "function Invoke-Step((", 1).encode())
     assert broken.root_node.has_error  # the check can fail

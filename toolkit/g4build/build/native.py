@@ -25,7 +25,7 @@ _ERROR = re.compile(r"error|FAILED|Killed|fatal|Traceback|No space left", re.IGN
 TAIL_LINES = 25
 
 
-_PATH_GLOB = re.compile(r"^[^\s*?]+[/\\][A-Za-z0-9._-]*\*[A-Za-z0-9._*-]*$")
+_PATH_GLOB = re.compile(r"^[^\s*?]+[/\\][A-Za-z0-9._+-]*\*[A-Za-z0-9._*+-]*$")
 
 
 def expand_globs(argv: tuple[str, ...]) -> list[str]:

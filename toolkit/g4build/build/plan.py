@@ -197,9 +197,12 @@ def build_env(target: Target, pin: Pin | None, version: str, layout: Layout, opt
 
 def vllm_steps(
     *, pin: Pin, target: Target, layout: Layout, opts: Options, source: tuple[Step, ...], extra: tuple[Step, ...],
+    version: str,
 ) -> tuple[Step, ...]:
     g4b, py, src, out = opts.g4build, opts.python, layout.src, layout.out
     arch = target.arch.name
+    # this build's wheel only: an --out folder may still hold wheels of earlier builds (other series versions)
+    wheel = layout.sep.join([out, f"vllm-{version}-*.whl"])
     steps: list[Step] = [
         *source,
         Step(name="patches", title="apply the series", command=(*g4b, "patches", "apply", "--pin", pin.name,
@@ -231,7 +234,7 @@ def vllm_steps(
         ]
     steps += [
         Step(name="validate", title="validate the wheels", resumable=False,
-             command=(*g4b, "validate", layout.sep.join([out, "vllm-*.whl"]), "--arch", arch, "--pin", pin.name),
+             command=(*g4b, "validate", wheel, "--arch", arch, "--pin", pin.name),
              cwd=layout.root),
         Step(name="manifest", title="write build-manifest.json", resumable=False,
              command=(*g4b, "manifest", "--pin", pin.name, "--out", out, "--state", layout.state_file,
@@ -241,7 +244,7 @@ def vllm_steps(
     shell = "powershell" if target.os == "windows" else "bash"
     steps += [Step(name=f"recipe-{name}", title=f"launch script {name}", resumable=False,
                    command=(*g4b, "recipe", "render", name, "--shell", shell, "--out", out,
-                            "--wheel", layout.sep.join([out, "vllm-*.whl"])), cwd=layout.root)
+                            "--wheel", wheel), cwd=layout.root)
               for name in opts.recipes]
     return tuple(steps)
 

@@ -53,6 +53,7 @@ def make_plan(
         extra = ()
     if opts.launcher:
         notes.append(f"compiler launcher: {opts.launcher} (vLLM's setup.py picks it up from PATH)")
-    steps = vllm_steps(pin=pin, target=target, layout=layout, opts=opts, source=source, extra=extra)
+    steps = vllm_steps(pin=pin, target=target, layout=layout, opts=opts, source=source, extra=extra,
+                       version=version)
     return BuildPlan(target=target, pin=pin.name, version=version, layout=layout, env=env, setup=setup,
                      steps=steps, notes=tuple(notes))

@@ -11,7 +11,7 @@ import shlex
 
 from g4build.build.plan import BuildPlan, Step
 
-_SAFE_GLOB = re.compile(r"^[A-Za-z0-9._*?-]+$")
+_SAFE_GLOB = re.compile(r"^[A-Za-z0-9._*?+-]+$")
 
 
 def _ps(s: str) -> str:

@@ -47,16 +47,23 @@ def add_to_wheel(wheel: Path, manifest: dict[str, Any]) -> str:
     return member
 
 
-def stamp(out: Path, manifest: dict[str, Any], *, project: str = "vllm") -> list[str]:
-    """Write the manifest beside the wheels in ``out`` and into the ``project`` wheel(s)."""
+def stamp(out: Path, manifest: dict[str, Any], *, project: str = "vllm", version: str | None = None) -> list[str]:
+    """Write the manifest beside the wheels in ``out`` and into the ``project`` wheel(s); with ``version``, only
+    into that version's wheel (``out`` may hold wheels of earlier builds, which this manifest does not describe)."""
     wheels = sorted(out.glob("*.whl"))
     if not wheels:
         raise BuildError(f"no wheels in {out}: expected the build steps to have written them")
+    norm = project.replace("-", "_").lower()
+    mine = [w for w in wheels if w.name.split("-", 1)[0].replace("-", "_").lower() == norm
+            and (version is None or w.name.split("-")[1] == version)]
+    if version is not None and not mine:
+        raise BuildError(
+            f"no {project} {version} wheel in {out}: expected {norm}-{version}-*.whl, found "
+            f"{', '.join(w.name for w in wheels)}",
+            hint="run the build step first, or pass the --cuda the wheel was built with",
+        )
     manifest = {**manifest, "wheels": [w.name for w in wheels]}
     (out / MANIFEST_NAME).write_bytes(dumps(manifest))
-    touched = []
-    for w in wheels:
-        if w.name.split("-", 1)[0].replace("-", "_").lower() == project.replace("-", "_").lower():
-            add_to_wheel(w, manifest)
-            touched.append(w.name)
-    return touched
+    for w in mine:
+        add_to_wheel(w, manifest)
+    return [w.name for w in mine]

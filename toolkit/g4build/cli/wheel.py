@@ -13,7 +13,7 @@ from g4build.build import docker as docker_exec
 from g4build.build.arch import parse_arch
 from g4build.build.executor import RunResult
 from g4build.build.host import HostFacts, host_os, preflight, probe
-from g4build.build.plan import BuildPlan, Layout, Options, Target, max_jobs
+from g4build.build.plan import BuildPlan, Layout, Options, Target, max_jobs, wheel_version
 from g4build.build.planner import default_layout, make_plan, python_cmd
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
 from g4build.errors import UsageError
@@ -228,9 +228,11 @@ def register(app: typer.Typer) -> None:
         from g4build.manifest import make_manifest
 
         pin = load_pins().get(pin_name)
+        series = series_for(pin)
         extra = build_extra(arch=arch, os_name=os_name, cuda=cuda, state=state)
-        manifest = make_manifest(pin, series_for(pin), route="build", extra=extra)
-        touched = stamp(out, manifest)
+        manifest = make_manifest(pin, series, route="build", extra=extra)
+        # with --cuda the wheel's version is known: only that wheel is stamped, not older ones in --out
+        touched = stamp(out, manifest, version=wheel_version(pin, series, cuda) if cuda else None)
         if as_json:
             print_json({"out": str(out), "wheels_stamped": touched, "manifest": manifest})
         else:
