@@ -108,6 +108,8 @@ def test_runs_the_plan_in_a_cuda_devel_image_and_copies_wheels_out(tmp_path: Pat
     assert "step vllm " in script
     vols = run["volumes"]
     assert vols[str(tmp_path / "work")] == {"bind": WORK, "mode": "rw"}
+    # the output folder survives the container: a resumed run skips the wheel step and still finds its wheel
+    assert vols[str(tmp_path / "work" / "out")] == {"bind": OUT, "mode": "rw"}
     assert vols[str(tmp_path / "g4build")]["mode"] == "ro"
     assert run["environment"] == {"G4BUILD_CLEAN": "0"}
     assert client.calls[4][1] == OUT

@@ -1,8 +1,8 @@
 """The docker executor: the plan's bash script inside a CUDA devel image, wheels copied out.
 
 Uses the docker SDK (``docker.from_env()``); the client is injected so tests can record the calls. The
-source, prefetched dependencies and logs live in host folders mounted into the container, so a second run
-resumes; the wheels are copied out of the container's output folder with ``get_archive``.
+source, prefetched dependencies, logs and the container's output folder live in host folders mounted into the
+container, so a second run resumes; the wheels are copied out of the output folder with ``get_archive``.
 """
 
 from __future__ import annotations
@@ -104,8 +104,12 @@ class DockerExecutor:
         for p in (self.host.work, self.host.deps, self.host.out):
             p.mkdir(parents=True, exist_ok=True)
         script = bootstrap(plan.target.python) + "\n" + render_bash(plan)
+        # OUT lives in the work folder too: a resumed run skips the wheel step, so its wheel must still be there
+        kept_out = self.host.work / "out"
+        kept_out.mkdir(parents=True, exist_ok=True)
         volumes = {
             str(self.host.work): {"bind": WORK, "mode": "rw"},
+            str(kept_out): {"bind": OUT, "mode": "rw"},
             str(self.host.deps): {"bind": DEPS, "mode": "rw"},
             str(self.host.tool): {"bind": TOOL, "mode": "ro"},
         }
