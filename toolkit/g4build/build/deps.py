@@ -40,7 +40,9 @@ class CMakeDep:
 
     @property
     def fetchcontent_var(self) -> str:
-        return "FETCHCONTENT_SOURCE_DIR_" + re.sub(r"[^A-Za-z0-9]", "_", self.name).upper()
+        """FetchContent reads ``FETCHCONTENT_SOURCE_DIR_`` + the name upper-cased, nothing else changed
+        (``vllm-flash-attn`` -> ``..._VLLM-FLASH-ATTN``)."""
+        return "FETCHCONTENT_SOURCE_DIR_" + self.name.upper()
 
     @property
     def cache_name(self) -> str:
