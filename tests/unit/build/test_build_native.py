@@ -111,3 +111,16 @@ def test_killed_compiler_suggests_fewer_jobs(tmp_path: Path) -> None:
     with pytest.raises(BuildError) as err:
         _exec(io.StringIO()).run(plan)
     assert err.value.hint and "lower --jobs (MAX_JOBS=12 now)" in err.value.hint
+
+
+def test_a_step_that_runs_again_starts_without_its_fresh_folder(tmp_path: Path) -> None:
+    tree = tmp_path / "src"
+    make = "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.mkdir(exist_ok=True); (p / 'made').write_text('')"
+    source = Step(name="source", command=(PY, "-c", make, str(tree)), cwd=str(tmp_path), fresh=str(tree))
+    ex = _exec(io.StringIO())
+    ex.run(_plan(tmp_path, source))
+    (tree / "patched-and-built").write_text("")
+    ex.run(_plan(tmp_path, source))  # skipped: the tree stays as it is
+    assert (tree / "patched-and-built").is_file()
+    ex.run(_plan(tmp_path, source, env={"G4_X": "new source"}))  # runs again: from no tree
+    assert sorted(p.name for p in tree.iterdir()) == ["made"]

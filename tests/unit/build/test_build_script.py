@@ -40,8 +40,12 @@ def test_bash_script_runs_resumes_and_cleans(tmp_path: Path, pin21: Pin) -> None
     assert calls[0].startswith("g4build source fetch --pin vllm-0.21.0")
     assert "[MAX_JOBS=3 ARCH=12.0f]" in calls[0]
     assert "== vllm: done" in first.stdout
+    built = Path(plan.layout.src) / "built-object.o"  # what a build leaves in the tree
+    built.parent.mkdir(parents=True, exist_ok=True)
+    built.write_text("")
     second = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, check=True)
     assert "== vllm: finished before, skipped" in second.stdout
+    assert built.is_file()  # a skipped source step keeps the tree
     resumed = log.read_text().splitlines()[len(calls):]
     assert {c.split()[0] + " " + c.split()[1] for c in resumed} == {"py -c", "g4build validate",
                                                                     "g4build manifest"}
@@ -49,11 +53,12 @@ def test_bash_script_runs_resumes_and_cleans(tmp_path: Path, pin21: Pin) -> None
                    env={**env, "G4BUILD_CLEAN": "1", "MAX_JOBS": "1"})
     again = log.read_text().splitlines()[-len(plan.steps):]
     assert again[0].startswith("g4build source fetch") and "[MAX_JOBS=1 " in again[0]
+    assert not built.exists()  # the source step that ran again started from no tree (not a patched, built one)
 
 
 def test_bash_script_stops_at_a_failing_step(tmp_path: Path, pin21: Pin) -> None:
     plan, log = _echo_plan(pin21, tmp_path)
-    text = render_bash(plan).replace("step prefetch ", "step prefetch_broken '' /nonexistent -- false; step x ", 1)
+    text = render_bash(plan).replace("step prefetch ", "step prefetch_broken '' /nonexistent '' -- false; step x ", 1)
     script = tmp_path / "b.sh"
     script.write_text(text)
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)

@@ -41,4 +41,4 @@ def env(target: Target, layout: Layout, *, cuda_home: str | None) -> dict[str, s
 def source_steps(pin: Pin, layout: Layout, g4build: tuple[str, ...]) -> tuple[Step, ...]:
     return (Step(name="source", title=f"fetch and verify {pin.name}",
                  command=(*g4build, "source", "fetch", "--pin", pin.name, "--from", "sdist", "--dest", layout.src),
-                 cwd=layout.root),)
+                 cwd=layout.root, fresh=layout.src),)

@@ -84,6 +84,8 @@ class NativeExecutor:
                 results.append(StepResult(name=step.name, status="skipped", seconds=0.0, log=None))
                 continue
             log = logs / f"{i:02d}-{step.name}.log"
+            if step.fresh:  # e.g. a new source: the tree of an earlier build (patched, built) must not remain
+                shutil.rmtree(step.fresh, ignore_errors=True)
             seconds = self._run_step(step, self._env(plan, step, activated), log, f"{i}/{len(plan.steps)}")
             state.record(step, digest, seconds)
             results.append(StepResult(name=step.name, status="done", seconds=seconds, log=str(log)))

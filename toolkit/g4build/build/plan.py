@@ -53,6 +53,7 @@ class Step:
     env: dict[str, str] = field(default_factory=dict)
     title: str = ""
     resumable: bool = True  # False: always run (cheap checks, outputs that depend on later state)
+    fresh: str = ""  # a folder removed before the step runs (never when skipped): the step makes it from nothing
 
     def digest(self, plan_env: dict[str, str], identity: str) -> str:
         payload = json.dumps(

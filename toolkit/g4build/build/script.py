@@ -56,11 +56,12 @@ def render_bash(plan: BuildPlan) -> str:
         'mkdir -p "$DONE"',
         'if [ "${G4BUILD_CLEAN:-0}" = 1 ]; then rm -f "$DONE"/*; fi',
         "",
-        "step() {  # step NAME DIGEST CWD -- COMMAND...",
-        '  local name=$1 digest=$2 cwd=$3; shift 4',
+        "step() {  # step NAME DIGEST CWD FRESH -- COMMAND...  (FRESH: a folder removed first, or '')",
+        '  local name=$1 digest=$2 cwd=$3 fresh=$4; shift 5',
         '  if [ -n "$digest" ] && [ -f "$DONE/$name.$digest" ]; then echo "== $name: finished before, skipped"; '
         "return 0; fi",
         '  echo "== $name"',
+        '  if [ -n "$fresh" ]; then rm -rf "$fresh"; fi',
         '  mkdir -p "$cwd"',
         '  local start=$SECONDS',
         '  (cd "$cwd" && "$@")',
@@ -79,7 +80,7 @@ def _bash_step(plan: BuildPlan, s: Step) -> str:
     envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in s.env.items())
     cmd = " ".join(_sh_arg(a) for a in s.command)
     prefix = f"env {envs} " if envs else ""
-    return f"step {s.name} {shlex.quote(digest)} {shlex.quote(s.cwd)} -- {prefix}{cmd}"
+    return f"step {s.name} {shlex.quote(digest)} {shlex.quote(s.cwd)} {shlex.quote(s.fresh)} -- {prefix}{cmd}"
 
 
 def render_powershell(plan: BuildPlan) -> str:
@@ -97,10 +98,11 @@ def render_powershell(plan: BuildPlan) -> str:
         "if ($env:G4BUILD_CLEAN -eq '1') { Remove-Item -Path (Join-Path $Done '*') -Force -ErrorAction "
         "SilentlyContinue }",
         "",
-        "function Invoke-Step([string]$Name, [string]$Digest, [string]$Cwd, [scriptblock]$Body) {",
+        "function Invoke-Step([string]$Name, [string]$Digest, [string]$Cwd, [string]$Fresh, [scriptblock]$Body) {",
         "  $marker = Join-Path $Done \"$Name.$Digest\"",
         "  if ($Digest -and (Test-Path $marker)) { Write-Host \"== ${Name}: finished before, skipped\"; return }",
         "  Write-Host \"== $Name\"",
+        "  if ($Fresh -and (Test-Path $Fresh)) { Remove-Item -Recurse -Force -Path $Fresh }",
         "  New-Item -ItemType Directory -Force -Path $Cwd | Out-Null",
         "  $clock = [Diagnostics.Stopwatch]::StartNew()",
         "  Push-Location $Cwd",
@@ -121,7 +123,7 @@ def render_powershell(plan: BuildPlan) -> str:
         body = [f"$env:{k} = {_ps(v)}" for k, v in s.env.items()]
         exe, *args = s.command
         body.append("& " + " ".join([_ps(exe), *(_ps_arg(a, lay.sep) for a in args)]))
-        lines.append(f"Invoke-Step {_ps(s.name)} {_ps(digest)} {_ps(s.cwd)} {{ {'; '.join(body)} }}")
+        lines.append(f"Invoke-Step {_ps(s.name)} {_ps(digest)} {_ps(s.cwd)} {_ps(s.fresh)} {{ {'; '.join(body)} }}")
     return "\r\n".join(lines) + "\r\n"
 
 

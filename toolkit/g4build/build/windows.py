@@ -88,7 +88,7 @@ def source_steps(pin: Pin, layout: Layout) -> tuple[Step, ...]:
     return (
         Step(name="source", title="clone the Windows base",
              command=("git", "clone", "--filter=blob:none", "--no-checkout", base.remote, layout.src),
-             cwd=layout.root),
+             cwd=layout.root, fresh=layout.src),
         Step(name="checkout", title=f"check out {base.commit[:12]}",
              command=("git", "-C", layout.src, "checkout", "--detach", base.commit), cwd=layout.root),
     )
