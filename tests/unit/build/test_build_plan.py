@@ -52,6 +52,7 @@ def test_plan_for_each_combination(pin21: Pin, os_name: str, arch: str, cuda: st
     if os_name == "windows":
         assert names[:2] == ["source", "checkout"]
         assert plan.step("checkout").command[-1] == pin21.bases["windows"].commit
+        assert plan.step("source").fresh == plan.layout.src == plan.step("source").command[-1]
         assert pin21.bases["windows"].remote in plan.step("source").command
         assert env["DISTUTILS_USE_SDK"] == "1"
         assert "FLASHINFER_CUDA_ARCH_LIST" not in env and "flashinfer-jit-cache" not in names
@@ -65,6 +66,8 @@ def test_plan_for_each_combination(pin21: Pin, os_name: str, arch: str, cuda: st
                                                      "--dest")
         assert env["FLASHINFER_CUDA_ARCH_LIST"] == env["TORCH_CUDA_ARCH_LIST"]
         assert "flashinfer-jit-cache" in names
+        # a clone into a folder: when it runs again (new pin) the old clone must go first, or git refuses
+        assert plan.step("flashinfer-source").fresh == plan.step("flashinfer-source").command[-1]
         assert plan.setup == ()
 
 

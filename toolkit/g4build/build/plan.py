@@ -226,7 +226,7 @@ def vllm_steps(
         steps += [
             Step(name="flashinfer-source", title="fetch FlashInfer",
                  command=("git", "clone", "--depth", "1", "--branch", f"v{pin.flashinfer}", "--recurse-submodules",
-                          "--shallow-submodules", FLASHINFER_REMOTE, fi), cwd=layout.root),
+                          "--shallow-submodules", FLASHINFER_REMOTE, fi), cwd=layout.root, fresh=fi),
             Step(name="flashinfer-python", title="build flashinfer-python",
                  command=(*py, "-m", "build", "--no-isolation", "--wheel", "--outdir", out, "."), cwd=fi),
             Step(name="flashinfer-jit-cache", title=f"build FlashInfer's ahead-of-time kernels for {arch}",
