@@ -21,6 +21,7 @@ from g4build.build.docker import (
     container_layout,
     copy_tool,
     image_for,
+    venv_lines,
 )
 from g4build.build.plan import Options
 from g4build.build.planner import make_plan
@@ -171,3 +172,12 @@ def test_the_tool_is_installed_from_a_writable_copy(tmp_path: Path) -> None:
     subprocess.run(["bash", "-c", script], check=True)
     got = sorted(p.relative_to(dst).as_posix() for p in dst.rglob("*") if p.is_file())
     assert got == ["pyproject.toml", "toolkit/g4build/__init__.py", "toolkit/g4build/build/plan.py"]
+
+
+def test_a_python_the_image_lacks_stops_with_what_it_has(tmp_path: Path) -> None:
+    # the venv lines run for real: a Python this machine lacks stands for one the image lacks
+    proc = subprocess.run(["bash", "-c", "set -euo pipefail\n" + "\n".join(venv_lines("3.99")) + "\n"],
+                          capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "error: the image has no python3.99: expected it for --python 3.99, found Python 3." in proc.stderr
+    assert not (tmp_path / "g4b").exists()

@@ -51,6 +51,21 @@ def copy_tool(src: str, dst: str) -> list[str]:
     ]
 
 
+def venv_lines(python: str) -> list[str]:
+    """Shell lines making /g4b/venv with Python ``python``, or stopping with what the image has instead (the
+    plan's steps call ``python{X.Y}``: a venv of another Python would fail later with "command not found")."""
+    exe = f"python{python}"
+    return [
+        f"if ! command -v {exe} >/dev/null; then",
+        f'  echo "error: the image has no {exe}: expected it for --python {python}, found '
+        '$(python3 --version 2>&1 || echo no python3)" >&2',
+        '  echo "hint: pass --python with the version the image has, or build with --executor native" >&2',
+        "  exit 2",
+        "fi",
+        f"{exe} -m venv /g4b/venv",
+    ]
+
+
 def bootstrap(python: str) -> str:
     """Shell lines that give the CUDA image a Python, git and g4build (mounted read-only at TOOL, installed
     from a copy: setuptools writes into the source it builds, which a read-only mount refuses)."""
@@ -60,7 +75,7 @@ def bootstrap(python: str) -> str:
         "if ! command -v git >/dev/null || ! command -v python3 >/dev/null; then",
         "  apt-get update -q && apt-get install -y -q git python3 python3-venv python3-dev ccache",
         "fi",
-        f"[ -x /g4b/venv/bin/python ] || python{python} -m venv /g4b/venv || python3 -m venv /g4b/venv",
+        *venv_lines(python),
         ". /g4b/venv/bin/activate",
         *copy_tool(TOOL, TOOL_COPY),
         f"pip install -q {TOOL_COPY} build",
