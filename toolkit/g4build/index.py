@@ -14,7 +14,8 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,9 +113,11 @@ def project_files(project: str, *, session: requests.Session | None = None) -> l
             hint="check your network or pip's index-url (PIP_INDEX_URL / pip config)",
         ) from exc
     if resp.status_code == 404:
-        raise DownloadError(f"the package index at {base} has no project '{project}'")
+        raise DownloadError(f"the package index at {base} has no project '{project}'",
+                            hint="check pip's index-url (PIP_INDEX_URL / pip config): a mirror may not carry it")
     if resp.status_code != 200:
-        raise DownloadError(f"the package index answered {resp.status_code} for {page}")
+        raise DownloadError(f"the package index answered {resp.status_code} for {page}; expected 200",
+                            hint="run the command again later, or point PIP_INDEX_URL at a working mirror")
     files: list[IndexFile] = []
     if resp.headers.get("Content-Type", "").startswith("application/vnd.pypi.simple.v1+json"):
         for f in resp.json().get("files", []):
@@ -165,6 +168,25 @@ def _get_with_retries(
     raise AssertionError("unreachable")
 
 
+@contextmanager
+def cache_lock(path: Path) -> Iterator[None]:
+    """Hold ``<path>.lock`` (made next to ``path``) so two g4build runs never work on one cache entry at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path) + ".lock")
+    try:
+        lock.acquire(timeout=LOCK_TIMEOUT_S)
+    except Timeout as exc:
+        raise LockTimeoutError(
+            f"{lock.lock_file}: expected to get this lock within {LOCK_TIMEOUT_S:.0f} s, "
+            "found it still held by another g4build run",
+            hint="wait for the other run to finish; if none runs (a crashed one), delete the .lock file",
+        ) from exc
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as fh:
@@ -185,7 +207,8 @@ def download(url: str, dest: Path, sha256: str, *, progress: ProgressHook | None
     try:
         with _get_with_retries(http, url, stream=True) as resp:
             if resp.status_code != 200:
-                raise DownloadError(f"download of {url} failed: HTTP {resp.status_code}")
+                raise DownloadError(f"download of {url} failed: expected HTTP 200, found {resp.status_code}",
+                                    hint="run the command again; it starts from scratch")
             total = int(resp.headers.get("Content-Length") or 0) or None
             done = 0
             with part.open("wb") as out:
@@ -228,28 +251,26 @@ def fetch_verified(
     ``sha256=None`` means "trust the sha256 the index publishes" (used for releases nobody pinned yet).
     A cached file is re-hashed before use; a cached file with the right hash needs no network at all.
     """
-    cache_dir.mkdir(parents=True, exist_ok=True)
     dest = cache_dir / filename
-    lock = FileLock(str(dest) + ".lock")
-    try:
-        with lock.acquire(timeout=LOCK_TIMEOUT_S):
-            if sha256 and dest.is_file():
-                if sha256_file(dest) == sha256.lower():
-                    return Fetched(path=dest, sha256=sha256.lower(), cached=True)
-                dest.unlink()  # a corrupted cache entry is never used
-            entry = find_file(project, filename)
-            if sha256 is None:
-                if not entry.sha256:
-                    raise IntegrityError(f"the index publishes no sha256 for {filename}; refusing to use it unverified")
-                sha256 = entry.sha256
-                if dest.is_file() and sha256_file(dest) == sha256.lower():
-                    return Fetched(path=dest, sha256=sha256.lower(), cached=True)
-            elif entry.sha256 and entry.sha256.lower() != sha256.lower():
+    with cache_lock(dest):
+        if sha256 and dest.is_file():
+            if sha256_file(dest) == sha256.lower():
+                return Fetched(path=dest, sha256=sha256.lower(), cached=True)
+            dest.unlink()  # a corrupted cache entry is never used
+        entry = find_file(project, filename)
+        if sha256 is None:
+            if not entry.sha256:
                 raise IntegrityError(
-                    f"the index publishes sha256 {entry.sha256} for {filename}, the pin expects {sha256}",
-                    hint="the pin or the mirror is wrong; nothing was downloaded",
+                    f"the index publishes no sha256 for {filename}; expected one to verify it against",
+                    hint="pin the release with its sha256 in patches/pins.yaml, or use an index that publishes hashes",
                 )
-            download(entry.url, dest, sha256, progress=progress)
-            return Fetched(path=dest, sha256=sha256.lower(), cached=False)
-    except Timeout as exc:
-        raise LockTimeoutError(f"another g4build holds {lock.lock_file} for over {LOCK_TIMEOUT_S:.0f} s") from exc
+            sha256 = entry.sha256
+            if dest.is_file() and sha256_file(dest) == sha256.lower():
+                return Fetched(path=dest, sha256=sha256.lower(), cached=True)
+        elif entry.sha256 and entry.sha256.lower() != sha256.lower():
+            raise IntegrityError(
+                f"the index publishes sha256 {entry.sha256} for {filename}, the pin expects {sha256}",
+                hint="the pin or the mirror is wrong; nothing was downloaded",
+            )
+        download(entry.url, dest, sha256, progress=progress)
+        return Fetched(path=dest, sha256=sha256.lower(), cached=False)
