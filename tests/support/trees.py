@@ -3,6 +3,7 @@ with chosen series applied by ``git apply`` (zero fuzz). Shared by the series be
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -37,7 +38,9 @@ def patched_tree(pin_name: str, series_names: list[str] | None = None) -> Path:
     """A copy of the pin's tree with the named series (default: all, in order) applied."""
     all_series = load_all()
     chosen = [s for s in all_series if series_names is None or s.name in series_names]
-    key = "+".join(s.name + str(s.version) for s in chosen) or "none"
+    # The patches' bytes are in the key: a patch edited without a version bump must not reuse a stale tree.
+    digest = hashlib.sha256(b"".join(p.read_bytes() for s in chosen for p in s.patches_for(pin_name)))
+    key = "+".join(s.name + str(s.version) for s in chosen) + "-" + digest.hexdigest()[:10]
     dest = _TREES / pin_name / f"patched-{key}"
     stamp = dest / ".g4build-test-tree"
     pristine = sdist_tree(pin_name)
