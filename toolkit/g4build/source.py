@@ -270,6 +270,24 @@ def _from_git(pin: Pin, dest: Path, remote: str | None) -> SourceResult:
     return SourceResult(pin=pin.name, path=dest, source="git", verified=f"commit:{sha}", cached=False)
 
 
+def _pinned_base(repo: git.Repo, pin: Pin) -> str:
+    """``commit:<sha>`` when HEAD is the pinned commit, or it plus only g4build series commits; else what HEAD is.
+
+    Upstream commits on top of the pin are a different source, however few: they are not accepted.
+    """
+    try:
+        commits = list(repo.iter_commits("HEAD", max_count=200, first_parent=True))
+    except (git.GitCommandError, ValueError):
+        return "no commit"
+    for on_top, c in enumerate(commits):
+        if pin.upstream.matches(c.hexsha):
+            return f"commit:{c.hexsha}" + (f" (+{on_top} g4build series commit(s))" if on_top else "")
+        if "G4build-Series:" not in str(c.message):
+            break
+    head = commits[0].hexsha[:12] if commits else "?"
+    return f"HEAD {head} is neither the pinned commit nor g4build series commits on top of it"
+
+
 def verify_tree(pin: Pin, tree: Path) -> str:
     """Check an existing checkout against the pin; return what was verified."""
     if not tree.is_dir():
@@ -279,14 +297,15 @@ def verify_tree(pin: Pin, tree: Path) -> str:
     if marker and marker.get("pin") == pin.name:
         return f"sha256:{marker['sha256']}" if marker.get("source") == "sdist" else f"commit:{marker['base']}"
     if (tree / ".git").exists():
-        repo = git.Repo(tree)
-        for c in repo.iter_commits("HEAD", max_count=200):
-            if pin.upstream.matches(c.hexsha):
-                return f"commit:{c.hexsha}"
+        found_git = _pinned_base(git.Repo(tree), pin)
+        if found_git.startswith("commit:"):
+            return found_git
     version, commit_id = read_version_file(tree)
     if version == pin.version and commit_id and pin.upstream.commit.startswith(commit_id[: len(pin.upstream.commit)]):
         return f"commit:{commit_id} (vllm/_version.py)"
-    found = f"version {version}, commit {commit_id}" if version else "no vllm/_version.py and no pinned commit in git"
+    found = f"version {version}, commit {commit_id}" if version else "no vllm/_version.py"
+    if (tree / ".git").exists():
+        found += f"; git: {found_git}"
     raise SourceError(
         f"{tree} is not {pin.name}: expected version {pin.version} at commit {pin.upstream.commit}, found {found}",
         hint="fetch the pinned source with `g4build source fetch --pin " + pin.name + "`",
