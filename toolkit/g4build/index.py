@@ -56,9 +56,11 @@ def _pip_config_index() -> str | None:
         value = value.strip().strip("'\"")
         if key.endswith(".index-url") and value:
             found[key.split(".", 1)[0]] = value
-    for scope in (":env:", "site", "user", "global"):
-        if scope in found:
-            return found[scope]
+    # Keys are "<section>.index-url" (pip merges its files itself). Fetching a file is what `pip download`
+    # does: its own section wins over [install] and [global], as pip's would; PIP_* variables win over all.
+    for section in (":env:", "download", "install", "global"):
+        if section in found:
+            return found[section]
     return None
 
 

@@ -26,6 +26,11 @@ def test_index_url_follows_pip_configuration(tmp_path: Path, monkeypatch: pytest
     conf.write_text("[global]\nindex-url = http://127.0.0.2:9/mirror/simple\n")
     monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
     assert index.index_url() == "http://127.0.0.2:9/mirror/simple"
+    conf.write_text("[global]\nindex-url = http://127.0.0.2:9/mirror/simple\n"
+                    "[download]\nindex-url = http://127.0.0.3:9/dl/simple\n")
+    assert index.index_url() == "http://127.0.0.3:9/dl/simple"  # pip download's own section wins
+    conf.write_text("[install]\nindex-url = http://127.0.0.4:9/only-install/simple\n")
+    assert index.index_url() == "http://127.0.0.4:9/only-install/simple"
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     default = index.index_url()
     assert default.startswith("https://") and default.endswith("/simple")
