@@ -20,7 +20,7 @@ from typing import Any
 
 import git
 
-from g4build.errors import SourceError, UnsafeArchiveError
+from g4build.errors import SourceError, UnsafeArchiveError, UsageError
 from g4build.index import ProgressHook, cache_lock, cache_root, fetch_verified
 from g4build.pins import Pin
 
@@ -321,7 +321,13 @@ def fetch_source(
     progress: ProgressHook | None = None,
 ) -> SourceResult:
     """Acquire the pin's source by ``how``: "sdist", "git" or a filesystem path to an existing checkout."""
+    if remote is not None and how != "git":
+        raise UsageError(f"--remote is for --from git; found --from {how}",
+                         hint="drop --remote, or pass --from git to clone from that remote")
     if how not in ("sdist", "git"):
+        if dest is not None:
+            raise UsageError(f"--dest has no effect with an existing checkout (--from {how})",
+                             hint="drop --dest: the checkout is used where it is")
         path = Path(how).expanduser().resolve()
         return SourceResult(pin=pin.name, path=path, source="path", verified=verify_tree(pin, path), cached=True)
     dest = (dest or trees_root() / pin.name / how).expanduser().resolve()
