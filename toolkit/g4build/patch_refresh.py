@@ -189,7 +189,8 @@ def new_series(
     order_path = root / "series.yaml"
     order_text = order_path.read_text(encoding="utf-8") if order_path.is_file() else "order: []\n"
     if name in ((yaml.safe_load(order_text) or {}).get("order") or []):
-        raise UsageError(f"series '{name}' is already in {order_path}'s order but has no folder")
+        raise UsageError(f"series '{name}' is already in {order_path}'s order but has no folder",
+                         hint="remove it from the order first, or pick another name")
     meta = {
         "name": name, "version": 1, "title": title, "why": why, "refs": list(refs), "origin": "g4build",
         "bug": "", "forwarded": "no", "applied_upstream": None, "python_only": python_only,
