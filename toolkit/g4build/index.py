@@ -27,6 +27,7 @@ from g4build.errors import DownloadError, IntegrityError, LockTimeoutError
 
 CHUNK = 1 << 20
 LOCK_TIMEOUT_S = 3600.0
+DOWNLOAD_ATTEMPTS = 3  # a stream that breaks off is fetched again from the start
 
 ProgressHook = Callable[[int, int | None], None]  # (bytes so far, total or None)
 
@@ -197,38 +198,60 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def download(url: str, dest: Path, sha256: str, *, progress: ProgressHook | None = None) -> None:
+class _CutShort(requests.RequestException):
+    """The server closed the stream before Content-Length bytes arrived."""
+
+
+def _stream_to(http: requests.Session, url: str, part: Path, progress: ProgressHook | None) -> str:
+    """One attempt: stream ``url`` into ``part``; return the sha256 of what arrived."""
+    h = hashlib.sha256()
+    with _get_with_retries(http, url, stream=True) as resp:
+        if resp.status_code != 200:
+            raise DownloadError(f"download of {url} failed: expected HTTP 200, found {resp.status_code}",
+                                hint="run the command again; it starts from scratch")
+        total = int(resp.headers.get("Content-Length") or 0) or None
+        done = 0
+        with part.open("wb") as out:
+            for chunk in resp.iter_content(CHUNK):
+                out.write(chunk)
+                h.update(chunk)
+                done += len(chunk)
+                if progress:
+                    progress(done, total)
+        if total is not None and done != total:
+            raise _CutShort(f"the stream ended after {done} of {total} bytes")
+    return h.hexdigest()
+
+
+def download(
+    url: str, dest: Path, sha256: str, *, progress: ProgressHook | None = None, attempts: int = DOWNLOAD_ATTEMPTS,
+) -> None:
     """Stream ``url`` to ``dest`` via ``dest.part``; verify sha256, then rename into place.
 
-    An interrupted or mismatching download never leaves ``dest`` behind: only a verified file is renamed.
+    A stream that breaks off is fetched again from the start (``attempts`` in all). An interrupted or
+    mismatching download never leaves ``dest`` behind: only a verified file is renamed.
     """
     part = dest.with_name(dest.name + ".part")
     dest.parent.mkdir(parents=True, exist_ok=True)
     http = requests.Session()
-    h = hashlib.sha256()
+    delay = 1.0
     try:
-        with _get_with_retries(http, url, stream=True) as resp:
-            if resp.status_code != 200:
-                raise DownloadError(f"download of {url} failed: expected HTTP 200, found {resp.status_code}",
-                                    hint="run the command again; it starts from scratch")
-            total = int(resp.headers.get("Content-Length") or 0) or None
-            done = 0
-            with part.open("wb") as out:
-                for chunk in resp.iter_content(CHUNK):
-                    out.write(chunk)
-                    h.update(chunk)
-                    done += len(chunk)
-                    if progress:
-                        progress(done, total)
-    except requests.RequestException as exc:
-        part.unlink(missing_ok=True)
-        raise DownloadError(
-            f"download of {url} failed: {exc}", hint="run the command again; it starts from scratch"
-        ) from exc
+        for attempt in range(1, attempts + 1):
+            try:
+                found = _stream_to(http, url, part, progress)
+                break
+            except requests.RequestException as exc:
+                part.unlink(missing_ok=True)
+                if attempt == attempts:
+                    raise DownloadError(
+                        f"download of {url} failed {attempts} time(s), last: {exc}",
+                        hint="check the network or the mirror, then run the command again; it starts from scratch",
+                    ) from exc
+                time.sleep(delay)
+                delay *= 2
     except BaseException:
         part.unlink(missing_ok=True)
         raise
-    found = h.hexdigest()
     if found != sha256.lower():
         part.unlink(missing_ok=True)
         raise IntegrityError(

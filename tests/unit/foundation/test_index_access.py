@@ -73,9 +73,26 @@ def test_interrupted_download_leaves_no_complete_file(tmp_path: Path, monkeypatc
         idx.add("thing-1.0.tar.gz", PAYLOAD)
         idx.cut_after["thing-1.0.tar.gz"] = 1 << 20
         monkeypatch.setenv("PIP_INDEX_URL", idx.url)
-        with pytest.raises((DownloadError, IntegrityError)):
+        with pytest.raises(DownloadError, match=f"failed {index.DOWNLOAD_ATTEMPTS} time"):
             index.fetch_verified("thing", "thing-1.0.tar.gz", SHA, cache_dir=tmp_path)
+        assert idx.hits["/files/thing-1.0.tar.gz"] == index.DOWNLOAD_ATTEMPTS
     assert not (tmp_path / "thing-1.0.tar.gz").exists()
+    assert not (tmp_path / "thing-1.0.tar.gz.part").exists()
+
+
+def test_a_stream_that_breaks_off_once_is_fetched_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with serve_index() as idx:
+        idx.add("thing-1.0.tar.gz", PAYLOAD)
+        idx.cut_after["thing-1.0.tar.gz"] = 1 << 20  # the first response stops after 1 MiB ...
+        monkeypatch.setenv("PIP_INDEX_URL", idx.url)
+
+        def heal(done: int, total: int | None) -> None:
+            idx.cut_after.clear()  # ... later ones are whole
+
+        got = index.fetch_verified("thing", "thing-1.0.tar.gz", SHA, cache_dir=tmp_path, progress=heal)
+        assert idx.hits["/files/thing-1.0.tar.gz"] == 2
+    assert not got.cached
+    assert index.sha256_file(got.path) == SHA
     assert not (tmp_path / "thing-1.0.tar.gz.part").exists()
 
 
