@@ -182,7 +182,7 @@ def cache_lock(path: Path) -> Iterator[None]:
         raise LockTimeoutError(
             f"{lock.lock_file}: expected to get this lock within {LOCK_TIMEOUT_S:.0f} s, "
             "found it still held by another g4build run",
-            hint="wait for the other run to finish; if none runs (a crashed one), delete the .lock file",
+            hint="wait for the other g4build run on this cache entry to finish, then run the command again",
         ) from exc
     try:
         yield
