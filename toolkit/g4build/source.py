@@ -67,9 +67,13 @@ def check_tar_members(members: list[tarfile.TarInfo], where: str) -> None:
     for m in members:
         name = m.name
         p = PurePosixPath(name)
-        if p.is_absolute() or re.match(r"^[A-Za-z]:", name) or "\\" in name:
+        if p.is_absolute() or re.match(r"^[A-Za-z]:", name):
             raise UnsafeArchiveError(
                 f"{where}: member '{name}' has an absolute path; expected names inside the tree", hint=_UNSAFE_HINT
+            )
+        if "\\" in name:  # a Windows separator: on Windows it could climb or root the path
+            raise UnsafeArchiveError(
+                f"{where}: member '{name}' has a backslash; expected '/'-separated names", hint=_UNSAFE_HINT
             )
         if ".." in p.parts:
             raise UnsafeArchiveError(

@@ -48,6 +48,8 @@ def test_good_archive_extracts_to_single_top(tmp_path: Path) -> None:
     [
         (_file("pkg/../../evil"), "'..'"),
         (_file("/etc/evil"), "absolute path"),
+        (_file("C:/evil"), "absolute path"),
+        (_file("pkg\\..\\..\\evil"), "backslash"),
         (_link("pkg/link", "../../outside", tarfile.SYMTYPE), "symlink"),
         (_link("pkg/link", "/etc/passwd", tarfile.SYMTYPE), "symlink"),
         (_link("pkg/hard", "../outside", tarfile.LNKTYPE), "hardlink"),
