@@ -66,7 +66,8 @@ def dirty_paths(tree: Path) -> list[str]:
     Untracked files (a ``__pycache__`` from running the tree, say) do not count: patches are checked against
     them like any other file, and a rollback leaves them where they were.
     """
-    raw = run_git(["status", "--porcelain=v1", "-z", "--untracked-files=no"], cwd=tree).stdout
+    # --no-renames: with -z a staged rename adds a second, unprefixed field that would read as a cut path
+    raw = run_git(["status", "--porcelain=v1", "-z", "--untracked-files=no", "--no-renames"], cwd=tree).stdout
     return [entry.decode(errors="replace")[3:] for entry in raw.split(b"\0") if entry]
 
 

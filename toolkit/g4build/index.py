@@ -14,7 +14,8 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from g4build.errors import DownloadError, IntegrityError, LockTimeoutError
 
 CHUNK = 1 << 20
 LOCK_TIMEOUT_S = 3600.0
+DOWNLOAD_ATTEMPTS = 3  # a stream that breaks off is fetched again from the start
 
 ProgressHook = Callable[[int, int | None], None]  # (bytes so far, total or None)
 
@@ -55,9 +57,11 @@ def _pip_config_index() -> str | None:
         value = value.strip().strip("'\"")
         if key.endswith(".index-url") and value:
             found[key.split(".", 1)[0]] = value
-    for scope in (":env:", "site", "user", "global"):
-        if scope in found:
-            return found[scope]
+    # Keys are "<section>.index-url" (pip merges its files itself). Fetching a file is what `pip download`
+    # does: its own section wins over [install] and [global], as pip's would; PIP_* variables win over all.
+    for section in (":env:", "download", "install", "global"):
+        if section in found:
+            return found[section]
     return None
 
 
@@ -112,9 +116,11 @@ def project_files(project: str, *, session: requests.Session | None = None) -> l
             hint="check your network or pip's index-url (PIP_INDEX_URL / pip config)",
         ) from exc
     if resp.status_code == 404:
-        raise DownloadError(f"the package index at {base} has no project '{project}'")
+        raise DownloadError(f"the package index at {base} has no project '{project}'",
+                            hint="check pip's index-url (PIP_INDEX_URL / pip config): a mirror may not carry it")
     if resp.status_code != 200:
-        raise DownloadError(f"the package index answered {resp.status_code} for {page}")
+        raise DownloadError(f"the package index answered {resp.status_code} for {page}; expected 200",
+                            hint="run the command again later, or point PIP_INDEX_URL at a working mirror")
     files: list[IndexFile] = []
     if resp.headers.get("Content-Type", "").startswith("application/vnd.pypi.simple.v1+json"):
         for f in resp.json().get("files", []):
@@ -165,6 +171,25 @@ def _get_with_retries(
     raise AssertionError("unreachable")
 
 
+@contextmanager
+def cache_lock(path: Path) -> Iterator[None]:
+    """Hold ``<path>.lock`` (made next to ``path``) so two g4build runs never work on one cache entry at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path) + ".lock")
+    try:
+        lock.acquire(timeout=LOCK_TIMEOUT_S)
+    except Timeout as exc:
+        raise LockTimeoutError(
+            f"{lock.lock_file}: expected to get this lock within {LOCK_TIMEOUT_S:.0f} s, "
+            "found it still held by another g4build run",
+            hint="wait for the other g4build run on this cache entry to finish, then run the command again",
+        ) from exc
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as fh:
@@ -173,37 +198,60 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def download(url: str, dest: Path, sha256: str, *, progress: ProgressHook | None = None) -> None:
+class _CutShort(requests.RequestException):
+    """The server closed the stream before Content-Length bytes arrived."""
+
+
+def _stream_to(http: requests.Session, url: str, part: Path, progress: ProgressHook | None) -> str:
+    """One attempt: stream ``url`` into ``part``; return the sha256 of what arrived."""
+    h = hashlib.sha256()
+    with _get_with_retries(http, url, stream=True) as resp:
+        if resp.status_code != 200:
+            raise DownloadError(f"download of {url} failed: expected HTTP 200, found {resp.status_code}",
+                                hint="run the command again; it starts from scratch")
+        total = int(resp.headers.get("Content-Length") or 0) or None
+        done = 0
+        with part.open("wb") as out:
+            for chunk in resp.iter_content(CHUNK):
+                out.write(chunk)
+                h.update(chunk)
+                done += len(chunk)
+                if progress:
+                    progress(done, total)
+        if total is not None and done != total:
+            raise _CutShort(f"the stream ended after {done} of {total} bytes")
+    return h.hexdigest()
+
+
+def download(
+    url: str, dest: Path, sha256: str, *, progress: ProgressHook | None = None, attempts: int = DOWNLOAD_ATTEMPTS,
+) -> None:
     """Stream ``url`` to ``dest`` via ``dest.part``; verify sha256, then rename into place.
 
-    An interrupted or mismatching download never leaves ``dest`` behind: only a verified file is renamed.
+    A stream that breaks off is fetched again from the start (``attempts`` in all). An interrupted or
+    mismatching download never leaves ``dest`` behind: only a verified file is renamed.
     """
     part = dest.with_name(dest.name + ".part")
     dest.parent.mkdir(parents=True, exist_ok=True)
     http = requests.Session()
-    h = hashlib.sha256()
+    delay = 1.0
     try:
-        with _get_with_retries(http, url, stream=True) as resp:
-            if resp.status_code != 200:
-                raise DownloadError(f"download of {url} failed: HTTP {resp.status_code}")
-            total = int(resp.headers.get("Content-Length") or 0) or None
-            done = 0
-            with part.open("wb") as out:
-                for chunk in resp.iter_content(CHUNK):
-                    out.write(chunk)
-                    h.update(chunk)
-                    done += len(chunk)
-                    if progress:
-                        progress(done, total)
-    except requests.RequestException as exc:
-        part.unlink(missing_ok=True)
-        raise DownloadError(
-            f"download of {url} failed: {exc}", hint="run the command again; it starts from scratch"
-        ) from exc
+        for attempt in range(1, attempts + 1):
+            try:
+                found = _stream_to(http, url, part, progress)
+                break
+            except requests.RequestException as exc:
+                part.unlink(missing_ok=True)
+                if attempt == attempts:
+                    raise DownloadError(
+                        f"download of {url} failed {attempts} time(s), last: {exc}",
+                        hint="check the network or the mirror, then run the command again; it starts from scratch",
+                    ) from exc
+                time.sleep(delay)
+                delay *= 2
     except BaseException:
         part.unlink(missing_ok=True)
         raise
-    found = h.hexdigest()
     if found != sha256.lower():
         part.unlink(missing_ok=True)
         raise IntegrityError(
@@ -228,28 +276,26 @@ def fetch_verified(
     ``sha256=None`` means "trust the sha256 the index publishes" (used for releases nobody pinned yet).
     A cached file is re-hashed before use; a cached file with the right hash needs no network at all.
     """
-    cache_dir.mkdir(parents=True, exist_ok=True)
     dest = cache_dir / filename
-    lock = FileLock(str(dest) + ".lock")
-    try:
-        with lock.acquire(timeout=LOCK_TIMEOUT_S):
-            if sha256 and dest.is_file():
-                if sha256_file(dest) == sha256.lower():
-                    return Fetched(path=dest, sha256=sha256.lower(), cached=True)
-                dest.unlink()  # a corrupted cache entry is never used
-            entry = find_file(project, filename)
-            if sha256 is None:
-                if not entry.sha256:
-                    raise IntegrityError(f"the index publishes no sha256 for {filename}; refusing to use it unverified")
-                sha256 = entry.sha256
-                if dest.is_file() and sha256_file(dest) == sha256.lower():
-                    return Fetched(path=dest, sha256=sha256.lower(), cached=True)
-            elif entry.sha256 and entry.sha256.lower() != sha256.lower():
+    with cache_lock(dest):
+        if sha256 and dest.is_file():
+            if sha256_file(dest) == sha256.lower():
+                return Fetched(path=dest, sha256=sha256.lower(), cached=True)
+            dest.unlink()  # a corrupted cache entry is never used
+        entry = find_file(project, filename)
+        if sha256 is None:
+            if not entry.sha256:
                 raise IntegrityError(
-                    f"the index publishes sha256 {entry.sha256} for {filename}, the pin expects {sha256}",
-                    hint="the pin or the mirror is wrong; nothing was downloaded",
+                    f"the index publishes no sha256 for {filename}; expected one to verify it against",
+                    hint="pin the release with its sha256 in patches/pins.yaml, or use an index that publishes hashes",
                 )
-            download(entry.url, dest, sha256, progress=progress)
-            return Fetched(path=dest, sha256=sha256.lower(), cached=False)
-    except Timeout as exc:
-        raise LockTimeoutError(f"another g4build holds {lock.lock_file} for over {LOCK_TIMEOUT_S:.0f} s") from exc
+            sha256 = entry.sha256
+            if dest.is_file() and sha256_file(dest) == sha256.lower():
+                return Fetched(path=dest, sha256=sha256.lower(), cached=True)
+        elif entry.sha256 and entry.sha256.lower() != sha256.lower():
+            raise IntegrityError(
+                f"the index publishes sha256 {entry.sha256} for {filename}, the pin expects {sha256}",
+                hint="the pin or the mirror is wrong; nothing was downloaded",
+            )
+        download(entry.url, dest, sha256, progress=progress)
+        return Fetched(path=dest, sha256=sha256.lower(), cached=False)

@@ -19,7 +19,8 @@ import yaml
 
 from g4build import gittree
 from g4build.errors import ConfigError, SourceError, UsageError
-from g4build.patch_status import SeriesCommit, series_commits
+from g4build.patch_apply import TRAILER_SERIES
+from g4build.patch_status import SeriesCommit, log_records, series_commits, trailers
 from g4build.patchfile import parse_patch
 from g4build.series import Series, load_series
 from g4build.series_yaml import append_order, dump, set_pin_patches
@@ -124,11 +125,8 @@ def _file_name(c: SeriesCommit, pin: str, index: int) -> str:
 
 def _refuse_untagged_between(tree: Path, mine: Sequence[SeriesCommit]) -> None:
     """A commit without trailers between the series' first and last commit would be silently lost."""
-    first, last = mine[0].commit, mine[-1].commit
-    raw = gittree.out(["log", "--format=%H%x1f%B%x1e", f"{first}..{last}"], cwd=tree)
-    for record in raw.split("\x1e"):
-        sha, _, body = record.strip().partition("\x1f")
-        if sha and "G4build-Series:" not in body:
+    for sha, body in log_records(tree, f"{mine[0].commit}..{mine[-1].commit}"):
+        if TRAILER_SERIES not in trailers(body):
             raise SourceError(
                 f"commit {sha[:12]} ({body.strip().splitlines()[0] if body.strip() else ''}) sits between the "
                 "series' commits but carries no G4build-Series trailer; its change would be lost",
@@ -189,7 +187,8 @@ def new_series(
     order_path = root / "series.yaml"
     order_text = order_path.read_text(encoding="utf-8") if order_path.is_file() else "order: []\n"
     if name in ((yaml.safe_load(order_text) or {}).get("order") or []):
-        raise UsageError(f"series '{name}' is already in {order_path}'s order but has no folder")
+        raise UsageError(f"series '{name}' is already in {order_path}'s order but has no folder",
+                         hint="remove it from the order first, or pick another name")
     meta = {
         "name": name, "version": 1, "title": title, "why": why, "refs": list(refs), "origin": "g4build",
         "bug": "", "forwarded": "no", "applied_upstream": None, "python_only": python_only,

@@ -25,7 +25,7 @@ class SeriesCommit:
     pin: str | None
 
 
-def _trailers(body: str) -> dict[str, str]:
+def trailers(body: str) -> dict[str, str]:
     found: dict[str, str] = {}
     for line in body.splitlines():
         key, sep, value = line.partition(":")
@@ -34,18 +34,22 @@ def _trailers(body: str) -> dict[str, str]:
     return found
 
 
+def log_records(tree: Path, *args: str) -> list[tuple[str, str]]:
+    """``git log *args`` as (sha, message) pairs."""
+    raw = gittree.out(["log", *args, f"--format=%H{_SEP_FIELD}%B{_SEP_RECORD}"], cwd=tree)
+    records = []
+    for record in raw.split(_SEP_RECORD):
+        sha, _, body = record.strip().partition(_SEP_FIELD)
+        if sha:
+            records.append((sha, body))
+    return records
+
+
 def series_commits(tree: Path) -> list[SeriesCommit]:
     """Commits carrying a ``G4build-Series`` trailer, oldest first."""
-    raw = gittree.out(
-        ["log", "--reverse", f"--grep=^{TRAILER_SERIES}:", f"--format=%H{_SEP_FIELD}%B{_SEP_RECORD}"], cwd=tree,
-    )
     commits = []
-    for record in raw.split(_SEP_RECORD):
-        record = record.strip()
-        if not record:
-            continue
-        sha, _, body = record.partition(_SEP_FIELD)
-        t = _trailers(body)
+    for sha, body in log_records(tree, "--reverse", f"--grep=^{TRAILER_SERIES}:"):
+        t = trailers(body)
         if TRAILER_SERIES not in t:
             continue
         name, _, ver = t[TRAILER_SERIES].partition(" v")

@@ -13,6 +13,7 @@ from pathlib import PurePosixPath
 
 from g4build.errors import ConfigError
 
+_REGENERATE = "the file was edited by hand or cut: regenerate it with `g4build patches refresh`"
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
@@ -76,7 +77,7 @@ def _safe(path: str | None, where: str) -> str | None:
         return None
     pure = PurePosixPath(path)
     if pure.is_absolute() or ".." in pure.parts or not pure.parts:
-        raise ConfigError(f"{where}: patch path {path!r} leaves the tree (absolute or '..')")
+        raise ConfigError(f"{where}: patch path {path!r} leaves the tree (absolute or '..')", hint=_REGENERATE)
     return path
 
 
@@ -153,11 +154,12 @@ def _parse_section(lines: list[str], where: str) -> FileDiff:
             elif tag == "+":
                 need_new -= 1
             elif tag != "\\":
-                raise ConfigError(f"{where}: malformed hunk in {new or old}: unexpected line {line.rstrip()!r}")
+                raise ConfigError(f"{where}: malformed hunk in {new or old}: unexpected line {line.rstrip()!r}",
+                                  hint=_REGENERATE)
             body.append(line)
             i += 1
         if need_old > 0 or need_new > 0:
-            raise ConfigError(f"{where}: hunk {len(hunks) + 1} of {new or old} is cut short")
+            raise ConfigError(f"{where}: hunk {len(hunks) + 1} of {new or old} is cut short", hint=_REGENERATE)
         hunks.append(Hunk(
             number=len(hunks) + 1, old_start=int(m.group(1)), old_count=old_count,
             new_start=int(m.group(3)), new_count=new_count, lines=tuple(body),

@@ -341,8 +341,10 @@ def conflict_error(report: StackReport, *, tree_hint: str) -> PatchConflictError
     earlier = [s.name for s in report.series[: [s.name for s in report.series].index(series.name)]]
     prepare = f"`g4build patches apply --pin {report.variant_pin} --tree T" + "".join(
         f" --series {n}" for n in earlier) + "`, port it by hand, then " if earlier else "port it in a tree T, then "
+    what = (f"patch {patch.file} of {series.name} does not apply" if series.patches
+            else f"series {series.name} cannot apply")  # no variant for the pin: nothing to name but the series
     return PatchConflictError(
-        f"patch {patch.file} of {series.name} does not apply to {report.name} ({tree_hint}): {patch.detail}{more}",
+        f"{what} to {report.name} ({tree_hint}): {patch.detail}{more}",
         hint=f"{prepare}`g4build patches refresh {series.name} --pin {report.variant_pin} --tree T --from-diff` "
              "(or commit each patch with its G4build-* trailers and refresh without --from-diff)",
     )

@@ -103,8 +103,20 @@ def _file_ref(raw: Any, where: str) -> FileRef:
     return FileRef(file=file, sha256=sha)
 
 
+def _version_text(raw: Any, key: str, where: str) -> str:
+    """A version-like value, which must be a YAML string: unquoted ``2.10`` reads as the number 2.1."""
+    value = require(raw, key, (str, float, int), where)
+    if not isinstance(value, str):
+        raise ConfigError(
+            f"{where}.{key}: expected a quoted version string, found the number {value!r} "
+            "(YAML reads an unquoted 2.10 as 2.1)",
+            hint=f'quote it, e.g. {key}: "{value}"',
+        )
+    return value
+
+
 def _pin(name: str, raw: Any, where: str) -> Pin:
-    version = str(require(raw, "version", (str, float, int), where))
+    version = _version_text(raw, "version", where)
     try:
         Version(version)
     except InvalidVersion as exc:
@@ -118,8 +130,8 @@ def _pin(name: str, raw: Any, where: str) -> Pin:
         version=version,
         upstream=_git_ref(require(raw, "upstream", dict, where), f"{where}.upstream"),
         sdist=_file_ref(require(raw, "sdist", dict, where), f"{where}.sdist"),
-        torch=str(require(raw, "torch", (str, float), where)),
-        cuda=str(require(raw, "cuda", (str, float), where)),
+        torch=_version_text(raw, "torch", where),
+        cuda=_version_text(raw, "cuda", where),
         flashinfer=str(require(raw, "flashinfer", str, where)),
         wheels={k: _file_ref(v, f"{where}.wheels.{k}") for k, v in wheels_raw.items()},
         bases={k: _git_ref(v, f"{where}.bases.{k}") for k, v in bases_raw.items()},

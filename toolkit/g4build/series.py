@@ -107,7 +107,8 @@ def _variant(folder: Path, raw: Any, where: str) -> PinVariant:
         subject = require(entry, "subject", str, pw)
         path = folder / file
         if not path.is_file():
-            raise ConfigError(f"{pw}.file: {path} does not exist")
+            raise ConfigError(f"{pw}.file: expected a patch file at {path}, found none",
+                              hint="restore it (git checkout) or drop the entry from the list")
         patches.append(SeriesPatch(file=file, subject=subject, path=path))
     fps_raw = raw.get("fingerprints") or {}
     if not isinstance(fps_raw, dict):
@@ -169,7 +170,8 @@ def load_all(root: Path | None = None) -> list[Series]:
         seen.add(name)
         folder = root / name
         if not (folder / "series.yaml").is_file():
-            raise ConfigError(f"{order_path}.order: series '{name}' has no {folder / 'series.yaml'}")
+            raise ConfigError(f"{order_path}.order: series '{name}' has no {folder / 'series.yaml'}",
+                              hint="start it with `g4build patches new`, or remove it from the order")
         result.append(load_series(folder))
     return result
 

@@ -19,10 +19,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import git
-from filelock import FileLock, Timeout
 
-from g4build.errors import LockTimeoutError, SourceError, UnsafeArchiveError
-from g4build.index import LOCK_TIMEOUT_S, ProgressHook, cache_root, fetch_verified
+from g4build.errors import SourceError, UnsafeArchiveError, UsageError
+from g4build.index import ProgressHook, cache_lock, cache_root, fetch_verified
 from g4build.pins import Pin
 
 MARKER = "g4build-source.json"  # kept inside .git/, so it never shows in the work tree
@@ -36,6 +35,7 @@ _GIT_ENV = {
 }
 _MAX_MEMBER_BYTES = 512 << 20
 _MAX_TOTAL_BYTES = 4 << 30
+_UNSAFE_HINT = "nothing was extracted; a release sdist never has such members: get the archive again from the index"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,27 +67,48 @@ def check_tar_members(members: list[tarfile.TarInfo], where: str) -> None:
     for m in members:
         name = m.name
         p = PurePosixPath(name)
-        if p.is_absolute() or re.match(r"^[A-Za-z]:", name) or "\\" in name:
-            raise UnsafeArchiveError(f"{where}: member '{name}' has an absolute path; expected names inside the tree")
+        if p.is_absolute() or re.match(r"^[A-Za-z]:", name):
+            raise UnsafeArchiveError(
+                f"{where}: member '{name}' has an absolute path; expected names inside the tree", hint=_UNSAFE_HINT
+            )
+        if "\\" in name:  # a Windows separator: on Windows it could climb or root the path
+            raise UnsafeArchiveError(
+                f"{where}: member '{name}' has a backslash; expected '/'-separated names", hint=_UNSAFE_HINT
+            )
         if ".." in p.parts:
-            raise UnsafeArchiveError(f"{where}: member '{name}' climbs out with '..'; refusing the archive")
+            raise UnsafeArchiveError(
+                f"{where}: member '{name}' climbs out with '..'; refusing the archive", hint=_UNSAFE_HINT
+            )
         if m.issym():
             if m.linkname.startswith("/") or _escapes(posixpath.join(str(p.parent), m.linkname)):
                 raise UnsafeArchiveError(
-                    f"{where}: symlink '{name}' -> '{m.linkname}' points outside the tree; refusing the archive"
+                    f"{where}: symlink '{name}' -> '{m.linkname}' points outside the tree; refusing the archive",
+                    hint=_UNSAFE_HINT,
                 )
         elif m.islnk():
             if m.linkname.startswith("/") or _escapes(m.linkname):
                 raise UnsafeArchiveError(
-                    f"{where}: hardlink '{name}' -> '{m.linkname}' points outside the tree; refusing the archive"
+                    f"{where}: hardlink '{name}' -> '{m.linkname}' points outside the tree; refusing the archive",
+                    hint=_UNSAFE_HINT,
                 )
         elif not (m.isfile() or m.isdir()):
-            raise UnsafeArchiveError(f"{where}: member '{name}' is a device or fifo; a source archive has none")
+            raise UnsafeArchiveError(
+                f"{where}: member '{name}' is a device or fifo; a source archive has none", hint=_UNSAFE_HINT
+            )
         if m.size > _MAX_MEMBER_BYTES:
-            raise UnsafeArchiveError(f"{where}: member '{name}' is {m.size} bytes, over the {_MAX_MEMBER_BYTES} limit")
+            raise UnsafeArchiveError(
+                f"{where}: member '{name}' is {m.size} bytes, over the {_MAX_MEMBER_BYTES} limit", hint=_UNSAFE_HINT
+            )
         total += m.size
     if total > _MAX_TOTAL_BYTES:
-        raise UnsafeArchiveError(f"{where}: archive unpacks to {total} bytes, over the {_MAX_TOTAL_BYTES} limit")
+        raise UnsafeArchiveError(
+                f"{where}: archive unpacks to {total} bytes, over the {_MAX_TOTAL_BYTES} limit", hint=_UNSAFE_HINT
+            )
+
+
+_FILTER_ERRORS: tuple[type[Exception], ...] = (
+    (tarfile.FilterError,) if hasattr(tarfile, "FilterError") else ()  # Python with extraction filters
+)
 
 
 def safe_extract_tar(archive: Path, dest: Path) -> Path:
@@ -96,7 +117,8 @@ def safe_extract_tar(archive: Path, dest: Path) -> Path:
     Every member is checked before anything is written; on any failure ``dest`` does not exist afterwards.
     """
     if dest.exists():
-        raise SourceError(f"{dest} already exists; expected a fresh destination for extraction")
+        raise SourceError(f"{dest} already exists; expected a fresh destination for extraction",
+                          hint="remove it or extract somewhere else")
     tmp = dest.with_name(dest.name + ".extracting")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -111,9 +133,14 @@ def safe_extract_tar(archive: Path, dest: Path) -> Path:
         tops = [p.name for p in tmp.iterdir()]
         single = len(tops) == 1 and (tmp / tops[0]).is_dir()
         os.replace(tmp, dest)
+    except _FILTER_ERRORS as exc:  # the extraction filter's own check (e.g. a link chain the names hide)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UnsafeArchiveError(f"{archive.name}: member refused by the extraction filter: {exc}",
+                                 hint=_UNSAFE_HINT) from exc
     except tarfile.TarError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise UnsafeArchiveError(f"{archive.name}: not a readable tar archive: {exc}") from exc
+        raise UnsafeArchiveError(f"{archive.name}: not a readable tar archive: {exc}",
+                                 hint="expected a .tar.gz sdist: delete the file and download it again") from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -158,11 +185,6 @@ def read_version_file(tree: Path) -> tuple[str | None, str | None]:
     return (ver.group(1) if ver else None), (cid.group(1) if cid else None)
 
 
-def _locked(path: Path) -> FileLock:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(path) + ".lock")
-
-
 # --- routes ----------------------------------------------------------------------------------------------
 
 
@@ -183,11 +205,15 @@ def _from_sdist(pin: Pin, dest: Path, progress: ProgressHook | None) -> SourceRe
         version, commit_id = read_version_file(top)
         if version != pin.version:
             raise SourceError(
-                f"{pin.sdist.file}: vllm/_version.py says version {version!r}, the pin says {pin.version}"
+                f"{pin.sdist.file}: expected vllm/_version.py to say version {pin.version} (the pin), "
+                f"found {version!r}",
+                hint=f"the sdist is not the pinned release: check {pin.name} in patches/pins.yaml",
             )
         if commit_id and not commit_id.startswith(pin.upstream.commit[: len(commit_id)]):
             raise SourceError(
-                f"{pin.sdist.file}: vllm/_version.py names commit {commit_id}, the pin says {pin.upstream.commit}"
+                f"{pin.sdist.file}: expected vllm/_version.py to name commit {pin.upstream.commit} (the pin), "
+                f"found {commit_id}",
+                hint=f"correct upstream.commit of {pin.name} in patches/pins.yaml",
             )
         base = _commit_tree(top, f"upstream vllm {pin.version}")
         _write_marker(top, {"pin": pin.name, "source": "sdist", "sha256": pin.sdist.sha256, "base": base})
@@ -238,7 +264,8 @@ def _from_git(pin: Pin, dest: Path, remote: str | None) -> SourceResult:
         try:
             sha = _resolve_git(repo, pin)
         except git.GitCommandError as exc:
-            raise SourceError(f"git could not reach {url}: {exc.stderr.strip()}") from exc
+            raise SourceError(f"git could not reach {url}: {exc.stderr.strip()}",
+                              hint="check the URL or path, or pass --remote with a reachable mirror") from exc
         repo.git.checkout("-q", "--detach", sha)
         _write_marker(work, {"pin": pin.name, "source": "git", "remote": url, "base": sha})
         os.replace(work, dest)
@@ -247,22 +274,42 @@ def _from_git(pin: Pin, dest: Path, remote: str | None) -> SourceResult:
     return SourceResult(pin=pin.name, path=dest, source="git", verified=f"commit:{sha}", cached=False)
 
 
+def _pinned_base(repo: git.Repo, pin: Pin) -> str:
+    """``commit:<sha>`` when HEAD is the pinned commit, or it plus only g4build series commits; else what HEAD is.
+
+    Upstream commits on top of the pin are a different source, however few: they are not accepted.
+    """
+    try:
+        commits = list(repo.iter_commits("HEAD", max_count=200, first_parent=True))
+    except (git.GitCommandError, ValueError):
+        return "no commit"
+    for on_top, c in enumerate(commits):
+        if pin.upstream.matches(c.hexsha):
+            return f"commit:{c.hexsha}" + (f" (+{on_top} g4build series commit(s))" if on_top else "")
+        if "G4build-Series:" not in str(c.message):
+            break
+    head = commits[0].hexsha[:12] if commits else "?"
+    return f"HEAD {head} is neither the pinned commit nor g4build series commits on top of it"
+
+
 def verify_tree(pin: Pin, tree: Path) -> str:
     """Check an existing checkout against the pin; return what was verified."""
     if not tree.is_dir():
-        raise SourceError(f"{tree} is not a directory; expected a vLLM checkout of {pin.name}")
+        raise SourceError(f"{tree} is not a directory; expected a vLLM checkout of {pin.name}",
+                          hint="pass --from with the path of an existing checkout, or --from sdist / git")
     marker = _read_marker(tree)
     if marker and marker.get("pin") == pin.name:
         return f"sha256:{marker['sha256']}" if marker.get("source") == "sdist" else f"commit:{marker['base']}"
     if (tree / ".git").exists():
-        repo = git.Repo(tree)
-        for c in repo.iter_commits("HEAD", max_count=200):
-            if pin.upstream.matches(c.hexsha):
-                return f"commit:{c.hexsha}"
+        found_git = _pinned_base(git.Repo(tree), pin)
+        if found_git.startswith("commit:"):
+            return found_git
     version, commit_id = read_version_file(tree)
     if version == pin.version and commit_id and pin.upstream.commit.startswith(commit_id[: len(pin.upstream.commit)]):
         return f"commit:{commit_id} (vllm/_version.py)"
-    found = f"version {version}, commit {commit_id}" if version else "no vllm/_version.py and no pinned commit in git"
+    found = f"version {version}, commit {commit_id}" if version else "no vllm/_version.py"
+    if (tree / ".git").exists():
+        found += f"; git: {found_git}"
     raise SourceError(
         f"{tree} is not {pin.name}: expected version {pin.version} at commit {pin.upstream.commit}, found {found}",
         hint="fetch the pinned source with `g4build source fetch --pin " + pin.name + "`",
@@ -278,15 +325,17 @@ def fetch_source(
     progress: ProgressHook | None = None,
 ) -> SourceResult:
     """Acquire the pin's source by ``how``: "sdist", "git" or a filesystem path to an existing checkout."""
+    if remote is not None and how != "git":
+        raise UsageError(f"--remote is for --from git; found --from {how}",
+                         hint="drop --remote, or pass --from git to clone from that remote")
     if how not in ("sdist", "git"):
+        if dest is not None:
+            raise UsageError(f"--dest has no effect with an existing checkout (--from {how})",
+                             hint="drop --dest: the checkout is used where it is")
         path = Path(how).expanduser().resolve()
         return SourceResult(pin=pin.name, path=path, source="path", verified=verify_tree(pin, path), cached=True)
     dest = (dest or trees_root() / pin.name / how).expanduser().resolve()
-    lock = _locked(dest)
-    try:
-        with lock.acquire(timeout=LOCK_TIMEOUT_S):
-            if how == "sdist":
-                return _from_sdist(pin, dest, progress)
-            return _from_git(pin, dest, remote)
-    except Timeout as exc:
-        raise LockTimeoutError(f"another g4build holds {lock.lock_file} for over {LOCK_TIMEOUT_S:.0f} s") from exc
+    with cache_lock(dest):
+        if how == "sdist":
+            return _from_sdist(pin, dest, progress)
+        return _from_git(pin, dest, remote)

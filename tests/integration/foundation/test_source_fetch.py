@@ -14,7 +14,7 @@ import pytest
 import yaml
 from tests.support.index_server import serve_index
 
-from g4build.errors import IntegrityError, SourceError
+from g4build.errors import IntegrityError, SourceError, UsageError
 from g4build.index import cache_root, sha256_file
 from g4build.pins import load_pins
 from g4build.source import fetch_source, read_version_file, verify_tree
@@ -151,6 +151,18 @@ def test_path_route(tmp_path: Path, git_env: tuple[Path, str]) -> None:
     assert verify_tree(pin, clone) == f"commit:{sha}"
     got = fetch_source(pin, str(clone))
     assert (got.source, got.cached, got.path) == ("path", True, clone)
+    with pytest.raises(UsageError, match="--dest has no effect"):
+        fetch_source(pin, str(clone), dest=tmp_path / "elsewhere")
+    with pytest.raises(UsageError, match="--remote is for --from git"):
+        fetch_source(pin, str(clone), remote=str(remote))
+    # a g4build series commit on top still is the pinned source, patched
+    (clone / "README.md").write_text("patched\n")
+    subprocess.run(["git", "commit", "-qam", "p\n\nG4build-Series: s v1\n"], cwd=clone, check=True)
+    assert verify_tree(pin, clone) == f"commit:{sha} (+1 g4build series commit(s))"
+    # an upstream commit past the pin is another source, even one commit later
+    subprocess.run(["git", "checkout", "-q", "-"], cwd=clone, check=True)  # the branch: one commit past the tag
+    with pytest.raises(SourceError, match=r"neither the pinned commit nor g4build series commits"):
+        verify_tree(pin, clone)
     plain = tmp_path / "plain"
     (plain / "vllm").mkdir(parents=True)
     version_py = "__version__ = version = '9.9.0'\n__commit_id__ = commit_id = 'g1234567'\n"

@@ -26,6 +26,11 @@ def test_index_url_follows_pip_configuration(tmp_path: Path, monkeypatch: pytest
     conf.write_text("[global]\nindex-url = http://127.0.0.2:9/mirror/simple\n")
     monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
     assert index.index_url() == "http://127.0.0.2:9/mirror/simple"
+    conf.write_text("[global]\nindex-url = http://127.0.0.2:9/mirror/simple\n"
+                    "[download]\nindex-url = http://127.0.0.3:9/dl/simple\n")
+    assert index.index_url() == "http://127.0.0.3:9/dl/simple"  # pip download's own section wins
+    conf.write_text("[install]\nindex-url = http://127.0.0.4:9/only-install/simple\n")
+    assert index.index_url() == "http://127.0.0.4:9/only-install/simple"
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     default = index.index_url()
     assert default.startswith("https://") and default.endswith("/simple")
@@ -68,9 +73,26 @@ def test_interrupted_download_leaves_no_complete_file(tmp_path: Path, monkeypatc
         idx.add("thing-1.0.tar.gz", PAYLOAD)
         idx.cut_after["thing-1.0.tar.gz"] = 1 << 20
         monkeypatch.setenv("PIP_INDEX_URL", idx.url)
-        with pytest.raises((DownloadError, IntegrityError)):
+        with pytest.raises(DownloadError, match=f"failed {index.DOWNLOAD_ATTEMPTS} time"):
             index.fetch_verified("thing", "thing-1.0.tar.gz", SHA, cache_dir=tmp_path)
+        assert idx.hits["/files/thing-1.0.tar.gz"] == index.DOWNLOAD_ATTEMPTS
     assert not (tmp_path / "thing-1.0.tar.gz").exists()
+    assert not (tmp_path / "thing-1.0.tar.gz.part").exists()
+
+
+def test_a_stream_that_breaks_off_once_is_fetched_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with serve_index() as idx:
+        idx.add("thing-1.0.tar.gz", PAYLOAD)
+        idx.cut_after["thing-1.0.tar.gz"] = 1 << 20  # the first response stops after 1 MiB ...
+        monkeypatch.setenv("PIP_INDEX_URL", idx.url)
+
+        def heal(done: int, total: int | None) -> None:
+            idx.cut_after.clear()  # ... later ones are whole
+
+        got = index.fetch_verified("thing", "thing-1.0.tar.gz", SHA, cache_dir=tmp_path, progress=heal)
+        assert idx.hits["/files/thing-1.0.tar.gz"] == 2
+    assert not got.cached
+    assert index.sha256_file(got.path) == SHA
     assert not (tmp_path / "thing-1.0.tar.gz.part").exists()
 
 

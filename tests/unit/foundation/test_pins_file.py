@@ -55,6 +55,8 @@ def _good() -> dict:  # type: ignore[type-arg]
         (lambda d: d["pins"]["vllm-0.21.0"]["upstream"].update(commit="xyz"), "upstream.commit: expected 7-40 hex"),
         (lambda d: d.update(default="nope"), "default pin 'nope' is not one of"),
         (lambda d: d["pins"]["vllm-0.21.0"].update(version="not a version"), "version: not a version"),
+        (lambda d: d["pins"]["vllm-0.21.0"].update(torch=2.10), "torch: expected a quoted version string"),
+        (lambda d: d["pins"]["vllm-0.21.0"].update(cuda=13.0), "cuda: expected a quoted version string"),
     ],
 )
 def test_malformed_pins_name_file_and_key(tmp_path: Path, mutate, expect: str) -> None:  # type: ignore[no-untyped-def]

@@ -48,6 +48,8 @@ def test_good_archive_extracts_to_single_top(tmp_path: Path) -> None:
     [
         (_file("pkg/../../evil"), "'..'"),
         (_file("/etc/evil"), "absolute path"),
+        (_file("C:/evil"), "absolute path"),
+        (_file("pkg\\..\\..\\evil"), "backslash"),
         (_link("pkg/link", "../../outside", tarfile.SYMTYPE), "symlink"),
         (_link("pkg/link", "/etc/passwd", tarfile.SYMTYPE), "symlink"),
         (_link("pkg/hard", "../outside", tarfile.LNKTYPE), "hardlink"),
@@ -71,3 +73,21 @@ def test_not_a_tar_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(UnsafeArchiveError, match="not a readable tar"):
         safe_extract_tar(junk, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_link_chain_that_names_hide_is_refused(tmp_path: Path) -> None:
+    """Each link looks inside the tree by its names, but the second resolves through the first and escapes."""
+    box = tmp_path / "box"
+    box.mkdir()
+    members = [
+        _file("pkg/a/b/c/ok.py"),
+        _link("pkg/a/b/c/d", "../..", tarfile.SYMTYPE),  # -> pkg/a
+        _link("pkg/a/b/c/d/e", "../../../../..", tarfile.SYMTYPE),  # via d: pkg/a + 5 levels up = outside
+    ]
+    arc = _tar(tmp_path / "chain.tar.gz", members)
+    before = _everything_under(tmp_path)
+    with pytest.raises(UnsafeArchiveError) as info:
+        safe_extract_tar(arc, box / "out")
+    assert "not a readable" not in info.value.message
+    assert info.value.hint and "nothing was extracted" in info.value.hint
+    assert _everything_under(tmp_path) == before

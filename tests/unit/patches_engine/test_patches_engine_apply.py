@@ -17,6 +17,7 @@ from tests.unit.patches_engine.patches_engine_support import (
 )
 
 from g4build.errors import PatchConflictError, SourceError
+from g4build.gittree import dirty_paths
 from g4build.patch_apply import apply_stack
 from g4build.patch_status import tree_status
 
@@ -111,6 +112,12 @@ def test_dirty_tree_is_refused(home: Home, mkdiff: Diff, tmp_path: Path) -> None
     with pytest.raises(SourceError, match=r"uncommitted changes \(notes.txt\)"):
         apply_stack(tree, home.stack(), pin=PIN, version="1.0.0")
     assert git(tree, "log", "--format=%s") == "base\n"
+
+
+def test_dirty_tree_names_renamed_paths_whole(tmp_path: Path) -> None:
+    tree = make_tree(tmp_path / "t", {"longname.txt": "x\n"})
+    git(tree, "mv", "longname.txt", "othername.txt")
+    assert sorted(dirty_paths(tree)) == ["longname.txt", "othername.txt"]
 
 
 def test_non_git_tree_is_refused_with_a_hint(home: Home, mkdiff: Diff, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from tests.unit.patches_engine.patches_engine_support import (
     snapshot,
 )
 
-from g4build.patching import check_stack
+from g4build.patching import check_stack, conflict_error
 
 Diff = Callable[[dict[str, str], dict[str, str | None]], bytes]
 BASE = numbered(40)
@@ -151,6 +151,8 @@ def test_empty_variant_is_upstream_with_its_note_and_missing_variant_conflicts(
     assert (fixed.status, fixed.note) == ("upstream", "upstream fixed it in 1.0.0 (#123)")
     assert other.status == "conflict"
     assert "no patch variant for vllm-1.0.0" in other.note
+    err = conflict_error(report, tree_hint="t")
+    assert err.message.startswith("series other-pin-only cannot apply to vllm-1.0.0 (t): no patch variant"), err.message
     assert not report.ok
 
 
