@@ -89,7 +89,8 @@ def register(app: typer.Typer) -> None:
             if not as_json:
                 show_report(report)
             if not report.ok:
-                result.wheel.unlink(missing_ok=True)  # never leave a wheel that failed its own checks
+                result.wheel.unlink(missing_ok=True)  # never leave a wheel that failed its own checks,
+                result.manifest.unlink(missing_ok=True)  # nor a manifest describing it
                 failed = ", ".join(f"{c.name}: {c.detail}" for c in report.failures())
                 raise ValidationError(f"the overlaid wheel failed validation and was deleted ({failed})")
             data["validation"] = report.to_dict()

@@ -150,6 +150,12 @@ def overlay_wheel(
         for name in (f"{old_dist}/METADATA", f"{old_dist}/RECORD"):
             if name not in by_name:
                 raise ValidationError(f"{source.name}: {name} is missing", hint="is this a wheel of the pin's release?")
+        if f"{old_dist}/{MANIFEST_NAME}" in by_name:
+            raise UsageError(
+                f"{source.name} already holds {old_dist}/{MANIFEST_NAME}: g4build built or overlaid it, so its "
+                "files are not the pinned release's",
+                hint="overlay the original release wheel instead",
+            )
         touched = touched_by(plan)
         read = {n: zf.read(n) for n in sorted(touched) if n in by_name}
         patched = patch_files(read, plan, source.name)
