@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from packaging.utils import canonicalize_name
@@ -113,7 +113,8 @@ def overlay_venv(venv: Path, plan: OverlayPlan) -> VenvResult:
     (backup / dist_rel).mkdir(parents=True, exist_ok=True)
     shutil.copy2(record_path, backup / dist_rel / "RECORD")
     record = {"pin": plan.pin.name, "digest": plan.digest, "site_packages": str(site),
-              "record": f"{dist_rel}/RECORD", "files": files}
+              "record": f"{dist_rel}/RECORD", "files": files,
+              "created_dirs": _dirs_to_create(site, [rel for rel, data in changes.items() if data is not None])}
     _write(state / RECORD_JSON, json.dumps(record, indent=2).encode())
 
     for rel, data in changes.items():
@@ -125,6 +126,31 @@ def overlay_venv(venv: Path, plan: OverlayPlan) -> VenvResult:
             _write(target, data)
     _write(record_path, format_record(new_rows))
     return VenvResult(venv=venv, action="overlay", files=tuple(sorted(changes)), digest=plan.digest)
+
+
+def _dirs_to_create(site: Path, rels: list[str]) -> list[str]:
+    """The folders writing ``rels`` will create under ``site``, deepest first (undo removes them in that order)."""
+    missing: set[str] = set()
+    for rel in rels:
+        parent = PurePosixPath(rel).parent
+        while parent != PurePosixPath(".") and not (site / parent).is_dir():
+            missing.add(parent.as_posix())
+            parent = parent.parent
+    return sorted(missing, key=lambda d: (-d.count("/"), d))
+
+
+def _remove_created_dir(folder: Path) -> None:
+    """Remove a folder the overlay created: its bytecode cache too, anything else stays (and so does it)."""
+    shutil.rmtree(folder / "__pycache__", ignore_errors=True)
+    try:
+        folder.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise ValidationError(
+            f"{folder} was created by the overlay but now holds other files ({exc.strerror}); it was left in place",
+            hint="move those files away and remove the folder by hand to restore the venv exactly",
+        ) from exc
 
 
 def _record(rows: list[RecordRow], changes: dict[str, bytes | None], site: Path) -> list[RecordRow]:
@@ -166,6 +192,8 @@ def undo_venv(venv: Path) -> VenvResult:
     rec = safe_member(record["record"])
     _write(site / rec, (backup / rec).read_bytes())
     shutil.copystat(backup / rec, site / rec)
+    for folder in record.get("created_dirs", []):
+        _remove_created_dir(site / safe_member(folder))
     shutil.rmtree(state)
     return VenvResult(venv=venv, action="undo", files=tuple(e["path"] for e in record["files"]),
                       digest=str(record["digest"]))
