@@ -40,6 +40,20 @@ def test_missing_and_extra_files_fail(tmp_path: Path, project: Path) -> None:
     assert not ok and "extra (in wheel, not in RECORD): vllm/stowaway.py" in detail
 
 
+def test_paths_outside_the_install_folder_fail_even_when_recorded(tmp_path: Path, project: Path) -> None:
+    wheel = build_wheel(tmp_path, {**PRISTINE, "../evil.py": "X = 1\n", "vllm\\win.py": "Y = 2\n"})
+    ok, detail = _checks(wheel)["record"]
+    why = "unsafe path (absolute, '..' or '\\'; an installer would write outside site-packages)"
+    assert not ok and f"{why}: ../evil.py" in detail and f"{why}: vllm\\win.py" in detail
+
+
+def test_a_member_stored_twice_fails(small_wheel: Path, project: Path) -> None:
+    with pytest.warns(UserWarning, match="Duplicate name"), zipfile.ZipFile(small_wheel, "a") as zf:
+        zf.writestr("vllm/version.py", PRISTINE["vllm/version.py"])  # same bytes: RECORD alone cannot tell
+    ok, detail = _checks(small_wheel)["record"]
+    assert not ok and detail == "stored twice (one copy shadows the other): vllm/version.py"
+
+
 def test_member_with_bad_crc_fails(small_wheel: Path, project: Path) -> None:
     data = bytearray(small_wheel.read_bytes())
     with zipfile.ZipFile(small_wheel) as zf:

@@ -101,6 +101,7 @@ class _Contents:
     record: bytes | None
     manifest: dict[str, Any] | None
     members: dict[str, _Member]
+    duplicates: tuple[str, ...] = ()  # member names stored more than once (one would shadow the other)
 
 
 def _dist_info(names: list[str]) -> str | None:
@@ -177,6 +178,7 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
         record=small.get(f"{dist}/RECORD"),
         manifest=manifest,
         members=members,
+        duplicates=tuple(sorted({n for n in names if names.count(n) > 1})),
     )
 
 
@@ -225,6 +227,12 @@ def check_metadata(wheel: WheelName, c: _Contents, pin_version: str | None) -> C
     return Check(name="metadata", ok=True, detail=f"{name} {version} (local label: {label or 'none'})")
 
 
+def _inside(name: str) -> bool:
+    """A member or RECORD path that stays inside the install folder (wheels use '/' only)."""
+    parts = name.split("/")
+    return not (name.startswith("/") or "\\" in name or ".." in parts or name[1:2] == ":")  # C:...
+
+
 def check_record(c: _Contents, where: str) -> Check:
     if c.record is None or c.dist_info is None:
         return Check(name="record", ok=False, detail="RECORD is missing")
@@ -247,7 +255,11 @@ def check_record(c: _Contents, where: str) -> Check:
         elif row.hash != m.hash or row.size != str(m.size):
             bad.append(f"{name}: RECORD says {row.hash or 'no hash'} size {row.size or '?'}, file has {m.hash} "
                        f"size {m.size}")
-    problems = [*(f"missing (in RECORD, not in wheel): {p}" for p in missing),
+    unsafe = sorted(n for n in {*c.members, *listed} if not _inside(n))
+    problems = [*(f"unsafe path (absolute, '..' or '\\'; an installer would write outside site-packages): {p}"
+                  for p in unsafe),
+                *(f"stored twice (one copy shadows the other): {p}" for p in c.duplicates),
+                *(f"missing (in RECORD, not in wheel): {p}" for p in missing),
                 *(f"extra (in wheel, not in RECORD): {p}" for p in extra), *bad]
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
