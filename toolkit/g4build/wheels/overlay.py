@@ -96,6 +96,11 @@ def safe_member(name: str) -> str:
     return str(rel)
 
 
+def touched_by(plan: OverlayPlan) -> set[str]:
+    """Every path the plan's patches read or write (what an overlay extracts, patches and compares)."""
+    return {p for patch in plan.patches for p in touched_paths(patch.path.read_bytes())}
+
+
 def patch_files(read: dict[str, bytes], plan: OverlayPlan, target: str) -> Patched:
     """Write ``read`` (path -> bytes) to a scratch folder, apply every patch there, collect the changes."""
     with tempfile.TemporaryDirectory(prefix="g4build-overlay-") as tmp:
@@ -105,18 +110,13 @@ def patch_files(read: dict[str, bytes], plan: OverlayPlan, target: str) -> Patch
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)
         apply_patches(root, plan.patches, target=target)
-        touched = {p for patch in plan.patches for p in touched_paths(patch.path.read_bytes())}
         files: dict[str, bytes | None] = {}
-        for rel in sorted(touched):
+        for rel in sorted(touched_by(plan)):
             path = root / rel
             new = path.read_bytes() if path.is_file() else None
             if new != read.get(rel):
                 files[rel] = new
     return Patched(files=files)
-
-
-def touched_by(plan: OverlayPlan) -> set[str]:
-    return {p for patch in plan.patches for p in touched_paths(patch.path.read_bytes())}
 
 
 @dataclass(frozen=True, kw_only=True)
