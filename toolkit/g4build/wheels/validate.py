@@ -91,6 +91,7 @@ class _Member:
     fatbin_error: str | None = None  # a native library whose fatbin headers are malformed
     fatbins: LibraryArchs | None = None
     cuobjdump: dict[str, int] | None = None
+    cuobjdump_error: str | None = None  # cuobjdump could not list the library
     text: bytes | None = None
 
 
@@ -154,15 +155,18 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
         except FatbinFormatError as exc:
             return _Member(name=member.name, hash=member.hash, size=member.size, text=member.text,
                            fatbin_error=str(exc))
-        listed = None
-        if tmp is not None and archs.fatbins:
+        listed, failed = None, None
+        if tmp is not None and archs.fatbins and cuobjdump:
             target = Path(tmp.name) / f"{len(info.filename)}-{os.path.basename(info.filename)}"
             target.write_bytes(data)
             del data
-            listed = cudatools.list_archs(cuobjdump, target) if cuobjdump else None
+            try:
+                listed = cudatools.list_archs(cuobjdump, target)
+            except cudatools.CuobjdumpFailed as exc:
+                failed = str(exc)
             target.unlink()
         return _Member(name=member.name, hash=member.hash, size=member.size, text=member.text,
-                       fatbins=archs, cuobjdump=listed)
+                       fatbins=archs, cuobjdump=listed, cuobjdump_error=failed)
 
     try:
         with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 2)) as pool:
@@ -311,7 +315,13 @@ def check_archs(c: _Contents, targets: tuple[Arch, ...]) -> tuple[list[Check], l
             continue
         for sm, v in verdicts.items():
             checks.append(Check(name=f"arch {sm} {name}", ok=v.ok, detail=v.detail))
-        if m.cuobjdump is not None:
+        if m.cuobjdump_error is not None:
+            checks.append(Check(
+                name=f"cuobjdump {name}", ok=False,
+                detail=f"{m.cuobjdump_error}; the reader found {cudatools.show(cudatools.counts(m.fatbins))} "
+                       "(check the library with cuobjdump by hand, or pass --no-cuobjdump)",
+            ))
+        elif m.cuobjdump is not None:
             mine = cudatools.counts(m.fatbins)
             same = mine == m.cuobjdump
             checks.append(Check(
