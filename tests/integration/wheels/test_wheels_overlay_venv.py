@@ -100,6 +100,18 @@ def test_venv_undo_removes_the_folders_the_overlay_created(
     assert (_tree(venv), _snapshot(venv)) == (before, files_before)
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="venv layout of Linux")
+def test_undo_works_on_a_moved_venv_and_writes_only_inside_it(tmp_path: Path, project: Path) -> None:
+    venv = _venv_with_wheel(tmp_path, build_wheel(tmp_path / "in"))
+    before = _snapshot(venv)
+    done = run_g4build("overlay", "--venv", str(venv), "--pin", "vllm-0.21.0")
+    assert done.returncode == 0, done.stderr
+    moved = venv.rename(tmp_path / "moved")
+    undone = run_g4build("overlay", "--venv", str(moved), "--undo")
+    assert undone.returncode == 0, undone.stderr
+    assert _snapshot(moved) == before and not venv.exists()
+
+
 def test_venv_of_another_version_is_refused_untouched(tmp_path: Path, project: Path) -> None:
     venv = _venv_with_wheel(tmp_path, build_wheel(tmp_path / "in", version="0.33.0"))
     before = _snapshot(venv)

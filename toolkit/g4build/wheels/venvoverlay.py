@@ -112,7 +112,8 @@ def overlay_venv(venv: Path, plan: OverlayPlan) -> VenvResult:
                       "after": hashlib.sha256(data).hexdigest() if data is not None else None})
     (backup / dist_rel).mkdir(parents=True, exist_ok=True)
     shutil.copy2(record_path, backup / dist_rel / "RECORD")
-    record = {"pin": plan.pin.name, "digest": plan.digest, "site_packages": str(site),
+    # site-packages relative to the venv: undo then works on a moved venv and writes nowhere else
+    record = {"pin": plan.pin.name, "digest": plan.digest, "site_packages": site.relative_to(venv).as_posix(),
               "record": f"{dist_rel}/RECORD", "files": files,
               "created_dirs": _dirs_to_create(site, [rel for rel, data in changes.items() if data is not None])}
     _write(state / RECORD_JSON, json.dumps(record, indent=2).encode())
@@ -171,13 +172,26 @@ def _record(rows: list[RecordRow], changes: dict[str, bytes | None], site: Path)
     return out
 
 
+def _site_of(venv: Path, recorded: str) -> Path:
+    """The recorded site-packages, which must lie in ``venv`` (records of older g4build hold absolute paths)."""
+    path = Path(recorded)
+    if path.is_absolute():
+        if not path.resolve().is_relative_to(venv.resolve()):
+            raise ValidationError(
+                f"{venv / STATE / RECORD_JSON} names site-packages {recorded}, outside {venv}; refusing to write there",
+                hint="undo from the venv the overlay was made in",
+            )
+        return path
+    return venv / safe_member(recorded)
+
+
 def undo_venv(venv: Path) -> VenvResult:
     """Restore every file the overlay touched (and RECORD) from the backup, then drop the state folder."""
     state = venv / STATE
     if not (state / RECORD_JSON).is_file():
         raise UsageError(f"{venv} has no g4build overlay to undo ({state / RECORD_JSON} is missing)")
     record = json.loads((state / RECORD_JSON).read_text())
-    site = Path(record["site_packages"])
+    site = _site_of(venv, str(record["site_packages"]))
     backup = state / "backup"
     for entry in record["files"]:
         rel = safe_member(entry["path"])
