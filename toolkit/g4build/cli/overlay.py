@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
                 print_json(done.to_dict())
             else:
                 verb = "restored" if undo else f"patched (g4.{done.digest})"
-                console.print(f"{venv}: {verb} {len(done.files)} file(s): {', '.join(done.files)}")
+                console.print(f"{venv}: {verb} {len(done.files)} file(s): {', '.join(done.files)}", markup=False)
             return
         the_pin = load_pins().get(pin)
         plan = plan_overlay(the_pin, load_all())
@@ -97,4 +97,5 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(data)
         else:
-            console.print(f"wrote {result.wheel} (vLLM {result.version}); changed: {', '.join(result.changed)}")
+            console.print(f"wrote {result.wheel} (vLLM {result.version}); changed: {', '.join(result.changed)}",
+                          markup=False)
