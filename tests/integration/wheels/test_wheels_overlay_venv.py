@@ -24,6 +24,7 @@ from tests.unit.wheels.wheelsfactory import (
 )
 
 from g4build.data import patches_dir
+from g4build.errors import ValidationError
 
 
 def _venv_with_wheel(tmp_path: Path, wheel: Path) -> Path:
@@ -110,6 +111,18 @@ def test_undo_works_on_a_moved_venv_and_writes_only_inside_it(tmp_path: Path, pr
     undone = run_g4build("overlay", "--venv", str(moved), "--undo")
     assert undone.returncode == 0, undone.stderr
     assert _snapshot(moved) == before and not venv.exists()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="venv layout of Linux")
+def test_venv_whose_metadata_version_is_unreadable_is_refused_untouched(tmp_path: Path, project: Path) -> None:
+    venv = _venv_with_wheel(tmp_path, build_wheel(tmp_path / "in"))
+    (meta,) = venv.glob("lib/python3*/site-packages/vllm-*.dist-info/METADATA")
+    meta.write_text(meta.read_text().replace("Version: 0.21.0", "Version: not-a-version"))
+    before = _snapshot(venv)
+    done = run_g4build("overlay", "--venv", str(venv), "--pin", "vllm-0.21.0")
+    assert "Traceback" not in done.stderr and done.returncode == ValidationError.exit_code, done.stderr
+    assert "expected a PEP 440 Version header, found 'not-a-version'" in done.stderr
+    assert _snapshot(venv) == before
 
 
 def test_venv_of_another_version_is_refused_untouched(tmp_path: Path, project: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from packaging.utils import canonicalize_name
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from g4build.errors import UsageError, ValidationError
 from g4build.manifest import MANIFEST_NAME, dumps
@@ -56,7 +56,14 @@ def find_installed(venv: Path) -> Installed:
             if meta.is_file():
                 fields = metadata_fields(meta.read_bytes())
                 if canonicalize_name(fields.get("name", "")) == PROJECT:
-                    return Installed(site_packages=site, dist_info=dist, version=Version(fields["version"]))
+                    try:
+                        version = Version(fields.get("version", ""))
+                    except InvalidVersion as exc:
+                        raise ValidationError(
+                            f"{meta}: expected a PEP 440 Version header, found {fields.get('version')!r}",
+                            hint="reinstall vLLM into the venv (pip install --force-reinstall --no-deps vllm==…)",
+                        ) from exc
+                    return Installed(site_packages=site, dist_info=dist, version=version)
     raise UsageError(
         f"no installed vLLM found in {venv} (looked in lib/python3*/site-packages and Lib/site-packages)",
         hint="pass the venv's top folder (the one holding bin/ or Scripts/)",
