@@ -78,3 +78,19 @@ def test_the_command_exits_14_exactly_when_a_check_fails(no_engine: None, tmp_pa
                            capture_output=True, text=True, env=env, check=False)
     assert table.returncode == proc.returncode
     assert all(check in table.stdout for check in ("gpu", "cuda", "python", "memory", "disk", "docker"))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the stand-in nvidia-smi is a shell script")
+def test_the_table_prints_what_the_tools_said_as_text(no_engine: None, tmp_path: Path) -> None:
+    # A real nvidia-smi first on PATH whose GPU name looks like rich markup: the table shows it as it is.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '[/x][bold]Odd GPU, 12.0, 580.65'\n")
+    smi.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(TOOLKIT), "COLUMNS": "300",
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    table = subprocess.run([sys.executable, "-m", "g4build", "doctor", "--path", str(tmp_path)],
+                           capture_output=True, text=True, env=env, check=False)
+    assert "Traceback" not in table.stderr and table.returncode in (0, 14), table.stderr
+    assert "GPU 0: [/x][bold]Odd GPU, SM120 detected" in table.stdout

@@ -91,3 +91,23 @@ def test_the_command_line_writes_the_series_from_an_oci_layout(tmp_path: Path) -
     series = load_series(out)
     assert series.origin == f"example.org/spark/vllm-gemma4:0.21.0@{digest}"
     assert _git_apply_check(series.patches_for("vllm-0.21.0")[0].path, tree).returncode == 0
+
+
+def test_the_human_output_prints_hostile_entry_names_as_text(tmp_path: Path) -> None:
+    # Image entry names are the image author's text: one that looks like rich markup must be printed as it
+    # is, not interpreted (a stray closing tag would crash the command after the series was written).
+    tree = sdist_tree("vllm-0.21.0")
+    base, upper = _image_layers(tree)
+    hostile = "../[/yellow][bold red]x"
+    layout = tmp_path / "layout"
+    oci_layout(layout, [base, upper, layer_tar([f(hostile, "x")])], ref="example.org/spark/vllm-gemma4:0.21.0")
+    out = tmp_path / "series" / "human"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "toolkit"), "COLUMNS": "300"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "g4build", "image", "extract", str(layout), "--pin", "vllm-0.21.0",
+         "--out", str(out), "--source", str(tree)],
+        capture_output=True, text=True, env=env, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"{hostile}: absolute name or '..' leaves the image root" in proc.stdout
+    assert f"wrote series human in {out}" in proc.stdout and load_series(out).name == "human"

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,22 @@ def test_list_json_names_every_recipe() -> None:
     assert rows["gemma4-26b-a4b-nvfp4-dflash"]["hardware"] == {"vram_gb": 32.0, "arch": "sm120"}
     table = g4build("recipe", "list")
     assert table.returncode == 0 and "gemma4-31b-dflash" in table.stdout
+
+
+def test_list_table_prints_descriptions_as_text(tmp_path: Path) -> None:
+    # A description is recipe text: brackets in it are not rich markup (they were dropped, or crashed the table).
+    home = tmp_path / "home"
+    shutil.copytree(REPO / "recipes", home / "recipes")
+    shutil.copytree(REPO / "patches", home / "patches")
+    recipe = home / "recipes" / "gemma4-31b-dflash.yaml"
+    text = recipe.read_text(encoding="utf-8")
+    recipe.write_text(text.replace("description: Gemma 4 31B", "description: Gemma 4 31B [experimental] [/x]", 1),
+                      encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "toolkit"), "G4BUILD_HOME": str(home), "COLUMNS": "400"}
+    table = subprocess.run([sys.executable, "-m", "g4build", "recipe", "list"], capture_output=True, text=True,
+                           encoding="utf-8", env=env, check=False)
+    assert table.returncode == 0, table.stderr
+    assert "Gemma 4 31B [experimental] [/x]" in table.stdout
 
 
 def test_show_json_gives_the_exact_argv() -> None:

@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from tests.unit.wheels.wheelsfactory import PRISTINE, build_wheel
+from tests.unit.wheels.wheelsfactory import PRISTINE, build_wheel, container, elf, entry
 
 from g4build.wheels import cudatools
 from g4build.wheels.fatbin import Arch, library_archs
@@ -83,3 +83,17 @@ def test_validate_arch_on_a_wheel_with_real_libraries(tmp_path: Path, project: P
         assert checks["cuobjdump vllm/_C.abi3.so"].ok and checks["cuobjdump vllm/fa/_fa2_C.abi3.so"].ok
     libs = {r.file: r for r in report.archs}
     assert libs["vllm/fa/_fa2_C.abi3.so"].verdicts == {"sm_120": "ptx-only"}
+
+
+def test_a_library_cuobjdump_cannot_read_fails_with_cuobjdumps_own_message(tmp_path: Path, project: Path) -> None:
+    # A container the reader parses but with no real cubin inside: cuobjdump exits non-zero on it, and the
+    # check must say so rather than report that cuobjdump "lists nothing".
+    tool = cudatools.find_cuobjdump()
+    if tool is None:
+        pytest.skip("cuobjdump not found (PATH, CUDA_HOME, or the nvidia-cuda-cuobjdump package)")
+    fake = elf({".nv_fatbin": container(entry(2, 120, b"\0" * 32))})
+    wheel = build_wheel(tmp_path / "w", {**PRISTINE, "vllm/_C.abi3.so": fake})
+    report = validate_wheel(wheel, ValidateOptions(archs=(Arch.parse("sm120"),), cuobjdump=tool))
+    check = {c.name: c for c in report.checks}["cuobjdump vllm/_C.abi3.so"]
+    assert not check.ok
+    assert check.detail.startswith("cuobjdump --list-elf exited ") and "the reader found 1x sass sm_120" in check.detail

@@ -108,3 +108,21 @@ def test_cli_json_overlays_then_validates(tmp_path: Path, project: Path) -> None
     out = json.loads(done.stdout)
     assert out["validation"]["ok"] is True and Path(out["wheel"]).is_file()
     assert out["version"].startswith("0.21.0+g4.")
+
+
+def test_wheel_already_holding_a_build_manifest_is_refused(tmp_path: Path, project: Path) -> None:
+    # Without the refusal the new wheel would hold two build-manifest.json members (the renamed old one and
+    # the new one) and RECORD two rows for it.
+    src = build_wheel(tmp_path / "in", extra_members={"vllm-0.21.0.dist-info/build-manifest.json": b"{}"})
+    with pytest.raises(UsageError, match=r"already holds vllm-0.21.0.dist-info/build-manifest.json"):
+        overlay_wheel(src, _plan(), tmp_path / "out")  # type: ignore[arg-type]
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_deletes_an_overlaid_wheel_that_fails_validation(tmp_path: Path, project: Path) -> None:
+    bad_row = "vllm/version.py,sha256=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA,22"
+    src = build_wheel(tmp_path / "in", record_override={"vllm/version.py": bad_row})
+    done = run_g4build("overlay", str(src), "--pin", "vllm-0.21.0", "--out", str(tmp_path / "out"), "--json")
+    assert done.returncode != 0
+    assert "failed validation and was deleted" in done.stderr and "vllm/version.py: RECORD says" in done.stderr
+    assert list((tmp_path / "out").iterdir()) == []

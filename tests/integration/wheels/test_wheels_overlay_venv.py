@@ -13,9 +13,18 @@ from pathlib import Path
 import pytest
 import yaml
 from tests.support.index_server import serve_index
-from tests.unit.wheels.wheelsfactory import build_wheel, record_hash, run_g4build
+from tests.unit.wheels.wheelsfactory import (
+    PRISTINE,
+    SeriesSpec,
+    build_wheel,
+    git_patch,
+    make_project,
+    record_hash,
+    run_g4build,
+)
 
 from g4build.data import patches_dir
+from g4build.errors import ValidationError
 
 
 def _venv_with_wheel(tmp_path: Path, wheel: Path) -> Path:
@@ -64,6 +73,56 @@ def test_venv_overlay_then_undo_restores_exactly(tmp_path: Path, project: Path) 
     _record_ok(site)
     nothing = run_g4build("overlay", "--venv", str(venv), "--undo")
     assert nothing.returncode == 2 and "no g4build overlay to undo" in nothing.stderr
+
+
+def _tree(venv: Path) -> list[str]:
+    """Every file and folder under the venv (bytecode caches left out)."""
+    return sorted(str(p.relative_to(venv)) for p in venv.rglob("*") if "__pycache__" not in p.parts)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="venv layout of Linux")
+def test_venv_undo_removes_the_folders_the_overlay_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    patch = git_patch(PRISTINE, {"vllm/fresh/deep/new.py": "NEW = 1\n"}, tmp_path / "g")
+    root = make_project(tmp_path / "p", [SeriesSpec(name="fresh", patches=[patch])])
+    monkeypatch.setenv("G4BUILD_HOME", str(root))
+    venv = _venv_with_wheel(tmp_path, build_wheel(tmp_path / "in"))
+    before, files_before = _tree(venv), _snapshot(venv)
+    (site,) = venv.glob("lib/python3*/site-packages")
+    done = run_g4build("overlay", "--venv", str(venv), "--pin", "vllm-0.21.0")
+    assert done.returncode == 0, done.stderr
+    subprocess.run([str(venv / "bin/python"), "-c", "import compileall, vllm.fresh.deep.new as m; "
+                    "compileall.compile_file(m.__file__, quiet=1)"], check=True)  # leaves bytecode
+    assert (site / "vllm/fresh/deep/__pycache__").is_dir()
+    undone = run_g4build("overlay", "--venv", str(venv), "--undo")
+    assert undone.returncode == 0, undone.stderr
+    assert not (site / "vllm/fresh").exists()
+    assert (_tree(venv), _snapshot(venv)) == (before, files_before)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="venv layout of Linux")
+def test_undo_works_on_a_moved_venv_and_writes_only_inside_it(tmp_path: Path, project: Path) -> None:
+    venv = _venv_with_wheel(tmp_path, build_wheel(tmp_path / "in"))
+    before = _snapshot(venv)
+    done = run_g4build("overlay", "--venv", str(venv), "--pin", "vllm-0.21.0")
+    assert done.returncode == 0, done.stderr
+    moved = venv.rename(tmp_path / "moved")
+    undone = run_g4build("overlay", "--venv", str(moved), "--undo")
+    assert undone.returncode == 0, undone.stderr
+    assert _snapshot(moved) == before and not venv.exists()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="venv layout of Linux")
+def test_venv_whose_metadata_version_is_unreadable_is_refused_untouched(tmp_path: Path, project: Path) -> None:
+    venv = _venv_with_wheel(tmp_path, build_wheel(tmp_path / "in"))
+    (meta,) = venv.glob("lib/python3*/site-packages/vllm-*.dist-info/METADATA")
+    meta.write_text(meta.read_text().replace("Version: 0.21.0", "Version: not-a-version"))
+    before = _snapshot(venv)
+    done = run_g4build("overlay", "--venv", str(venv), "--pin", "vllm-0.21.0")
+    assert "Traceback" not in done.stderr and done.returncode == ValidationError.exit_code, done.stderr
+    assert "expected a PEP 440 Version header, found 'not-a-version'" in done.stderr
+    assert _snapshot(venv) == before
 
 
 def test_venv_of_another_version_is_refused_untouched(tmp_path: Path, project: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from tests.unit.wheels.wheelsfactory import PRISTINE, build_wheel, container, elf, entry, pe, record_hash, run_g4build
 
+from g4build.errors import ValidationError
 from g4build.wheels.validate import ValidateOptions, validate_wheel
 
 
@@ -40,6 +41,20 @@ def test_missing_and_extra_files_fail(tmp_path: Path, project: Path) -> None:
     assert not ok and "extra (in wheel, not in RECORD): vllm/stowaway.py" in detail
 
 
+def test_paths_outside_the_install_folder_fail_even_when_recorded(tmp_path: Path, project: Path) -> None:
+    wheel = build_wheel(tmp_path, {**PRISTINE, "../evil.py": "X = 1\n", "vllm\\win.py": "Y = 2\n"})
+    ok, detail = _checks(wheel)["record"]
+    why = "unsafe path (absolute, '..' or '\\'; an installer would write outside site-packages)"
+    assert not ok and f"{why}: ../evil.py" in detail and f"{why}: vllm\\win.py" in detail
+
+
+def test_a_member_stored_twice_fails(small_wheel: Path, project: Path) -> None:
+    with pytest.warns(UserWarning, match="Duplicate name"), zipfile.ZipFile(small_wheel, "a") as zf:
+        zf.writestr("vllm/version.py", PRISTINE["vllm/version.py"])  # same bytes: RECORD alone cannot tell
+    ok, detail = _checks(small_wheel)["record"]
+    assert not ok and detail == "stored twice (one copy shadows the other): vllm/version.py"
+
+
 def test_member_with_bad_crc_fails(small_wheel: Path, project: Path) -> None:
     data = bytearray(small_wheel.read_bytes())
     with zipfile.ZipFile(small_wheel) as zf:
@@ -65,6 +80,14 @@ def test_unsupported_tags_fail(tmp_path: Path, project: Path) -> None:
     wheel = build_wheel(tmp_path, tag="cp312-cp312-macosx_11_0_arm64")
     ok, detail = _checks(wheel)["filename"]
     assert not ok and "macosx_11_0_arm64" in detail
+
+
+def test_cli_table_prints_member_names_as_text(tmp_path: Path, project: Path) -> None:
+    # Member names are the wheel author's text; one that looks like rich markup must not be interpreted.
+    bad = build_wheel(tmp_path, extra_members={"vllm/[/x][bold]odd.py": b"X = 1\n"})
+    done = run_g4build("validate", str(bad))
+    assert "Traceback" not in done.stderr and done.returncode == ValidationError.exit_code, done.stderr
+    assert "extra (in wheel, not in RECORD): vllm/[/x][bold]odd.py" in done.stdout
 
 
 def test_cli_json_shape_and_exit_code(tmp_path: Path, small_wheel: Path, project: Path) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from tests.unit.image.imagebuild import Entry, f, files_under, layer_tar, oci_layout, sym
 
-from g4build.errors import ImageError, UsageError
+from g4build.errors import ConfigError, ImageError, UsageError
 from g4build.image import default_series_name, extract_series, resolve_output
-from g4build.image.diff import is_noise, selects_package_file
+from g4build.image.diff import is_noise, selects_package_file, series_metadata, write_series_folder
 from g4build.pins import load_pins
 from g4build.series import load_series
 
@@ -163,3 +163,15 @@ def test_links_in_the_image_never_lead_into_the_host(tmp_path: Path) -> None:
     oci_layout(other, [layer_tar([sym("pkg", str(host))])])
     with pytest.raises(ImageError, match="no Python package at /pkg"):  # read inside the image: nothing there
         extract_series(image=str(other), pin=PIN, tree=_tree(tmp_path), out=tmp_path / "s" / "y", package_dir="/pkg")
+
+
+def test_a_series_folder_that_would_not_load_is_not_written(tmp_path: Path) -> None:
+    meta = series_metadata(name="not-the-folder", pin="vllm-0.21.0", origin="image x@sha256:0", patches=[],
+                           note="", title="t", why="w")
+    with pytest.raises(ConfigError, match="expected 'from-image' \\(the folder's name\\), found 'not-the-folder'"):
+        write_series_folder(tmp_path / "series" / "from-image", meta, {}, [])
+    assert files_under(tmp_path / "series") == set()
+    meta["name"] = "from-image"
+    written = write_series_folder(tmp_path / "series" / "from-image", meta, {}, [])
+    assert load_series(written).name == "from-image" and files_under(tmp_path / "series") == {
+        "from-image", "from-image/series.yaml"}

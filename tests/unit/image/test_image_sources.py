@@ -106,6 +106,19 @@ def test_docker_save_tarball(tmp_path: Path, legacy: bool) -> None:
     assert report.layers == 2
 
 
+@pytest.mark.parametrize("legacy", [True, False])
+def test_a_docker_save_config_that_is_not_its_image_id_fails(tmp_path: Path, legacy: bool) -> None:
+    archive = tmp_path / "image.tar"
+    image_id = docker_save(archive, [LOWER], legacy=legacy)
+    work = tmp_path / "image.tar.d"  # the folder docker_save packed
+    (config,) = [p for p in work.rglob("*") if p.is_file() and p.name.startswith(image_id[7:])]
+    config.write_text(config.read_text().replace('"amd64"', '"arm64"'))
+    tar_folder(work, archive)
+    with pytest.raises(IntegrityError, match=f"does not match its digest {image_id}"):
+        _unpack(str(archive), tmp_path / "root")
+    assert not (tmp_path / "root").exists() or files_under(tmp_path / "root") == set()
+
+
 def test_not_an_image(tmp_path: Path) -> None:
     (tmp_path / "folder").mkdir()
     with pytest.raises(ImageError, match="neither a `docker save` archive"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
@@ -34,7 +35,7 @@ def doctor(
         for column in ("check", "status", "finding", "fix"):
             table.add_column(column, overflow="fold")
         for f in report.findings:
-            table.add_row(f.check, _STYLE[f.status], f.summary, f.fix)
+            table.add_row(f.check, _STYLE[f.status], escape(f.summary), escape(f.fix))  # tools' text, not markup
         console.print(table)
     if report.failed:
         names = ", ".join(sorted({f.check for f in report.failed}))

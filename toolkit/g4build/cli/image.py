@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
 
@@ -47,24 +48,27 @@ def extract(
     if json_out:
         print_json(result.to_dict())
         return
+    # Names, versions and paths come from the image: printed as text, never read as rich markup.
     info = result.image
-    console.print(f"image   {info.reference}  {info.digest}  ({info.kind}, {info.platform})", highlight=False)
-    console.print(f"vllm    {result.package_path}  version {result.image_vllm_version or 'unknown'}", highlight=False)
+    console.print(escape(f"image   {info.reference}  {info.digest}  ({info.kind}, {info.platform})"), highlight=False)
+    console.print(escape(f"vllm    {result.package_path}  version {result.image_vllm_version or 'unknown'}"),
+                  highlight=False)
     console.print(f"changes {len(result.changes.modified)} modified, {len(result.changes.added)} added, "
                   f"{len(result.changes.missing)} of the pin absent from the image (left alone)", highlight=False)
     for s in result.report.unsafe:
-        console.print(f"[yellow]skipped[/] {s.layer}: {s.name}: {s.reason}", highlight=False)
+        console.print(f"[yellow]skipped[/] {escape(f'{s.layer}: {s.name}: {s.reason}')}", highlight=False)
     if result.transformers is not None:
         tf = result.transformers
-        console.print(f"transformers {tf.version}: {len(tf.modified)} Gemma 4 files modified, {len(tf.added)} added; "
-                      f"{tf.note}", highlight=False)
+        console.print(escape(f"transformers {tf.version}: {len(tf.modified)} Gemma 4 files modified, "
+                             f"{len(tf.added)} added; {tf.note}"), highlight=False)
     for w in result.warnings:
-        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+        console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
     if result.folder is None:
         console.print(f"the image's vLLM Python files equal {result.pin}'s; no series written")
     else:
-        console.print(f"[green]wrote[/] series {result.series} in {result.folder}", highlight=False)
-        console.print(f"add '{result.series}' to patches/series.yaml's order to apply it in builds", highlight=False)
+        console.print(f"[green]wrote[/] {escape(f'series {result.series} in {result.folder}')}", highlight=False)
+        console.print(escape(f"add '{result.series}' to patches/series.yaml's order to apply it in builds"),
+                      highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
                 print_json(done.to_dict())
             else:
                 verb = "restored" if undo else f"patched (g4.{done.digest})"
-                console.print(f"{venv}: {verb} {len(done.files)} file(s): {', '.join(done.files)}")
+                console.print(f"{venv}: {verb} {len(done.files)} file(s): {', '.join(done.files)}", markup=False)
             return
         the_pin = load_pins().get(pin)
         plan = plan_overlay(the_pin, load_all())
@@ -89,11 +89,13 @@ def register(app: typer.Typer) -> None:
             if not as_json:
                 show_report(report)
             if not report.ok:
-                result.wheel.unlink(missing_ok=True)  # never leave a wheel that failed its own checks
+                result.wheel.unlink(missing_ok=True)  # never leave a wheel that failed its own checks,
+                result.manifest.unlink(missing_ok=True)  # nor a manifest describing it
                 failed = ", ".join(f"{c.name}: {c.detail}" for c in report.failures())
                 raise ValidationError(f"the overlaid wheel failed validation and was deleted ({failed})")
             data["validation"] = report.to_dict()
         if as_json:
             print_json(data)
         else:
-            console.print(f"wrote {result.wheel} (vLLM {result.version}); changed: {', '.join(result.changed)}")
+            console.print(f"wrote {result.wheel} (vLLM {result.version}); changed: {', '.join(result.changed)}",
+                          markup=False)

@@ -70,7 +70,7 @@ def list_cmd(as_json: bool = JSON_OPTION) -> None:
     table.add_column("description")
     for row in rows:
         hw = f"{row['hardware']['arch']} {row['hardware']['vram_gb']:g} GB"
-        table.add_row(row["name"], row["speculative"] or "-", hw, row["pin"] or "-", row["description"])
+        table.add_row(row["name"], row["speculative"] or "-", hw, row["pin"] or "-", escape(row["description"]))
     console.print(table)
 
 

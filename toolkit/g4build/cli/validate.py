@@ -6,6 +6,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, print_json
@@ -23,12 +24,13 @@ def parse_archs(values: list[str]) -> tuple[Arch, ...]:
 
 
 def show_report(report: ValidationReport) -> None:
-    table = Table(title=Path(report.wheel).name, show_lines=False, title_justify="left")
+    # Check names and details quote wheel members: text, never rich markup.
+    table = Table(title=escape(Path(report.wheel).name), show_lines=False, title_justify="left")
     table.add_column("check")
     table.add_column("", width=4)
     table.add_column("detail", overflow="fold")
     for c in report.checks:
-        table.add_row(c.name, "[green]ok[/]" if c.ok else "[bold red]FAIL[/]", c.detail)
+        table.add_row(escape(c.name), "[green]ok[/]" if c.ok else "[bold red]FAIL[/]", escape(c.detail))
     console.print(table)
 
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from g4build import series_yaml
 from g4build.errors import ImageError, PatchConflictError
 from g4build.image.layers import resolve_in_root
+from g4build.series import load_series
 
 PACKAGE = "vllm"
 SITE_DIRS = ("site-packages", "dist-packages")
@@ -212,24 +212,25 @@ def series_metadata(
 
 def write_series_folder(out: Path, metadata: dict[str, Any], files: dict[str, str],
                         checks: list[tuple[str, Path]]) -> Path:
-    """Write ``out/series.yaml`` and ``files`` atomically: a temporary sibling, each patch in ``checks``
-    (file, tree) checked with ``git apply --check``, then one rename."""
+    """Write ``out/series.yaml`` and ``files`` atomically: a folder of ``out``'s name in a temporary sibling,
+    each patch in ``checks`` (file, tree) checked with ``git apply --check``, the series loaded as g4build
+    loads series, then one rename."""
     if out.exists():
         raise ImageError(f"{out} already exists; a new series needs a fresh folder",
                          hint="choose another name with --series or --out, or remove the folder")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = scratch / out.name  # the series loader wants the folder named as the series
     try:
+        tmp.mkdir()
         for rel, text in files.items():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).write_text(text, encoding="utf-8", errors="surrogateescape", newline="\n")
-        (tmp / "series.yaml").write_text(
-            yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True, width=110), encoding="utf-8"
-        )
+        (tmp / "series.yaml").write_text(series_yaml.dump(metadata), encoding="utf-8")
         for rel, tree in checks:
             check_applies(tmp / rel, tree)
+        load_series(tmp)
         os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return out

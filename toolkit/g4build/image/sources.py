@@ -197,10 +197,17 @@ def _docker_save(bundle: _Bundle) -> OpenedImage:
     layer_paths = entry.get("Layers")
     if not config or not isinstance(layer_paths, list):
         raise ImageError(f"{bundle.name}: manifest.json lacks Config or Layers")
-    cfg = _read_json(bundle, config)
+    # The config's name is the image ID, the sha256 of its bytes: check it, since Origin records it.
+    hexid = config.rsplit("/", 1)[-1].removesuffix(".json")
+    if not _DIGEST.match(f"sha256:{hexid}"):
+        raise ImageError(
+            f"{bundle.name}: manifest.json names the config '{config}'; expected <sha256 hex>.json or "
+            "blobs/sha256/<hex> (the image ID)",
+            hint="save the image again with `docker save IMAGE -o image.tar`",
+        )
+    cfg = _read_json(bundle, config, f"sha256:{hexid}")
     if not isinstance(cfg, dict):
         raise ImageError(f"{bundle.name}: {config} is not an image config")
-    hexid = config.rsplit("/", 1)[-1].removesuffix(".json")
     tags = entry.get("RepoTags") or []
     info = ImageInfo(
         reference=str(tags[0]) if tags else bundle.name,

@@ -34,11 +34,18 @@ def find_cuobjdump() -> Path | None:
     return None
 
 
+class CuobjdumpFailed(Exception):
+    """cuobjdump exited non-zero (it exits 0 when a library simply has no PTX or no SASS)."""
+
+
 def list_archs(cuobjdump: Path, library: Path) -> dict[str, int]:
     """``cuobjdump --list-elf`` and ``--list-ptx`` as counts of ``sass sm_120`` / ``ptx sm_90a`` keys."""
     counts: Counter[str] = Counter()
     for flag in ("--list-elf", "--list-ptx"):
         proc = subprocess.run([str(cuobjdump), flag, str(library)], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            said = " ".join((proc.stderr or proc.stdout).split()) or "no message"
+            raise CuobjdumpFailed(f"cuobjdump {flag} exited {proc.returncode}: {said}")
         for line in proc.stdout.splitlines():
             m = _LISTED.match(line.strip())
             if m:

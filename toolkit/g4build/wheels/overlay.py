@@ -96,6 +96,11 @@ def safe_member(name: str) -> str:
     return str(rel)
 
 
+def touched_by(plan: OverlayPlan) -> set[str]:
+    """Every path the plan's patches read or write (what an overlay extracts, patches and compares)."""
+    return {p for patch in plan.patches for p in touched_paths(patch.path.read_bytes())}
+
+
 def patch_files(read: dict[str, bytes], plan: OverlayPlan, target: str) -> Patched:
     """Write ``read`` (path -> bytes) to a scratch folder, apply every patch there, collect the changes."""
     with tempfile.TemporaryDirectory(prefix="g4build-overlay-") as tmp:
@@ -105,18 +110,13 @@ def patch_files(read: dict[str, bytes], plan: OverlayPlan, target: str) -> Patch
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)
         apply_patches(root, plan.patches, target=target)
-        touched = {p for patch in plan.patches for p in touched_paths(patch.path.read_bytes())}
         files: dict[str, bytes | None] = {}
-        for rel in sorted(touched):
+        for rel in sorted(touched_by(plan)):
             path = root / rel
             new = path.read_bytes() if path.is_file() else None
             if new != read.get(rel):
                 files[rel] = new
     return Patched(files=files)
-
-
-def touched_by(plan: OverlayPlan) -> set[str]:
-    return {p for patch in plan.patches for p in touched_paths(patch.path.read_bytes())}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,6 +150,12 @@ def overlay_wheel(
         for name in (f"{old_dist}/METADATA", f"{old_dist}/RECORD"):
             if name not in by_name:
                 raise ValidationError(f"{source.name}: {name} is missing", hint="is this a wheel of the pin's release?")
+        if f"{old_dist}/{MANIFEST_NAME}" in by_name:
+            raise UsageError(
+                f"{source.name} already holds {old_dist}/{MANIFEST_NAME}: g4build built or overlaid it, so its "
+                "files are not the pinned release's",
+                hint="overlay the original release wheel instead",
+            )
         touched = touched_by(plan)
         read = {n: zf.read(n) for n in sorted(touched) if n in by_name}
         patched = patch_files(read, plan, source.name)

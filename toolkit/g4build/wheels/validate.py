@@ -91,6 +91,7 @@ class _Member:
     fatbin_error: str | None = None  # a native library whose fatbin headers are malformed
     fatbins: LibraryArchs | None = None
     cuobjdump: dict[str, int] | None = None
+    cuobjdump_error: str | None = None  # cuobjdump could not list the library
     text: bytes | None = None
 
 
@@ -101,6 +102,7 @@ class _Contents:
     record: bytes | None
     manifest: dict[str, Any] | None
     members: dict[str, _Member]
+    duplicates: tuple[str, ...] = ()  # member names stored more than once (one would shadow the other)
 
 
 def _dist_info(names: list[str]) -> str | None:
@@ -153,15 +155,18 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
         except FatbinFormatError as exc:
             return _Member(name=member.name, hash=member.hash, size=member.size, text=member.text,
                            fatbin_error=str(exc))
-        listed = None
-        if tmp is not None and archs.fatbins:
+        listed, failed = None, None
+        if tmp is not None and archs.fatbins and cuobjdump:
             target = Path(tmp.name) / f"{len(info.filename)}-{os.path.basename(info.filename)}"
             target.write_bytes(data)
             del data
-            listed = cudatools.list_archs(cuobjdump, target) if cuobjdump else None
+            try:
+                listed = cudatools.list_archs(cuobjdump, target)
+            except cudatools.CuobjdumpFailed as exc:
+                failed = str(exc)
             target.unlink()
         return _Member(name=member.name, hash=member.hash, size=member.size, text=member.text,
-                       fatbins=archs, cuobjdump=listed)
+                       fatbins=archs, cuobjdump=listed, cuobjdump_error=failed)
 
     try:
         with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 2)) as pool:
@@ -177,6 +182,7 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
         record=small.get(f"{dist}/RECORD"),
         manifest=manifest,
         members=members,
+        duplicates=tuple(sorted({n for n in names if names.count(n) > 1})),
     )
 
 
@@ -225,6 +231,12 @@ def check_metadata(wheel: WheelName, c: _Contents, pin_version: str | None) -> C
     return Check(name="metadata", ok=True, detail=f"{name} {version} (local label: {label or 'none'})")
 
 
+def _inside(name: str) -> bool:
+    """A member or RECORD path that stays inside the install folder (wheels use '/' only)."""
+    parts = name.split("/")
+    return not (name.startswith("/") or "\\" in name or ".." in parts or name[1:2] == ":")  # C:...
+
+
 def check_record(c: _Contents, where: str) -> Check:
     if c.record is None or c.dist_info is None:
         return Check(name="record", ok=False, detail="RECORD is missing")
@@ -247,7 +259,11 @@ def check_record(c: _Contents, where: str) -> Check:
         elif row.hash != m.hash or row.size != str(m.size):
             bad.append(f"{name}: RECORD says {row.hash or 'no hash'} size {row.size or '?'}, file has {m.hash} "
                        f"size {m.size}")
-    problems = [*(f"missing (in RECORD, not in wheel): {p}" for p in missing),
+    unsafe = sorted(n for n in {*c.members, *listed} if not _inside(n))
+    problems = [*(f"unsafe path (absolute, '..' or '\\'; an installer would write outside site-packages): {p}"
+                  for p in unsafe),
+                *(f"stored twice (one copy shadows the other): {p}" for p in c.duplicates),
+                *(f"missing (in RECORD, not in wheel): {p}" for p in missing),
                 *(f"extra (in wheel, not in RECORD): {p}" for p in extra), *bad]
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
@@ -299,7 +315,13 @@ def check_archs(c: _Contents, targets: tuple[Arch, ...]) -> tuple[list[Check], l
             continue
         for sm, v in verdicts.items():
             checks.append(Check(name=f"arch {sm} {name}", ok=v.ok, detail=v.detail))
-        if m.cuobjdump is not None:
+        if m.cuobjdump_error is not None:
+            checks.append(Check(
+                name=f"cuobjdump {name}", ok=False,
+                detail=f"{m.cuobjdump_error}; the reader found {cudatools.show(cudatools.counts(m.fatbins))} "
+                       "(check the library with cuobjdump by hand, or pass --no-cuobjdump)",
+            ))
+        elif m.cuobjdump is not None:
             mine = cudatools.counts(m.fatbins)
             same = mine == m.cuobjdump
             checks.append(Check(

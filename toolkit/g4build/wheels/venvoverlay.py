@@ -12,11 +12,11 @@ import json
 import os
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from packaging.utils import canonicalize_name
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from g4build.errors import UsageError, ValidationError
 from g4build.manifest import MANIFEST_NAME, dumps
@@ -56,7 +56,14 @@ def find_installed(venv: Path) -> Installed:
             if meta.is_file():
                 fields = metadata_fields(meta.read_bytes())
                 if canonicalize_name(fields.get("name", "")) == PROJECT:
-                    return Installed(site_packages=site, dist_info=dist, version=Version(fields["version"]))
+                    try:
+                        version = Version(fields.get("version", ""))
+                    except InvalidVersion as exc:
+                        raise ValidationError(
+                            f"{meta}: expected a PEP 440 Version header, found {fields.get('version')!r}",
+                            hint="reinstall vLLM into the venv (pip install --force-reinstall --no-deps vllm==…)",
+                        ) from exc
+                    return Installed(site_packages=site, dist_info=dist, version=version)
     raise UsageError(
         f"no installed vLLM found in {venv} (looked in lib/python3*/site-packages and Lib/site-packages)",
         hint="pass the venv's top folder (the one holding bin/ or Scripts/)",
@@ -112,8 +119,10 @@ def overlay_venv(venv: Path, plan: OverlayPlan) -> VenvResult:
                       "after": hashlib.sha256(data).hexdigest() if data is not None else None})
     (backup / dist_rel).mkdir(parents=True, exist_ok=True)
     shutil.copy2(record_path, backup / dist_rel / "RECORD")
-    record = {"pin": plan.pin.name, "digest": plan.digest, "site_packages": str(site),
-              "record": f"{dist_rel}/RECORD", "files": files}
+    # site-packages relative to the venv: undo then works on a moved venv and writes nowhere else
+    record = {"pin": plan.pin.name, "digest": plan.digest, "site_packages": site.relative_to(venv).as_posix(),
+              "record": f"{dist_rel}/RECORD", "files": files,
+              "created_dirs": _dirs_to_create(site, [rel for rel, data in changes.items() if data is not None])}
     _write(state / RECORD_JSON, json.dumps(record, indent=2).encode())
 
     for rel, data in changes.items():
@@ -125,6 +134,31 @@ def overlay_venv(venv: Path, plan: OverlayPlan) -> VenvResult:
             _write(target, data)
     _write(record_path, format_record(new_rows))
     return VenvResult(venv=venv, action="overlay", files=tuple(sorted(changes)), digest=plan.digest)
+
+
+def _dirs_to_create(site: Path, rels: list[str]) -> list[str]:
+    """The folders writing ``rels`` will create under ``site``, deepest first (undo removes them in that order)."""
+    missing: set[str] = set()
+    for rel in rels:
+        parent = PurePosixPath(rel).parent
+        while parent != PurePosixPath(".") and not (site / parent).is_dir():
+            missing.add(parent.as_posix())
+            parent = parent.parent
+    return sorted(missing, key=lambda d: (-d.count("/"), d))
+
+
+def _remove_created_dir(folder: Path) -> None:
+    """Remove a folder the overlay created: its bytecode cache too, anything else stays (and so does it)."""
+    shutil.rmtree(folder / "__pycache__", ignore_errors=True)
+    try:
+        folder.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise ValidationError(
+            f"{folder} was created by the overlay but now holds other files ({exc.strerror}); it was left in place",
+            hint="move those files away and remove the folder by hand to restore the venv exactly",
+        ) from exc
 
 
 def _record(rows: list[RecordRow], changes: dict[str, bytes | None], site: Path) -> list[RecordRow]:
@@ -145,13 +179,26 @@ def _record(rows: list[RecordRow], changes: dict[str, bytes | None], site: Path)
     return out
 
 
+def _site_of(venv: Path, recorded: str) -> Path:
+    """The recorded site-packages, which must lie in ``venv`` (records of older g4build hold absolute paths)."""
+    path = Path(recorded)
+    if path.is_absolute():
+        if not path.resolve().is_relative_to(venv.resolve()):
+            raise ValidationError(
+                f"{venv / STATE / RECORD_JSON} names site-packages {recorded}, outside {venv}; refusing to write there",
+                hint="undo from the venv the overlay was made in",
+            )
+        return path
+    return venv / safe_member(recorded)
+
+
 def undo_venv(venv: Path) -> VenvResult:
     """Restore every file the overlay touched (and RECORD) from the backup, then drop the state folder."""
     state = venv / STATE
     if not (state / RECORD_JSON).is_file():
         raise UsageError(f"{venv} has no g4build overlay to undo ({state / RECORD_JSON} is missing)")
     record = json.loads((state / RECORD_JSON).read_text())
-    site = Path(record["site_packages"])
+    site = _site_of(venv, str(record["site_packages"]))
     backup = state / "backup"
     for entry in record["files"]:
         rel = safe_member(entry["path"])
@@ -166,6 +213,8 @@ def undo_venv(venv: Path) -> VenvResult:
     rec = safe_member(record["record"])
     _write(site / rec, (backup / rec).read_bytes())
     shutil.copystat(backup / rec, site / rec)
+    for folder in record.get("created_dirs", []):
+        _remove_created_dir(site / safe_member(folder))
     shutil.rmtree(state)
     return VenvResult(venv=venv, action="undo", files=tuple(e["path"] for e in record["files"]),
                       digest=str(record["digest"]))
