@@ -88,3 +88,12 @@ def test_cli_pins_list_json_and_exit_codes(tmp_path: Path) -> None:
     )
     assert broken.returncode == 3
     assert "pins.yaml" in broken.stderr and "pins" in broken.stderr
+
+
+def test_error_messages_print_user_values_verbatim(capsys: pytest.CaptureFixture[str]) -> None:
+    from g4build.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["pins", "show", "[red]x[/red]"])
+    assert exit_info.value.code == 2
+    assert "unknown pin '[red]x[/red]'" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 import typer
+from rich.markup import escape
 
 from g4build import __version__
 from g4build.cli import (
@@ -60,9 +61,10 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(result, int) and result:
             sys.exit(result)
     except G4BuildError as exc:
-        err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        # messages quote user values (paths, names with brackets): never read them as rich markup
+        err_console.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False)
         if exc.hint:
-            err_console.print(f"[yellow]hint:[/] {exc.hint}", highlight=False)
+            err_console.print(f"[yellow]hint:[/] {escape(exc.hint)}", highlight=False)
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
