@@ -209,3 +209,45 @@ def test_publish_stages_every_cell_and_refuses_clashing_wheels(tmp_path: Path) -
     (clash / "dist" / "drift-report" / "drift.json").write_text("{}", encoding="utf-8")
     refused = _bash(script, clash, dict(os.environ))
     assert refused.returncode != 0 and "two cells built different files named vllm-x.whl" in refused.stdout
+
+
+PYTHON_STUB = """#!/usr/bin/env bash
+# plays `python`: records argv; `-c` answers like a torch without CUDA when G4_TEST_NO_CUDA is set
+python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$G4_TEST_LOG"
+if [ "$1" = -c ] && [ -n "${G4_TEST_NO_CUDA:-}" ]; then echo "torch 2.11.0+cpu has no CUDA" >&2; exit 1; fi
+exit 0
+"""
+
+
+@pytest.mark.parametrize(
+    ("index", "cuda", "expected_index"),
+    [("", "13.0", None), ("https://mirror.invalid/whl/{cu}", "12.9", "https://mirror.invalid/whl/cu129")],
+)
+def test_torch_step_installs_the_pins_torch_from_the_configured_index(
+    tmp_path: Path, index: str, cuda: str, expected_index: str | None
+) -> None:
+    step = next(s for s in _workflow()["jobs"]["build"]["steps"] if s["name"].startswith("install the pin's torch"))
+    assert step["env"]["G4_TORCH_INDEX"] == "${{ vars.G4BUILD_TORCH_INDEX }}"
+    target = Target(release="0.21.0", pin="vllm-0.21.0")
+    outputs = github_outputs(load_matrix(), target, expand(load_matrix()))
+    assert outputs["torch"] == "2.11.0"  # the pin's torch
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text(PYTHON_STUB, encoding="utf-8")
+    (bin_dir / "python").chmod(0o755)
+    log = tmp_path / "argv.jsonl"
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", G4_TEST_LOG=str(log),
+               G4_TORCH=outputs["torch"], G4_TORCH_INDEX=index, G4_CUDA=cuda, G4_RELEASE="0.21.0")
+    run = ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]]
+    done = subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    calls = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    install = ["-m", "pip", "install", "torch==2.11.0"]
+    assert calls[0] == (install if expected_index is None else [*install, "--index-url", expected_index])
+    assert calls[1][0] == "-c" and "torch.version.cuda" in calls[1][1]
+    failed = subprocess.run(run, cwd=tmp_path, env={**env, "G4_TEST_NO_CUDA": "1"}, capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert failed.returncode != 0  # a torch without CUDA stops the cell before the long build
+    unpinned = subprocess.run(run, cwd=tmp_path, env={**env, "G4_TORCH": ""}, capture_output=True, text=True,
+                              timeout=60, check=False)
+    assert unpinned.returncode == 0 and "is not pinned" in unpinned.stdout

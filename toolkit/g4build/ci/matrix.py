@@ -18,7 +18,7 @@ from packaging.version import InvalidVersion, Version
 from g4build.ci.spec import MatrixSpec
 from g4build.errors import ConfigError, UsageError
 from g4build.index import IndexFile
-from g4build.pins import PinSet
+from g4build.pins import PinSet, load_pins
 
 Role = Literal["build", "check"]
 _SDIST = re.compile(r"^vllm-(?P<version>[^-]+)\.tar\.gz$")
@@ -261,6 +261,7 @@ def github_outputs(
     return {
         "release": target.release,
         "pin": target.pin or "",
+        "torch": load_pins().get(target.pin).torch if target.pin else "",
         "build_matrix": json.dumps({"include": builds}, separators=(",", ":")),
         "check_matrix": json.dumps({"include": checks}, separators=(",", ":")),
         "has_checks": "true" if checks else "false",

@@ -26,6 +26,22 @@ if [ "$status" -ne 0 ]; then
 fi
 """
 
+TORCH = """\
+if [ -z "$G4_TORCH" ]; then
+  echo "vLLM $G4_RELEASE is not pinned: no torch to install (the build step says how to pin it)"
+  exit 0
+fi
+index=()
+if [ -n "$G4_TORCH_INDEX" ]; then
+  cu="cu${G4_CUDA//./}"
+  index=(--index-url "${G4_TORCH_INDEX//'{cu}'/$cu}")
+fi
+python -m pip install "torch==$G4_TORCH" "${index[@]}"
+python -c 'import sys, torch
+sys.exit(0 if torch.version.cuda else "torch " + torch.__version__ + " has no CUDA: set the repository variable "
+         "G4BUILD_TORCH_INDEX to a PyTorch package index for CUDA builds ({cu} stands for cu130, cu129, ...)")'
+"""
+
 TARGET_ARGS = """\
 if [ -n "$G4_PIN" ]; then target=(--pin "$G4_PIN"); else target=(--release "$G4_RELEASE"); fi
 """

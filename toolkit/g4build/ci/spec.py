@@ -63,6 +63,7 @@ class NightlySpec:
     build_timeout_minutes: int
     check_timeout_minutes: int
     gpu_runner_variable: str
+    torch_index_variable: str
     smoke_cell: Selector
 
 
@@ -202,10 +203,12 @@ def load_matrix(path: Path | None = None) -> MatrixSpec:
         build_timeout_minutes=_int(nightly_raw, "build_timeout_minutes", nw),
         check_timeout_minutes=_int(nightly_raw, "check_timeout_minutes", nw),
         gpu_runner_variable=require(nightly_raw, "gpu_runner_variable", str, nw),
+        torch_index_variable=require(nightly_raw, "torch_index_variable", str, nw),
         smoke_cell=_selector(require(nightly_raw, "smoke_cell", dict, nw), axes, f"{nw}.smoke_cell"),
     )
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", nightly.gpu_runner_variable):
-        raise ConfigError(f"{nw}.gpu_runner_variable: not a variable name: {nightly.gpu_runner_variable!r}")
+    for key in ("gpu_runner_variable", "torch_index_variable"):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", getattr(nightly, key)):
+            raise ConfigError(f"{nw}.{key}: not a variable name: {getattr(nightly, key)!r}")
     tests_raw = require(data, "tests", dict, where)
     tw = f"{where}: tests"
     tests = TestsSpec(

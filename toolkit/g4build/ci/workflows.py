@@ -150,6 +150,7 @@ def _cell_env() -> dict[str, str]:
     return {
         "G4_PIN": _need("pin"),
         "G4_RELEASE": _need("release"),
+        "G4_TORCH": _need("torch"),
         "G4_CELL": "${{ matrix.id }}",
         "G4_OS": "${{ matrix.os }}",
         "G4_ARCH": "${{ matrix.arch }}",
@@ -168,7 +169,7 @@ def _nightly(spec: MatrixSpec) -> dict[str, Any]:
         "runs-on": linux,
         "permissions": read,
         "outputs": {k: _expr(f"steps.resolve.outputs.{k}") for k in
-                    ("release", "pin", "build_matrix", "check_matrix", "has_checks", "smoke_artifact",
+                    ("release", "pin", "torch", "build_matrix", "check_matrix", "has_checks", "smoke_artifact",
                      "left_out")},
         "steps": [
             _checkout(spec), _python(spec, n.tool_python), _install_g4build(),
@@ -203,6 +204,8 @@ def _nightly(spec: MatrixSpec) -> dict[str, Any]:
                   {"cuda": "${{ matrix.toolkit }}", "method": "network", "use-github-cache": False}),
             _uses(spec, "sccache", "set up sccache (GitHub Actions cache backend)"),
             _install_g4build(),
+            _run("install the pin's torch built for CUDA", scripts.TORCH,
+                 {"G4_TORCH_INDEX": f"${{{{ vars.{n.torch_index_variable} }}}}"}),
             _run("build the wheels", scripts.BUILD),
             _run("validate the wheels", scripts.VALIDATE),
             _run("render launch scripts for the wheel", scripts.LAUNCH),
