@@ -93,15 +93,15 @@ def test_find_deps_needs_a_cmake_tree(tmp_path: Path) -> None:
 def test_prefetch_waits_for_another_builds_lock_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from filelock import FileLock
 
-    from g4build.build import deps
+    from g4build import index
     from g4build.errors import LockTimeoutError
 
     (dep,) = parse_cmake(CMAKE, "x.cmake")
     cache = tmp_path / "cache"
     cache.mkdir()
     calls: list[list[str]] = []
-    monkeypatch.setattr(deps, "LOCK_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(index, "LOCK_TIMEOUT_S", 0.05)
     other = FileLock(str(cache / dep.cache_name) + ".lock")  # another build is prefetching this dependency
-    with other, pytest.raises(LockTimeoutError, match="another g4build holds"):
+    with other, pytest.raises(LockTimeoutError, match="still held by another g4build run"):
         prefetch(dep, cache, remote="/nonexistent", git=lambda argv, cwd: calls.append(argv))
     assert calls == []  # nothing touched the half-made copy of the other build

@@ -16,10 +16,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
-from g4build.errors import BuildError, LockTimeoutError, SourceError
-from g4build.index import LOCK_TIMEOUT_S
+from g4build.errors import BuildError, SourceError
+from g4build.index import cache_lock
 
 _DECLARE = re.compile(r"FetchContent_Declare\s*\((?P<body>[^()]*(?:\([^()]*\)[^()]*)*)\)", re.IGNORECASE)
 _SET = re.compile(r"^\s*set\s*\(\s*(?P<name>\w+)\s+\"?(?P<value>[^\s\")]+)\"?", re.IGNORECASE | re.MULTILINE)
@@ -127,15 +125,8 @@ def prefetch(dep: CMakeDep, cache: Path, *, remote: str | None = None, git: Runn
     """Clone ``dep`` at its tag into ``cache`` once; a finished copy (stamp file) is reused offline. Builds that
     share the cache (two archs at once) take a lock per dependency, as ``index.fetch_verified`` does."""
     dest = cache / dep.cache_name
-    cache.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(dest) + ".lock")
-    try:
-        with lock.acquire(timeout=LOCK_TIMEOUT_S):
-            return _clone_once(dep, dest, remote=remote, git=git)
-    except Timeout as exc:
-        raise LockTimeoutError(f"another g4build holds {lock.lock_file} for over {LOCK_TIMEOUT_S:.0f} s",
-                               hint="wait for the other build's prefetch, or remove the lock file if none runs") \
-            from exc
+    with cache_lock(dest):
+        return _clone_once(dep, dest, remote=remote, git=git)
 
 
 def _clone_once(dep: CMakeDep, dest: Path, *, remote: str | None, git: Runner) -> Path:
