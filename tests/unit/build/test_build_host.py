@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +45,22 @@ def test_free_disk_is_reported_where_it_was_measured(pin21: Pin) -> None:
     low = dataclasses.replace(GOOD, free_gb=5.0)
     with pytest.raises(BuildError, match="GB free at /home/me/docker-work: expected at least 30 GB"):
         preflight(_plan(pin21), low, at="/home/me/docker-work")
+
+
+def test_cuda_home_follows_an_nvcc_wrapper_to_its_toolkit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from g4build.build.host import cuda_home_of
+
+    toolkit = tmp_path / "cuda-13.0"
+    (toolkit / "bin").mkdir(parents=True)
+    real = toolkit / "bin" / "nvcc"  # answers --dryrun the way nvcc does
+    real.write_text(f"#!/bin/sh\necho '#$ TOP={toolkit}/bin/..' >&2\n")
+    real.chmod(0o755)
+    wrapper = tmp_path / "local" / "bin" / "nvcc"  # e.g. /usr/local/bin/nvcc: a script that execs the real one
+    wrapper.parent.mkdir(parents=True)
+    wrapper.write_text(f'#!/bin/sh\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    assert cuda_home_of(str(wrapper)) == str(toolkit)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "chosen"))
+    assert cuda_home_of(str(wrapper)) == str(tmp_path / "chosen")

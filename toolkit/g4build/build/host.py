@@ -60,6 +60,23 @@ def nvcc_version(nvcc: str) -> str | None:
     return m[1] if m else None
 
 
+def cuda_home_of(nvcc: str) -> str:
+    """The CUDA install an nvcc belongs to: CUDA_HOME / CUDA_PATH when set, else nvcc's own ``TOP`` (so a
+    wrapper script such as ``/usr/local/bin/nvcc`` that execs the real one still names the real toolkit)."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            return os.environ[var]
+    try:
+        dry = subprocess.run([nvcc, "--dryrun", "-x", "cu", "-E", os.devnull],
+                             capture_output=True, text=True, timeout=60, check=False)
+        m = re.search(r"^#\$ TOP=(.+?)\s*$", dry.stdout + dry.stderr, re.M)
+        if m:
+            return str(Path(m.group(1)).resolve())
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return str(Path(nvcc).resolve().parent.parent)
+
+
 def find_nvcc() -> str | None:
     for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")):
         if home:

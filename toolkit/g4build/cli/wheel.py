@@ -12,7 +12,7 @@ from rich.table import Table
 from g4build.build import docker as docker_exec
 from g4build.build.arch import parse_arch
 from g4build.build.executor import RunResult
-from g4build.build.host import HostFacts, host_os, preflight, probe
+from g4build.build.host import HostFacts, cuda_home_of, host_os, preflight, probe
 from g4build.build.plan import BuildPlan, Layout, Options, Target, max_jobs, wheel_version
 from g4build.build.planner import default_layout, make_plan, python_cmd
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
@@ -71,8 +71,7 @@ def machine_choices(target: Target, host: HostFacts | None) -> tuple[int, str | 
         max_jobs(mem_gb=FOREIGN_MEM_GB, cores=FOREIGN_CORES)
     native_here = host is not None and host.os == target.os and target.executor == "native"
     launcher = host.launcher if host is not None and native_here else None
-    cuda_home = str(Path(host.nvcc).resolve().parent.parent) if host is not None and native_here and host.nvcc \
-        else None
+    cuda_home = cuda_home_of(host.nvcc) if host is not None and native_here and host.nvcc else None
     return jobs, launcher, cuda_home
 
 
