@@ -16,11 +16,14 @@ from g4build.errors import ConfigError
 
 
 def project_root() -> Path:
+    """``G4BUILD_HOME``; else the source checkout this module lives in; else the data the wheel carries."""
     env = os.environ.get("G4BUILD_HOME")
     if env:
         return Path(env)
-    # toolkit/g4build/data.py -> repository root
-    return Path(__file__).resolve().parents[2]
+    checkout = Path(__file__).resolve().parents[2]  # toolkit/g4build/data.py -> repository root
+    if (checkout / "patches" / "pins.yaml").is_file():
+        return checkout
+    return Path(__file__).resolve().parent / "_data"  # an installed wheel: g4build/_data/{patches,recipes,ci}
 
 
 def patches_dir() -> Path:

@@ -1,0 +1,48 @@
+"""An installed g4build (a wheel, not this checkout) carries its data: pins, series, recipes, CI matrix."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_wheel_ships_every_data_file_and_the_installed_cli_reads_them(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
+         str(REPO)],
+        check=True, capture_output=True, text=True,
+    )
+    (wheel,) = tmp_path.glob("g4build-*.whl")
+    tracked = subprocess.run(["git", "ls-files", "patches", "recipes", "ci"], cwd=REPO, check=True,
+                             capture_output=True, text=True).stdout.split()
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        zf.extractall(tmp_path / "site")
+    missing = [f for f in tracked if f"g4build/_data/{f}" not in names]
+    assert tracked and missing == []
+
+    env = {k: v for k, v in os.environ.items() if k not in ("G4BUILD_HOME", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(tmp_path / "site")
+
+    where = subprocess.run([sys.executable, "-c", "from g4build.data import project_root; print(project_root())"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert where == str(tmp_path / "site" / "g4build" / "_data")  # the wheel's copy, not this checkout
+
+    def g4(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "g4build", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "vllm-0.21.0" in {p["name"] for p in json.loads(g4("pins", "list", "--json"))}
+    plan = json.loads(g4("wheel", "--arch", "sm120", "--os", "windows", "--dry-run", "--json"))
+    assert plan["steps"][0]["name"] == "source"
+    recipes = json.loads(g4("recipe", "list", "--json"))
+    assert "gemma4-26b-a4b-nvfp4-dflash" in {r["name"] for r in recipes}
+    assert "sm120" in g4("ci", "matrix", "--json")
