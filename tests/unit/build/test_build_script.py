@@ -40,6 +40,11 @@ def test_bash_script_runs_resumes_and_cleans(tmp_path: Path, pin21: Pin) -> None
     assert calls[0].startswith("g4build source fetch --pin vllm-0.21.0")
     assert "[MAX_JOBS=3 ARCH=12.0f]" in calls[0]
     assert "== vllm: done" in first.stdout
+    from g4build.build.manifest_info import build_extra
+
+    timings = build_extra(arch="sm120", os_name="linux", cuda="13.0", state=Path(plan.layout.state_file))["timings"]
+    assert set(timings) == {s.name for s in plan.steps}  # every step's seconds reach build-manifest.json
+    assert all(isinstance(v, float) and v >= 0 for v in timings.values())
     built = Path(plan.layout.src) / "built-object.o"  # what a build leaves in the tree
     built.parent.mkdir(parents=True, exist_ok=True)
     built.write_text("")

@@ -38,6 +38,17 @@ def tool_versions() -> dict[str, str | None]:
     }
 
 
+def script_timings(done_dir: Path) -> dict[str, float]:
+    """Step timings an emitted script left as ``<root>/.g4build-done/<step>.seconds``."""
+    found: dict[str, float] = {}
+    for marker in sorted(done_dir.glob("*.seconds")) if done_dir.is_dir() else ():
+        try:
+            found[marker.name.removesuffix(".seconds")] = float(marker.read_text(encoding="utf-8-sig").strip())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 def build_extra(*, arch: str | None, os_name: str | None, cuda: str | None, state: Path | None) -> dict[str, Any]:
     import os
 
@@ -45,5 +56,7 @@ def build_extra(*, arch: str | None, os_name: str | None, cuda: str | None, stat
         "target": {"arch": arch, "os": os_name, "cuda": cuda},
         "env": {k: os.environ[k] for k in _KEYS if k in os.environ},
         "tools": tool_versions(),
-        "timings": BuildState.load(state).timings() if state else {},
+        # the native executor keeps its timings in the state file; an emitted script beside it, in .g4build-done
+        "timings": {**script_timings(state.parent / ".g4build-done"), **BuildState.load(state).timings()}
+        if state else {},
     }
