@@ -186,3 +186,28 @@ def test_torch_step_runs_and_says_what_to_install(
     if not ok:
         assert f"expected torch {pin21.torch} built for CUDA" in proc.stderr and found in proc.stderr
         assert f"install torch=={pin21.torch} from the PyTorch cu130 wheel index" in proc.stderr
+
+
+def test_flashinfer_build_requirements_come_from_its_pyproject(tmp_path: Path, pin21: Pin) -> None:
+    plan = _plan(pin21, "linux", "sm120", "13.0")
+    names = [s.name for s in plan.steps]
+    assert names.index("flashinfer-build-requirements") == names.index("flashinfer-python") - 1
+    step = plan.step("flashinfer-build-requirements")
+    assert step.cwd == plan.step("flashinfer-python").cwd
+    code = step.command[step.command.index("-c") + 1]
+    # run the step's code for real, with a recording `pip` module first on the path
+    fake = tmp_path / "fake"
+    (fake / "pip").mkdir(parents=True)
+    (fake / "pip" / "__init__.py").write_text("")
+    (fake / "pip" / "__main__.py").write_text(
+        "import json, sys\nwith open('pip-calls.jsonl', 'a') as f:\n    f.write(json.dumps(sys.argv[1:]) + '\\n')\n"
+    )
+    project = tmp_path / "flashinfer"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=77", "apache-tvm-ffi>=0.1.6,!=0.1.8,<0.2"]\n'
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=project, check=True,
+                   env={**os.environ, "PYTHONPATH": str(fake)})
+    calls = (project / "pip-calls.jsonl").read_text().splitlines()
+    assert calls == ['["install", "build"]', '["install", "setuptools>=77", "apache-tvm-ffi>=0.1.6,!=0.1.8,<0.2"]']

@@ -24,6 +24,15 @@ OSES = ("windows", "wsl", "linux")
 EXECUTORS = ("native", "docker")
 GB_PER_NVCC_JOB = 5.0  # an nvcc job on vLLM's heavy units needs ~4-6 GB; OOM "Killed" is the usual WSL failure
 FLASHINFER_REMOTE = "https://github.com/flashinfer-ai/flashinfer.git"
+# `python -m build --no-isolation` builds against what is installed: install `build` and the project's own
+# [build-system] requires (read from its pyproject.toml, so a new FlashInfer release needs no change here).
+BUILD_REQUIRES = (
+    "import subprocess, sys; "
+    "pip = lambda *a: subprocess.check_call([sys.executable, '-m', 'pip', 'install', *a]); "
+    "pip('build'); "
+    "toml = __import__('tomllib' if sys.version_info >= (3, 11) else 'tomli'); "
+    "pip(*toml.load(open('pyproject.toml', 'rb'))['build-system']['requires'])"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,6 +236,8 @@ def vllm_steps(
             Step(name="flashinfer-source", title="fetch FlashInfer",
                  command=("git", "clone", "--depth", "1", "--branch", f"v{pin.flashinfer}", "--recurse-submodules",
                           "--shallow-submodules", FLASHINFER_REMOTE, fi), cwd=layout.root, fresh=fi),
+            Step(name="flashinfer-build-requirements", title="install FlashInfer's build requirements",
+                 command=(*py, "-c", BUILD_REQUIRES), cwd=fi),
             Step(name="flashinfer-python", title="build flashinfer-python",
                  command=(*py, "-m", "build", "--no-isolation", "--wheel", "--outdir", out, "."), cwd=fi),
             Step(name="flashinfer-jit-cache", title=f"build FlashInfer's ahead-of-time kernels for {arch}",
