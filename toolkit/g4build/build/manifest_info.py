@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from g4build.build.host import find_nvcc, nvcc_version
 from g4build.build.state import BuildState
 
 _KEYS = ("TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS", "CMAKE_BUILD_TYPE",
@@ -23,14 +24,14 @@ def _version(argv: list[str]) -> str | None:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
-    m = re.search(r"(\d+\.\d+(?:\.\d+)?)", out.split("release", 1)[-1] if "release" in out else out)
+    m = re.search(r"(\d+\.\d+(?:\.\d+)?)", out)
     return m[1] if m else None
 
 
 def tool_versions() -> dict[str, str | None]:
     return {
         "python": platform.python_version(),
-        "nvcc": _version(["nvcc", "--version"]),
+        "nvcc": nvcc_version(nvcc) if (nvcc := find_nvcc()) else None,
         "cmake": _version(["cmake", "--version"]),
         "ninja": _version(["ninja", "--version"]),
         "git": _version(["git", "--version"]),
