@@ -80,7 +80,7 @@ def test_patch_that_does_not_apply_is_refused_with_its_hunk(tmp_path: Path, proj
     with pytest.raises(PatchConflictError) as err:
         overlay_wheel(src, _plan(), tmp_path / "out")  # type: ignore[arg-type]
     assert "patch alpha/vllm-0.21.0/0001-change.patch does not apply to" in str(err.value)
-    assert "hunk 1 at vllm/spec/dflash.py:" in str(err.value)
+    assert "hunk #1 at vllm/spec/dflash.py:" in str(err.value)
     assert list((tmp_path / "out").iterdir()) == []
 
 

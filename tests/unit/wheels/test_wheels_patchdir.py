@@ -8,7 +8,7 @@ import pytest
 from tests.unit.wheels.wheelsfactory import PRISTINE, git_patch
 
 from g4build.errors import ConfigError, PatchConflictError
-from g4build.wheels.patchdir import PatchFile, apply_patches, hunk_number, touched_paths
+from g4build.wheels.patchdir import PatchFile, apply_patches, touched_paths
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
@@ -53,14 +53,6 @@ def test_conflict_names_patch_file_and_hunk(tmp_path: Path) -> None:
     with pytest.raises(PatchConflictError) as err:
         apply_patches(tmp_path / "scratch", [PatchFile(label="alpha/0001-x.patch", path=tmp_path / "p.patch")],
                       target="vllm-0.21.0-x.whl")
-    expected = "patch alpha/0001-x.patch does not apply to vllm-0.21.0-x.whl: hunk 2 at vllm/spec/dflash.py:"
+    expected = "patch alpha/0001-x.patch does not apply to vllm-0.21.0-x.whl: hunk #2 at vllm/spec/dflash.py:"
     assert expected in str(err.value)
     assert (tmp_path / "scratch/vllm/spec/dflash.py").read_text() == drifted  # nothing was changed
-
-
-def test_hunk_number_counts_per_file() -> None:
-    patch = (b"diff --git a/f.py b/f.py\n--- a/f.py\n+++ b/f.py\n@@ -3,1 +3,1 @@\n-a\n+b\n@@ -9,1 +9,1 @@\n-c\n+d\n"
-             b"diff --git a/g.py b/g.py\n--- a/g.py\n+++ b/g.py\n@@ -9,1 +9,1 @@\n-c\n+d\n")
-    assert hunk_number(patch, "f.py", 9) == 2
-    assert hunk_number(patch, "g.py", 9) == 1
-    assert hunk_number(patch, "f.py", 5) is None
