@@ -102,3 +102,9 @@ class DoctorFailed(G4BuildError):
     """`g4build doctor` found at least one check that fails (the machine cannot build as it is)."""
 
     exit_code = 14
+
+
+class BaseConflictError(SourceError):
+    """A fork's changes do not merge onto the pin's upstream tree (forward-ported OS base)."""
+
+    exit_code = 15

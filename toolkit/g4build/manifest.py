@@ -20,15 +20,17 @@ MANIFEST_NAME = "build-manifest.json"
 SCHEMA = 1
 
 
-def local_label(cuda: str, pin: Pin, series: Iterable[Series]) -> str:
+def local_label(cuda: str, pin: Pin, series: Iterable[Series], base_os: str | None = None) -> str:
     """The local version label g4build gives a wheel: ``cu130.g4.<digest>``."""
-    return f"cu{cuda.replace('.', '')}.g4.{stack_digest(pin, series)}"
+    return f"cu{cuda.replace('.', '')}.g4.{stack_digest(pin, series, base_os)}"
 
 
 def make_manifest(
     pin: Pin, series: Iterable[Series], *, route: str, extra: dict[str, Any] | None = None,
+    base_os: str | None = None,
 ) -> dict[str, Any]:
-    """``route`` is ``build`` or ``overlay``; ``extra`` adds env, tools, timings, wheels..."""
+    """``route`` is ``build`` or ``overlay``; ``extra`` adds env, tools, timings, wheels...; ``base_os``: the
+    build's source was the pin's base tree for that OS (recorded, and part of the digest)."""
     chosen = list(series)
     data: dict[str, Any] = {
         "schema": SCHEMA,
@@ -36,7 +38,7 @@ def make_manifest(
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "route": route,
         "pin": pin.to_dict(),
-        "digest": stack_digest(pin, chosen),
+        "digest": stack_digest(pin, chosen, base_os),
         "series": [
             {
                 "name": s.name,
@@ -46,6 +48,8 @@ def make_manifest(
             for s in chosen
         ],
     }
+    if base_os is not None and base_os in pin.bases:
+        data["base"] = {"os": base_os, **pin.bases[base_os].to_dict()}
     if extra:
         data.update(extra)
     return data

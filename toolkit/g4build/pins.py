@@ -14,6 +14,7 @@ from g4build.errors import ConfigError, UnknownPinError
 
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,6 +24,26 @@ class GitRef:
 
     def matches(self, full_sha: str) -> bool:
         return full_sha.lower().startswith(self.commit.lower())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Base(GitRef):
+    """A per-OS base tree: a fork's commit, used as it is or forward-ported onto the pin.
+
+    Without ``onto`` the fork commit *is* the source (a fork release of the pin's version). With ``onto`` (the
+    upstream commit the fork's changes sit on), the fork's own changes, ``onto..commit``, are merged file by
+    file onto the pin's upstream tree; ``keep_pin`` lists files where the pin's version is kept instead (the
+    fork's change there is upstream drift or is re-done by ``patches/<os>-base/<pin>/`` of our own).
+    """
+
+    onto: str | None = None
+    keep_pin: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"remote": self.remote, "commit": self.commit}
+        if self.onto:
+            out |= {"onto": self.onto, "keep_pin": list(self.keep_pin)}
+        return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +62,7 @@ class Pin:
     cuda: str
     flashinfer: str
     wheels: dict[str, FileRef] = field(default_factory=dict)
-    bases: dict[str, GitRef] = field(default_factory=dict)  # per-OS base tree, e.g. "windows"
+    bases: dict[str, Base] = field(default_factory=dict)  # per-OS base tree, e.g. "windows"
 
     @property
     def parsed_version(self) -> Version:
@@ -59,7 +80,7 @@ class Pin:
             "cuda": self.cuda,
             "flashinfer": self.flashinfer,
             "wheels": {k: {"file": v.file, "sha256": v.sha256} for k, v in self.wheels.items()},
-            "bases": {k: {"remote": v.remote, "commit": v.commit} for k, v in self.bases.items()},
+            "bases": {k: v.to_dict() for k, v in self.bases.items()},
         }
 
 
@@ -93,6 +114,27 @@ def _git_ref(raw: Any, where: str) -> GitRef:
     if not _HEX.match(commit):
         raise ConfigError(f"{where}.commit: expected 7-40 hex digits, found {commit!r}")
     return GitRef(remote=remote, commit=commit)
+
+
+def _base(raw: Any, where: str) -> Base:
+    ref = _git_ref(raw, where)
+    onto = raw.get("onto")
+    keep = raw.get("keep_pin") or []
+    if onto is not None:
+        onto = str(onto).lower()
+        if not _FULL_SHA.match(onto):
+            raise ConfigError(f"{where}.onto: expected the fork's upstream commit as 40 hex digits, found {onto!r}")
+        if not _FULL_SHA.match(ref.commit):
+            raise ConfigError(f"{where}.commit: a forward-ported base needs the full 40-digit fork commit, "
+                              f"found {ref.commit!r}")
+    if not isinstance(keep, list) or not all(isinstance(k, str) and k for k in keep):
+        raise ConfigError(f"{where}.keep_pin: expected a list of file paths, found {keep!r}")
+    if keep and onto is None:
+        raise ConfigError(f"{where}.keep_pin needs onto: files are kept only when the fork is forward-ported")
+    bad = [k for k in keep if k.startswith("/") or ".." in k.split("/")]
+    if bad:
+        raise ConfigError(f"{where}.keep_pin: expected paths inside the tree, found {bad}")
+    return Base(remote=ref.remote, commit=ref.commit, onto=onto, keep_pin=tuple(keep))
 
 
 def _file_ref(raw: Any, where: str) -> FileRef:
@@ -134,7 +176,7 @@ def _pin(name: str, raw: Any, where: str) -> Pin:
         cuda=_version_text(raw, "cuda", where),
         flashinfer=str(require(raw, "flashinfer", str, where)),
         wheels={k: _file_ref(v, f"{where}.wheels.{k}") for k, v in wheels_raw.items()},
-        bases={k: _git_ref(v, f"{where}.bases.{k}") for k, v in bases_raw.items()},
+        bases={k: _base(v, f"{where}.bases.{k}") for k, v in bases_raw.items()},
     )
 
 

@@ -20,9 +20,10 @@ from typing import Any
 
 import git
 
+from g4build import forkport
 from g4build.errors import SourceError, UnsafeArchiveError, UsageError
 from g4build.index import ProgressHook, cache_lock, cache_root, fetch_verified
-from g4build.pins import Pin
+from g4build.pins import GitRef, Pin
 
 MARKER = "g4build-source.json"  # kept inside .git/, so it never shows in the work tree
 _GIT_ENV = {
@@ -45,6 +46,7 @@ class SourceResult:
     source: str  # "sdist", "git" or "path"
     verified: str  # "sha256:<hex>" or "commit:<sha>"
     cached: bool
+    port: dict[str, Any] | None = None  # what a forward-ported OS base took from the fork (forkport.PortReport)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -188,10 +190,17 @@ def read_version_file(tree: Path) -> tuple[str | None, str | None]:
 # --- routes ----------------------------------------------------------------------------------------------
 
 
-def _from_sdist(pin: Pin, dest: Path, progress: ProgressHook | None) -> SourceResult:
+def _from_sdist(pin: Pin, dest: Path, progress: ProgressHook | None, *, os_name: str | None = None,
+                fork_remote: str | None = None) -> SourceResult:
+    """The pin's sdist as a one-commit git tree; with ``os_name``, the fork's changes of that OS base are
+    forward-ported onto it first (the commit is then the base, so patches and status work as usual)."""
+    port_key = forkport.base_digest(pin, os_name) if os_name else None
     marker = _read_marker(dest)
-    if marker and marker.get("sha256") == pin.sdist.sha256 and marker.get("pin") == pin.name:
-        return SourceResult(pin=pin.name, path=dest, source="sdist", verified=f"sha256:{pin.sdist.sha256}", cached=True)
+    if (marker and marker.get("sha256") == pin.sdist.sha256 and marker.get("pin") == pin.name
+            and marker.get("os_base") == port_key):
+        report = marker.get("port")
+        return SourceResult(pin=pin.name, path=dest, source="sdist", verified=f"sha256:{pin.sdist.sha256}",
+                            cached=True, port=report if isinstance(report, dict) else None)
     if dest.exists():
         raise SourceError(
             f"{dest} exists but is not a g4build tree of {pin.name}",
@@ -215,12 +224,21 @@ def _from_sdist(pin: Pin, dest: Path, progress: ProgressHook | None) -> SourceRe
                 f"found {commit_id}",
                 hint=f"correct upstream.commit of {pin.name} in patches/pins.yaml",
             )
-        base = _commit_tree(top, f"upstream vllm {pin.version}")
-        _write_marker(top, {"pin": pin.name, "source": "sdist", "sha256": pin.sdist.sha256, "base": base})
+        report = None
+        message = f"upstream vllm {pin.version}"
+        if os_name:
+            git.Repo.init(top)  # fixups are applied with git apply, which needs the tree to be a repository top
+            report = forkport.port_onto(top, pin, os_name, remote=fork_remote).to_dict()
+            base = pin.bases[os_name]
+            message += f" + {os_name} fork {base.commit} (forward-ported from {base.onto})"
+        commit = _commit_tree(top, message)
+        _write_marker(top, {"pin": pin.name, "source": "sdist", "sha256": pin.sdist.sha256, "base": commit,
+                            "os_base": port_key, "port": report})
         os.replace(top, dest)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return SourceResult(pin=pin.name, path=dest, source="sdist", verified=f"sha256:{pin.sdist.sha256}", cached=False)
+    return SourceResult(pin=pin.name, path=dest, source="sdist", verified=f"sha256:{pin.sdist.sha256}", cached=False,
+                        port=report)
 
 
 def _resolve_git(repo: git.Repo, pin: Pin) -> str:
@@ -322,9 +340,16 @@ def fetch_source(
     *,
     dest: Path | None = None,
     remote: str | None = None,
+    os_name: str | None = None,
     progress: ProgressHook | None = None,
 ) -> SourceResult:
-    """Acquire the pin's source by ``how``: "sdist", "git" or a filesystem path to an existing checkout."""
+    """Acquire the pin's source by ``how``: "sdist", "git" or a filesystem path to an existing checkout.
+
+    ``os_name`` asks for that OS's base tree instead (``pins.<pin>.bases.<os>``): a fork release is cloned as
+    it is; a fork with ``onto`` is forward-ported onto the pin's sdist (``remote`` is then a mirror of the fork).
+    """
+    if os_name is not None:
+        return _fetch_base(pin, how, os_name, dest=dest, remote=remote, progress=progress)
     if remote is not None and how != "git":
         raise UsageError(f"--remote is for --from git; found --from {how}",
                          hint="drop --remote, or pass --from git to clone from that remote")
@@ -339,3 +364,25 @@ def fetch_source(
         if how == "sdist":
             return _from_sdist(pin, dest, progress)
         return _from_git(pin, dest, remote)
+
+
+def _fetch_base(pin: Pin, how: str, os_name: str, *, dest: Path | None, remote: str | None,
+                progress: ProgressHook | None) -> SourceResult:
+    base = pin.bases.get(os_name)
+    if base is None:
+        raise UsageError(f"pin {pin.name} names no {os_name} base (patches/pins.yaml: pins.{pin.name}.bases)",
+                         hint="drop --os for the upstream tree, or add a base for that OS to the pin")
+    if base.onto:
+        if how != "sdist":
+            raise UsageError(f"the {os_name} base of {pin.name} is forward-ported onto the pin's sdist; "
+                             f"found --from {how}", hint="drop --from (the sdist is the default)")
+        dest = (dest or trees_root() / pin.name / f"sdist-{os_name}").expanduser().resolve()
+        with cache_lock(dest):
+            return _from_sdist(pin, dest, progress, os_name=os_name, fork_remote=remote)
+    if how not in ("sdist", "git"):
+        raise UsageError(f"--from {how}: the {os_name} base is cloned from its fork", hint="drop --from")
+    fork_pin = Pin(name=pin.name, version=pin.version, upstream=GitRef(remote=base.remote, commit=base.commit),
+                   sdist=pin.sdist, torch=pin.torch, cuda=pin.cuda, flashinfer=pin.flashinfer)
+    dest = (dest or trees_root() / pin.name / f"git-{os_name}").expanduser().resolve()
+    with cache_lock(dest):
+        return _from_git(fork_pin, dest, remote)

@@ -14,7 +14,7 @@ from g4build.build.plan import Layout, Options, max_jobs
 from g4build.build.planner import default_layout, make_plan
 from g4build.errors import BuildError, UsageError
 from g4build.manifest import local_label
-from g4build.pins import GitRef, Pin
+from g4build.pins import Base, Pin
 
 from .conftest import OPTS, linux_layout, target
 
@@ -40,7 +40,8 @@ def test_plan_for_each_combination(pin21: Pin, os_name: str, arch: str, cuda: st
     assert env["TORCH_CUDA_ARCH_LIST"].endswith("f" if family else "a")
     assert env["CMAKE_BUILD_TYPE"] == "Release" and env["VLLM_TARGET_DEVICE"] == "cuda"
     assert env["VLLM_VERSION_OVERRIDE"] == env["SETUPTOOLS_SCM_PRETEND_VERSION"] == plan.version
-    assert plan.version == f"0.21.0+{local_label(cuda, pin21, [])}"
+    base_os = "windows" if os_name == "windows" else None
+    assert plan.version == f"0.21.0+{local_label(cuda, pin21, [], base_os)}"
     assert plan.version.startswith(f"0.21.0+cu{cuda.replace('.', '')}.g4.")
     names = [s.name for s in plan.steps]
     assert names.index("patches") < names.index("prefetch") < names.index("vllm") < names.index("validate")
@@ -50,10 +51,14 @@ def test_plan_for_each_combination(pin21: Pin, os_name: str, arch: str, cuda: st
     vllm = plan.step("vllm")
     assert vllm.cwd == plan.layout.src and "--no-build-isolation" in vllm.command
     if os_name == "windows":
-        assert names[:2] == ["source", "checkout"]
-        assert plan.step("checkout").command[-1] == pin21.bases["windows"].commit
+        # the Windows base: the fork's changes forward-ported onto the pin by `source fetch --os windows`
+        assert names[:2] == ["source", "patches"]
+        assert plan.step("source").command[1:-1] == ("source", "fetch", "--pin", "vllm-0.21.0", "--os", "windows",
+                                                     "--dest")
         assert plan.step("source").fresh == plan.layout.src == plan.step("source").command[-1]
-        assert pin21.bases["windows"].remote in plan.step("source").command
+        assert any(pin21.bases["windows"].commit in n and "forward-ported" in n for n in plan.notes)
+        # the base is part of the build's identity: a Windows wheel and a WSL wheel never share a version
+        assert plan.version != f"0.21.0+{local_label(cuda, pin21, [])}"
         assert env["DISTUTILS_USE_SDK"] == "1"
         assert "FLASHINFER_CUDA_ARCH_LIST" not in env and "flashinfer-jit-cache" not in names
         assert any("vcvars64.bat" in line for line in plan.setup)
@@ -102,10 +107,13 @@ def test_windows_without_a_base_is_refused(pin33: Pin) -> None:
 
 
 def test_windows_base_can_be_any_fork(pin21: Pin) -> None:
-    other = dataclasses.replace(pin21, bases={"windows": GitRef(remote="https://example.invalid/fork.git",
-                                                                 commit="abcdef1")})
+    other = dataclasses.replace(pin21, bases={"windows": Base(remote="https://example.invalid/fork.git",
+                                                               commit="abcdef1")})
     plan = _plan(other, "windows", "sm120", "13.0")
-    assert plan.step("source").command[-2] == "https://example.invalid/fork.git"
+    assert "--os" in plan.step("source").command
+    assert any("https://example.invalid/fork.git at abcdef1" in n and "forward-ported" not in n for n in plan.notes)
+    # another fork commit is another build
+    assert plan.version != _plan(pin21, "windows", "sm120", "13.0").version
 
 
 @pytest.mark.parametrize(("os_name", "arch", "cuda", "error", "text"), [

@@ -153,8 +153,10 @@ def max_jobs(*, mem_gb: float, cores: int, nvcc_threads: int = 1) -> int:
     return max(1, min(cores, by_mem))
 
 
-def wheel_version(pin: Pin, series: Sequence[Series], cuda: str) -> str:
-    return f"{pin.version}+{local_label(cuda, pin, series)}"
+def wheel_version(pin: Pin, series: Sequence[Series], cuda: str, os_name: str | None = None) -> str:
+    """``<upstream>+cu<XY>.g4.<digest>``; a build from the pin's base tree for ``os_name`` gets its own digest."""
+    base_os = os_name if os_name in pin.bases else None
+    return f"{pin.version}+{local_label(cuda, pin, series, base_os)}"
 
 
 def check_target(target: Target, pin: Pin, *, flashinfer: bool = True) -> None:

@@ -31,17 +31,18 @@ def make_plan(
 ) -> BuildPlan:
     """The whole vLLM build for ``target``; raises UsageError/BuildError for what is wrong before any step."""
     check_target(target, pin, flashinfer=opts.flashinfer)
-    version = wheel_version(pin, series, target.cuda)
+    version = wheel_version(pin, series, target.cuda, target.os)
     env = build_env(target, pin, version, layout, opts)
     notes: list[str] = []
     if target.os == "windows":
         windows.check_layout(layout)
         env.update(windows.env(target, layout))
         setup = windows.setup_lines(target)
-        source = windows.source_steps(pin, layout)
+        source = windows.source_steps(pin, layout, opts.g4build)
         extra = windows.extra_steps(target, layout, opts.g4build)
         base = pin.bases["windows"]
-        notes.append(f"source: Windows base {base.remote} at {base.commit}")
+        notes.append(f"source: Windows base {base.remote} at {base.commit}"
+                     + (f", its changes over {base.onto[:12]} forward-ported onto {pin.name}" if base.onto else ""))
         notes.append("FlashInfer's ahead-of-time kernels are Linux-only: on Windows FlashInfer compiles at first use")
         if windows.needs_align_shim(target.cuda):
             notes.append(f"CUDA {target.cuda} + MSVC: a private cuda.h with 64-byte CUtensorMap alignment is used")

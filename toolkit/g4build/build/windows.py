@@ -83,15 +83,13 @@ def setup_lines(target: Target) -> tuple[str, ...]:
     )
 
 
-def source_steps(pin: Pin, layout: Layout) -> tuple[Step, ...]:
+def source_steps(pin: Pin, layout: Layout, g4build: tuple[str, ...]) -> tuple[Step, ...]:
     base = pin.bases["windows"]
-    return (
-        Step(name="source", title="clone the Windows base",
-             command=("git", "clone", "--filter=blob:none", "--no-checkout", base.remote, layout.src),
-             cwd=layout.root, fresh=layout.src),
-        Step(name="checkout", title=f"check out {base.commit[:12]}",
-             command=("git", "-C", layout.src, "checkout", "--detach", base.commit), cwd=layout.root),
-    )
+    how = (f"forward-port the Windows fork {base.commit[:12]} onto {pin.name}" if base.onto
+           else f"clone the Windows fork at {base.commit[:12]}")
+    return (Step(name="source", title=how,
+                 command=(*g4build, "source", "fetch", "--pin", pin.name, "--os", "windows", "--dest", layout.src),
+                 cwd=layout.root, fresh=layout.src),)
 
 
 def extra_steps(target: Target, layout: Layout, g4build: tuple[str, ...]) -> tuple[Step, ...]:

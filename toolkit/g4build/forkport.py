@@ -1,0 +1,295 @@
+"""Forward-port a fork's own changes onto a pin's upstream tree (how the Windows base is made).
+
+The Windows fork users build from is upstream at some commit (``onto``) plus its Windows changes
+(``onto..commit``: MSVC flags, winloop, gloo, split Marlin kernels, ...). When the fork has no release of the
+pin's version, g4build takes exactly those changes and merges them, file by file with git's three-way merge,
+onto the pin's upstream tree:
+
+- a file the fork changed and the pin did not touch since ``onto`` takes the fork's version;
+- a file both changed is merged (``git merge-file``); a clean merge is taken, a conflict stops the port;
+- files in the base's ``keep_pin`` list keep the pin's version (the fork's change there is upstream drift, or
+  g4build re-does it in its own ``patches/<os>-base/<pin>/`` fixups, applied afterwards);
+- added and deleted files follow the same rule (a file the pin changed is never silently deleted).
+
+Nothing here writes outside the tree it is given; the caller gives a scratch tree and keeps it only on
+success, so a port is complete or absent. The fork's commits are fetched once into a bare cache repository
+and reused offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from g4build.data import patches_dir
+from g4build.errors import BaseConflictError, SourceError
+from g4build.gittree import git_exe
+from g4build.index import cache_lock, cache_root
+from g4build.pins import Base, Pin
+
+# Module-level imports that do not exist on Windows: after a port, a vllm module that still has one at the top
+# level will fail to import there.
+_POSIX_ONLY = re.compile(r"^(?:import|from)\s+(fcntl|resource|termios|pwd|grp|uvloop)\b", re.M)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PortReport:
+    os: str
+    remote: str
+    commit: str
+    onto: str
+    taken: tuple[str, ...] = ()  # fork's version taken as is (the pin left the file as it was at onto)
+    merged: tuple[str, ...] = ()  # both changed it; merged cleanly
+    already: tuple[str, ...] = ()  # the pin already has the fork's content
+    added: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()
+    kept_pin: tuple[str, ...] = ()
+    fixups: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class _Conflict:
+    path: str
+    why: str
+
+
+@dataclass
+class _Plan:
+    writes: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # path -> (content, git mode)
+    deletes: list[str] = field(default_factory=list)
+    sorted_into: dict[str, list[str]] = field(default_factory=dict)
+    conflicts: list[_Conflict] = field(default_factory=list)
+
+    def note(self, kind: str, path: str) -> None:
+        self.sorted_into.setdefault(kind, []).append(path)
+
+
+# --- the fork's commits: a bare cache repository ----------------------------------------------------------------
+
+
+def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([git_exe(), "--git-dir", str(repo), *args], capture_output=True, check=check)
+
+
+def _has_commit(repo: Path, sha: str) -> bool:
+    return _git(repo, "cat-file", "-e", f"{sha}^{{commit}}", check=False).returncode == 0
+
+
+def fork_cache(remote: str) -> Path:
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", remote.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git"))[:40]
+    return cache_root() / "forks" / f"{slug}-{hashlib.sha256(remote.encode()).hexdigest()[:10]}.git"
+
+
+def ensure_fork_commits(remote: str, commits: tuple[str, ...], *, cache_key: str | None = None) -> Path:
+    """A bare repository holding ``commits`` (full shas), fetched from ``remote`` only when missing."""
+    repo = fork_cache(cache_key or remote)
+    url = str(Path(remote).resolve()) if Path(remote).exists() else remote
+    with cache_lock(repo):
+        if not (repo / "HEAD").is_file():
+            tmp = repo.with_name(repo.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run([git_exe(), "init", "-q", "--bare", str(tmp)], check=True, capture_output=True)
+            os.replace(tmp, repo)
+        missing = [c for c in commits if not _has_commit(repo, c)]
+        if missing:
+            # By sha first (what GitHub serves); a server that refuses unadvertised shas gets a full ref fetch.
+            tries = [["fetch", "-q", "--no-tags", "--depth=1", url, *missing],
+                     ["fetch", "-q", url, "+refs/heads/*:refs/fork/heads/*", "+refs/tags/*:refs/fork/tags/*"]]
+            errors = []
+            for args in tries:
+                proc = _git(repo, *args, check=False)
+                if proc.returncode:
+                    errors.append(proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["?"])
+                missing = [c for c in missing if not _has_commit(repo, c)]
+                if not missing:
+                    break
+            if missing:
+                last = errors[-1][0] if errors else "the remote has no such commit"
+                raise SourceError(
+                    f"the fork {remote} did not give commit(s) {', '.join(missing)} ({last})",
+                    hint="check bases.<os>.commit/onto in patches/pins.yaml, or the network; a fetched fork is "
+                         "cached and then works offline",
+                )
+    return repo
+
+
+# --- the merge -------------------------------------------------------------------------------------------------
+
+
+def merge_file(ours: bytes, base: bytes, theirs: bytes) -> tuple[bytes, str | None]:
+    """Three-way merge of one file: (result, None) or (ours, why it conflicts)."""
+    if ours == base:
+        return theirs, None
+    if theirs == base or ours == theirs:
+        return ours, None
+    if b"\0" in ours or b"\0" in base or b"\0" in theirs:
+        return ours, "binary file changed on both sides"
+    with tempfile.TemporaryDirectory(prefix="g4build-merge-") as tmp:
+        names = []
+        for name, data in (("pin", ours), ("onto", base), ("fork", theirs)):
+            (Path(tmp) / name).write_bytes(data)
+            names.append(str(Path(tmp) / name))
+        proc = subprocess.run([git_exe(), "merge-file", "-p", "-q", *names], capture_output=True, check=False)
+    if proc.returncode == 0:
+        return proc.stdout, None
+    if proc.returncode > 0 and proc.returncode < 128:
+        return ours, f"{proc.returncode} conflicting hunk(s)"
+    raise SourceError(f"git merge-file failed: {proc.stderr.decode(errors='replace').strip()}")
+
+
+def _changes(repo: Path, onto: str, commit: str) -> list[tuple[str, str]]:
+    raw = _git(repo, "diff", "--name-status", "-z", "--no-renames", onto, commit).stdout.split(b"\0")
+    items = [x.decode("utf-8", "surrogateescape") for x in raw if x]
+    return list(zip(items[::2], items[1::2], strict=True))
+
+
+def _blob(repo: Path, commit: str, path: str) -> tuple[bytes, str]:
+    line = _git(repo, "ls-tree", "-z", commit, "--", path).stdout.split(b"\0")[0].decode()
+    mode = line.split(" ", 1)[0]
+    return _git(repo, "cat-file", "blob", f"{commit}:{path}").stdout, mode
+
+
+def _is_executable(path: Path) -> bool:
+    return bool(path.stat().st_mode & 0o111)
+
+
+def _plan_port(repo: Path, base: Base, tree: Path) -> _Plan:
+    assert base.onto
+    plan = _Plan()
+    keep = set(base.keep_pin)
+    for status, path in _changes(repo, base.onto, base.commit):
+        mine = tree / path
+        if path in keep:
+            plan.note("kept_pin", path)
+            continue
+        if status == "A":
+            theirs, mode = _blob(repo, base.commit, path)
+            if not mine.exists():
+                plan.writes[path] = (theirs, mode)
+                plan.note("added", path)
+            elif mine.read_bytes() == theirs:
+                plan.note("already", path)
+            else:
+                plan.conflicts.append(_Conflict(path, "the fork adds it and the pin has a different file there"))
+        elif status == "D":
+            if not mine.exists():
+                plan.note("already", path)
+            elif mine.read_bytes() == _blob(repo, base.onto, path)[0]:
+                plan.deletes.append(path)
+                plan.note("deleted", path)
+            else:
+                plan.conflicts.append(_Conflict(path, "the fork deletes it and the pin changed it"))
+        elif status == "M":
+            if not mine.is_file():
+                plan.conflicts.append(_Conflict(path, "the fork changes it and the pin no longer has it"))
+                continue
+            onto_data, onto_mode = _blob(repo, base.onto, path)
+            fork_data, fork_mode = _blob(repo, base.commit, path)
+            ours = mine.read_bytes()
+            result, why = merge_file(ours, onto_data, fork_data)
+            if why:
+                plan.conflicts.append(_Conflict(path, why))
+                continue
+            kind = "taken" if ours == onto_data else "already" if result == ours else "merged"
+            pin_mode = "100755" if _is_executable(mine) else "100644"
+            mode = fork_mode if fork_mode != onto_mode else pin_mode  # the fork's mode change, else the pin's
+            if result != ours or mode != pin_mode:
+                plan.writes[path] = (result, mode)
+            plan.note(kind, path)
+        else:
+            plan.conflicts.append(_Conflict(path, f"unsupported change kind {status!r} (type change)"))
+    stale = sorted(keep - set(plan.sorted_into.get("kept_pin", [])))
+    for path in stale:
+        plan.note("stale_keep", path)
+    return plan
+
+
+def fixup_patches(os_name: str, pin: Pin) -> list[Path]:
+    """Our own patches for files the port keeps at the pin's version: ``patches/<os>-base/<pin>/*.patch``."""
+    folder = patches_dir() / f"{os_name}-base" / pin.name
+    return sorted(folder.glob("*.patch")) if folder.is_dir() else []
+
+
+def posix_only_imports(tree: Path) -> list[str]:
+    """``vllm/`` modules that import a POSIX-only module at the top level (would fail to import on Windows)."""
+    found = []
+    for py in sorted((tree / "vllm").rglob("*.py")):
+        match = _POSIX_ONLY.search(py.read_text(encoding="utf-8", errors="replace"))
+        if match:
+            found.append(f"{py.relative_to(tree).as_posix()} imports {match.group(1)} at the top level")
+    return found
+
+
+def _apply_fixups(tree: Path, patches: list[Path]) -> None:
+    """``git apply`` each fixup in ``tree`` (which must be a git repository's top: paths are then tree-relative)."""
+    for patch in patches:
+        for args in (["--check"], []):
+            proc = subprocess.run([git_exe(), "apply", "--whitespace=nowarn", *args, str(patch)], cwd=tree,
+                                  capture_output=True, text=True, check=False)
+            if proc.returncode:
+                raise BaseConflictError(
+                    f"fixup {patch.parent.parent.name}/{patch.parent.name}/{patch.name} does not apply to the "
+                    f"forward-ported tree: {proc.stderr.strip()[-800:]}",
+                    hint="refresh the fixup against the pin's version of the file (the file is in keep_pin)",
+                )
+
+
+def port_onto(tree: Path, pin: Pin, os_name: str, *, remote: str | None = None) -> PortReport:
+    """Merge the fork's changes of ``pin.bases[os_name]`` into ``tree`` (the pin's upstream tree, a git
+    repository's top with nothing else in it), then apply our fixups. Raises BaseConflictError on any conflict
+    not covered by ``keep_pin``; the tree is then partly written and must be thrown away by the caller."""
+    base = pin.bases[os_name]
+    if not base.onto:
+        raise SourceError(f"pins.{pin.name}.bases.{os_name} has no onto: it is a fork release used as it is")
+    repo = ensure_fork_commits(remote or base.remote, (base.onto, base.commit), cache_key=base.remote)
+    plan = _plan_port(repo, base, tree)
+    if plan.conflicts:
+        listing = "; ".join(f"{c.path} ({c.why})" for c in plan.conflicts[:12])
+        more = f" and {len(plan.conflicts) - 12} more" if len(plan.conflicts) > 12 else ""
+        raise BaseConflictError(
+            f"the {os_name} fork's changes ({base.commit[:12]} over {base.onto[:12]}) conflict with "
+            f"{pin.name} in {len(plan.conflicts)} file(s): {listing}{more}",
+            hint=f"pin a fork commit that is {pin.version} itself (bases.{os_name} without onto), or add the files "
+                 f"to keep_pin and re-do the fork's change there in patches/{os_name}-base/{pin.name}/",
+        )
+    for path in plan.deletes:
+        (tree / path).unlink()
+    for path, (data, mode) in plan.writes.items():
+        dest = tree / path
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(data)
+        os.chmod(dest, 0o755 if mode == "100755" else 0o644)
+    fixups = fixup_patches(os_name, pin)
+    _apply_fixups(tree, fixups)
+    stale = plan.sorted_into.get("stale_keep", [])
+    warnings = [f"keep_pin lists {p}, which the fork does not change: drop it" for p in stale]
+    if os_name == "windows":
+        warnings += posix_only_imports(tree)
+    got = {k: tuple(v) for k, v in plan.sorted_into.items()}
+    return PortReport(os=os_name, remote=base.remote, commit=base.commit, onto=base.onto,
+                      taken=got.get("taken", ()), merged=got.get("merged", ()), already=got.get("already", ()),
+                      added=got.get("added", ()), deleted=got.get("deleted", ()), kept_pin=got.get("kept_pin", ()),
+                      fixups=tuple(p.name for p in fixups), warnings=tuple(warnings))
+
+
+def base_digest(pin: Pin, os_name: str) -> str:
+    """What the base adds to a build's identity: fork commit, onto, keep_pin and the fixups' bytes."""
+    base = pin.bases[os_name]
+    h = hashlib.sha256(f"{os_name}\0{base.remote}\0{base.commit}\0{base.onto}\0".encode())
+    for path in base.keep_pin:
+        h.update(f"{path}\0".encode())
+    for patch in fixup_patches(os_name, pin) if base.onto else []:
+        h.update(hashlib.sha256(patch.read_bytes()).digest())
+    return h.hexdigest()[:16]
