@@ -1,7 +1,8 @@
 """Compile one real vLLM kernel unit for upstream's default arch list and for the plan's sm_120 list, in the
 same run, and print both times and their ratio.
 
-    python tests/benchmarks/bench_arch_compile.py [--pin vllm-0.21.0] [--unit csrc/...cu] [--cutlass DIR]
+    python tests/benchmarks/bench_arch_compile.py [--pin vllm-0.21.0] [--unit csrc/...cu ...] [--cutlass DIR]
+        [--torch-headers] [--parallel N] [--timeout S] [--json FILE]
 
 The vLLM tree is the pin's sdist (tests/support/trees.py: downloaded once from the package index, cached).
 The default unit, ``csrc/libtorch_stable/quantization/cutlass_w4a8/w4a8_utils.cu``, needs CUTLASS headers and
@@ -13,12 +14,15 @@ or let the script find ``<g4build cache>/deps/cutlass-<tag>``. Units that includ
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,24 +38,46 @@ from g4build.index import cache_root  # noqa: E402
 DEFAULT_UNIT = "csrc/libtorch_stable/quantization/cutlass_w4a8/w4a8_utils.cu"
 
 
-def compile_once(nvcc: str, unit: Path, includes: list[Path], flags: list[str], out: Path) -> float:
+def compile_once(nvcc: str, unit: Path, includes: list[Path], flags: list[str], out: Path,
+                 timeout: float | None = None) -> float:
     cmd = [nvcc, "-c", str(unit), "-o", str(out), "-O3", "-std=c++17", "--expt-relaxed-constexpr",
            "--expt-extended-lambda", "-Xcompiler", "-fPIC", *(f"-I{p}" for p in includes), *flags]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return float("inf")
     took = time.perf_counter() - start
     if proc.returncode:
-        raise SystemExit(f"nvcc failed ({' '.join(flags)}):\n{proc.stderr[-2000:]}")
+        raise SystemExit(f"nvcc failed on {unit.name} ({' '.join(flags)}):\n{proc.stderr[-2000:]}")
     return took
+
+
+def bench_unit(nvcc: str, tree: Path, unit: str, includes: list[Path], lists: dict[str, str], repeat: int,
+               timeout: float | None) -> dict[str, float]:
+    """Both arch lists for one unit, alternating per round so drift hits both equally."""
+    times = dict.fromkeys(lists, 0.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        for rnd in range(repeat):
+            for label, arch_list in lists.items():
+                took = compile_once(nvcc, tree / unit, includes, gencode_flags(arch_list), Path(tmp) / f"{rnd}.o",
+                                    timeout)
+                times[label] += took
+                print(f"  {unit} round {rnd + 1} {label:17s}: {took:7.2f} s", flush=True)
+    return {k: v / repeat for k, v in times.items()}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pin", default="vllm-0.21.0")
-    ap.add_argument("--unit", default=DEFAULT_UNIT)
+    ap.add_argument("--unit", action="append", help=f"a .cu of the tree (repeatable; default {DEFAULT_UNIT})")
     ap.add_argument("--cutlass", type=Path)
     ap.add_argument("--torch-headers", action="store_true")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--parallel", type=int, default=1,
+                    help="units benchmarked at once (each nvcc is single-threaded: keep it at most the core count)")
+    ap.add_argument("--timeout", type=float, help="seconds per compile; a unit past it is reported as a bound")
+    ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
 
     nvcc = find_nvcc()
@@ -71,21 +97,41 @@ def main() -> int:
 
         t_inc = Path(torch.__file__).parent / "include"
         includes += [t_inc, t_inc / "torch" / "csrc" / "api" / "include", Path(sysconfig.get_paths()["include"])]
-    unit = tree / args.unit
+    units = args.unit or [DEFAULT_UNIT]
     plan_list = cuda_arch_list(parse_arch("sm120"), version)
     lists = {"upstream default": UPSTREAM_DEFAULT_ARCH_LIST, "g4build sm120": plan_list}
-    print(f"unit {args.unit} of {args.pin}; nvcc {version}; {os.cpu_count()} cores; repeat {args.repeat}")
-    times: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for rnd in range(args.repeat):
-            for label, arch_list in lists.items():  # alternate so drift hits both equally
-                took = compile_once(nvcc, unit, includes, gencode_flags(arch_list), Path(tmp) / f"{rnd}.o")
-                times[label] = times.get(label, 0.0) + took
-                print(f"  round {rnd + 1} {label:17s} [{arch_list}]: {took:7.2f} s")
-    up, ours = times["upstream default"], times["g4build sm120"]
-    print(f"upstream default ({UPSTREAM_DEFAULT_ARCH_LIST}): {up / args.repeat:.2f} s")
-    print(f"g4build sm120 ({plan_list}): {ours / args.repeat:.2f} s")
-    print(f"ratio: {up / ours:.1f}x less compile time for the sm120 plan")
+    print(f"{len(units)} unit(s) of {args.pin}; nvcc {version}; {os.cpu_count()} cores; {args.parallel} at once; "
+          f"repeat {args.repeat}")
+    print(f"upstream default [{UPSTREAM_DEFAULT_ARCH_LIST}] vs g4build sm120 [{plan_list}]")
+    with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
+        futures = {u: pool.submit(bench_unit, nvcc, tree, u, includes, lists, args.repeat, args.timeout)
+                   for u in units}
+        results = {u: f.result() for u, f in futures.items()}
+    print(f"{'unit':70s} {'upstream':>9s} {'sm120':>8s} {'ratio':>6s}")
+    ratios = []
+    finished = {u: r for u, r in results.items() if all(math.isfinite(v) for v in r.values())}
+    for unit, r in results.items():
+        up, ours = r["upstream default"], r["g4build sm120"]
+        if unit not in finished:
+            bound = f">= {args.timeout / ours:.1f}x" if math.isfinite(ours) else "n/a"
+            print(f"{unit:70s} {'timeout':>9s} {ours:7.1f}s {bound} (past --timeout {args.timeout:.0f} s)")
+            continue
+        ratios.append(up / ours)
+        print(f"{unit:70s} {up:8.1f}s {ours:7.1f}s {up / ours:5.1f}x")
+    if not ratios:
+        raise SystemExit("no unit finished both compiles within --timeout")
+    total_up = sum(r["upstream default"] for r in finished.values())
+    total_ours = sum(r["g4build sm120"] for r in finished.values())
+    geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+    print(f"{len(finished)} unit(s) that finished: {total_up:.1f} s vs {total_ours:.1f} s = "
+          f"{total_up / total_ours:.1f}x less compile time for the sm120 plan (geometric mean of the per-unit "
+          f"ratios {geo:.1f}x)")
+    if args.json:
+        args.json.write_text(json.dumps({"nvcc": version, "cores": os.cpu_count(), "lists": lists,
+                                         "units": {u: {k: (v if math.isfinite(v) else None) for k, v in r.items()}
+                                                   for u, r in results.items()},
+                                         "total_ratio": total_up / total_ours,
+                                         "geomean_ratio": geo}, indent=2))
     return 0
 
 
