@@ -35,13 +35,16 @@ from g4build.build.deps import find_deps  # noqa: E402
 from g4build.build.host import find_nvcc, nvcc_version  # noqa: E402
 from g4build.index import cache_root  # noqa: E402
 
+# what vLLM's CMake passes every CUDA unit of _C (torch extension + vLLM's own feature switches)
+VLLM_DEFINES = ["-DENABLE_FP8", "-DTORCH_EXTENSION_NAME=_C", "-DPy_LIMITED_API=3", "-U__CUDA_NO_HALF_OPERATORS__",
+                "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__"]
 DEFAULT_UNIT = "csrc/libtorch_stable/quantization/cutlass_w4a8/w4a8_utils.cu"
 
 
 def compile_once(nvcc: str, unit: Path, includes: list[Path], flags: list[str], out: Path,
                  timeout: float | None = None) -> float:
     cmd = [nvcc, "-c", str(unit), "-o", str(out), "-O3", "-std=c++17", "--expt-relaxed-constexpr",
-           "--expt-extended-lambda", "-Xcompiler", "-fPIC", *(f"-I{p}" for p in includes), *flags]
+           "--expt-extended-lambda", "-Xcompiler", "-fPIC", *VLLM_DEFINES, *(f"-I{p}" for p in includes), *flags]
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout)
@@ -49,7 +52,7 @@ def compile_once(nvcc: str, unit: Path, includes: list[Path], flags: list[str], 
         return float("inf")
     took = time.perf_counter() - start
     if proc.returncode:
-        raise SystemExit(f"nvcc failed on {unit.name} ({' '.join(flags)}):\n{proc.stderr[-2000:]}")
+        raise RuntimeError(f"nvcc failed on {unit.name} ({' '.join(flags)}):\n{proc.stderr[-1500:]}")
     return took
 
 
@@ -103,10 +106,19 @@ def main() -> int:
     print(f"{len(units)} unit(s) of {args.pin}; nvcc {version}; {os.cpu_count()} cores; {args.parallel} at once; "
           f"repeat {args.repeat}")
     print(f"upstream default [{UPSTREAM_DEFAULT_ARCH_LIST}] vs g4build sm120 [{plan_list}]")
+    def one(unit: str) -> dict[str, float] | None:
+        try:
+            r = bench_unit(nvcc, tree, unit, includes, lists, args.repeat, args.timeout)
+        except RuntimeError as exc:  # one unit that does not compile here must not cost the others' results
+            print(f"SKIPPED {unit}: {exc}", flush=True)
+            return None
+        up, ours = r["upstream default"], r["g4build sm120"]
+        print(f"DONE {unit}: upstream {up:.1f} s, sm120 {ours:.1f} s", flush=True)
+        return r
+
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
-        futures = {u: pool.submit(bench_unit, nvcc, tree, u, includes, lists, args.repeat, args.timeout)
-                   for u in units}
-        results = {u: f.result() for u, f in futures.items()}
+        futures = {u: pool.submit(one, u) for u in units}
+        results = {u: r for u, f in futures.items() if (r := f.result()) is not None}
     print(f"{'unit':70s} {'upstream':>9s} {'sm120':>8s} {'ratio':>6s}")
     ratios = []
     finished = {u: r for u, r in results.items() if all(math.isfinite(v) for v in r.values())}

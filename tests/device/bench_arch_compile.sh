@@ -12,6 +12,9 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 mkdir -p "$work/cutlass" && tar xJf "$inputs/cutlass.tar.xz" -C "$work/cutlass"
 export G4BUILD_CACHE=$inputs G4BUILD_TEST_TREES=$work/trees
+if [ -d "$inputs/wh" ]; then  # an offline machine: g4build's requirements from carried wheels
+  python -m pip install -q --no-index --find-links "$inputs/wh" platformdirs filelock pyyaml requests rich typer gitpython
+fi
 # vLLM's VLLM_EXT_SRC .cu units (compiled for every arch of the list), heaviest families first
 units=(
   csrc/attention/paged_attention_v1.cu csrc/attention/paged_attention_v2.cu csrc/mamba/mamba_ssm/selective_scan_fwd.cu

@@ -15,6 +15,8 @@ limit=${3:-3600}
 results=${4:-$work/results}
 here=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$work" "$results"
+work=$(cd "$work" && pwd)  # absolute: the build's steps run in other folders
+results=$(cd "$results" && pwd)
 export PIP_NO_INDEX=1 PIP_FIND_LINKS=$inputs/wh PIP_DISABLE_PIP_VERSION_CHECK=1
 export G4BUILD_CACHE=$work/cache
 if ! command -v g4build >/dev/null; then
