@@ -28,7 +28,8 @@ class RecordedProbe:
     def run(self, argv: Sequence[str], *, timeout: float = 30.0) -> CommandResult | None:
         self.calls.append(("run", *argv))
         commands = self.host.get("commands") or {}
-        key = argv[0] if argv[0] in commands else _program(argv[0])
+        whole = " ".join(argv)  # a recording for one exact command line wins over one for the program
+        key = whole if whole in commands else argv[0] if argv[0] in commands else _program(argv[0])
         entry = commands.get(key)
         if entry is None:
             return None

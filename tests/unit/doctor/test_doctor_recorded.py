@@ -32,13 +32,14 @@ def test_windows_rtx5090_with_cuda_12_9() -> None:
     report, found, probe = _run("windows-5090-cuda129", python=r"C:\venvs\g4\Scripts\python.exe",
                                 workdir=r"C:\b\g4build")
     assert _status(found) == {
-        "platform": "ok", "gpu": "ok", "driver": "warn", "cuda": "ok", "flashinfer-cuda": "warn", "msvc": "ok",
-        "long-paths": "warn", "python": "ok", "torch": "ok", "memory": "ok", "disk": "ok", "docker": "ok",
+        "platform": "ok", "gpu": "ok", "driver": "warn", "cuda": "ok", "flashinfer-cuda": "warn", "git": "ok",
+        "msvc": "ok", "long-paths": "warn", "python": "ok", "torch": "ok", "memory": "ok", "disk": "ok", "docker": "ok",
     }
     assert found["gpu"].summary == "GPU 0: NVIDIA GeForce RTX 5090, SM120 detected"
     assert found["driver"].summary == "driver 576.88 runs CUDA 12.x builds only"
     assert "TORCH_CUDA_ARCH_LIST=12.0a" in found["cuda"].summary  # CUDA < 13: the arch-specific target
     assert found["msvc"].summary == "Visual Studio Build Tools 2022 17.14.36310.24"
+    assert found["git"].summary == "git 2.47.1" and "git-longpaths" not in found  # core.longpaths is on
     assert "LongPathsEnabled /t REG_DWORD /d 1" in found["long-paths"].fix
     assert found["memory"].summary == "64 GiB RAM: use MAX_JOBS=13"
     assert "msvc-alignas" not in found  # only CUDA 13.0-13.2
@@ -53,7 +54,8 @@ def test_windows_cuda_13_0_vs2019_no_torch_little_disk() -> None:
     report, found, _ = _run("windows-cuda130-vs2019", python="python")
     assert _status(found) == {
         "platform": "ok", "gpu": "ok", "driver": "ok", "cuda": "ok", "flashinfer-cuda": "warn",
-        "msvc-alignas": "warn", "msvc": "warn", "long-paths": "ok", "python": "ok", "torch": "fail",
+        "msvc-alignas": "warn", "git": "ok", "git-longpaths": "warn", "msvc": "warn", "long-paths": "ok",
+        "python": "ok", "torch": "fail",
         "memory": "ok", "disk": "fail", "docker": "warn",
     }
     assert found["gpu"].summary == "GPU 0: NVIDIA GeForce RTX 5090, SM120 detected"  # found under NVSMI
@@ -62,6 +64,7 @@ def test_windows_cuda_13_0_vs2019_no_torch_little_disk() -> None:
     assert "No module named 'torch'" in found["torch"].summary and "2.11.0" in found["torch"].fix
     assert found["disk"].summary.startswith("12 GiB free")
     assert {f.check for f in report.failed} == {"torch", "disk"}
+    assert found["git-longpaths"].fix == "git config --global core.longpaths true"
     assert "CreateFile" in found["docker"].summary and "start Docker" in found["docker"].fix
 
 
@@ -69,7 +72,8 @@ def test_wsl_rtx5090_cuda_13() -> None:
     report, found, probe = _run("wsl-5090", workdir="/mnt/c/src/g4build")
     assert _status(found) == {
         "platform": "ok", "wsl-filesystem": "warn", "gpu": "ok", "driver": "ok", "cuda": "ok",
-        "flashinfer-cuda": "ok", "python": "ok", "torch": "ok", "memory": "warn", "disk": "ok", "docker": "warn",
+        "flashinfer-cuda": "ok", "git": "ok", "python": "ok", "torch": "ok", "memory": "warn", "disk": "ok",
+        "docker": "warn",
     }
     assert found["platform"].summary == "WSL2 (Ubuntu-24.04)"
     assert "TORCH_CUDA_ARCH_LIST=12.0f" in found["cuda"].summary and found["cuda"].detail["version"] == "13.0"
@@ -86,10 +90,12 @@ def test_old_linux_machine_fails_on_cuda_python_and_torch() -> None:
     report, found, _ = _run("linux-ada-old")
     assert _status(found) == {
         "platform": "ok", "gpu": "warn", "driver": "warn", "cuda": "fail", "flashinfer-cuda": "warn",
-        "python": "fail", "torch": "fail", "torch-pin": "warn", "memory": "warn", "disk": "warn", "docker": "ok",
+        "git": "warn", "python": "fail", "torch": "fail", "torch-pin": "warn", "memory": "warn", "disk": "warn",
+        "docker": "ok",
     }
     assert found["gpu"].summary == "GPU 0: NVIDIA GeForce RTX 4090 is SM89, not SM120"
     assert found["cuda"].summary == "CUDA 12.4 cannot compile for sm_120"
+    assert found["git"].summary == "git 2.17.1 is older than 2.25 (or not understood)"
     assert found["torch"].summary == "torch 2.5.1+cu124 is built for CUDA 12.4: no Blackwell (sm_120) support"
     assert found["memory"].summary == "8 GiB RAM: MAX_JOBS=1, a slow build"  # the cgroup limit, not MemTotal
     assert {f.check for f in report.failed} == {"cuda", "python", "torch"}
@@ -105,6 +111,7 @@ def test_driver_down_and_nvcc_only_under_cuda_home() -> None:
     assert found["flashinfer-cuda"].status == "warn"
     assert found["torch"].status == "fail" and found["torch"].summary == "torch 2.11.0+cpu is a CPU-only build"
     assert ("run", "/usr/local/cuda-12.8/bin/nvcc", "--version") in probe.calls
+    assert found["git"].status == "fail" and found["git"].fix.startswith("install git")
 
 
 def test_a_blackwell_gpu_on_an_old_driver_fails() -> None:

@@ -12,6 +12,7 @@ from g4build.doctor.checks import (
     check_cuda,
     check_disk,
     check_docker,
+    check_git,
     check_gpu,
     check_long_paths,
     check_memory,
@@ -62,6 +63,8 @@ def run_doctor(
     findings += check_gpu(probe, wsl)
     say("CUDA toolkit (nvcc)")
     findings += check_cuda(probe, wsl)
+    say("git")
+    findings += check_git(probe)
     if probe.system == "windows":
         say("Visual Studio (vswhere)")
         findings += check_msvc(probe)

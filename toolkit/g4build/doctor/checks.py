@@ -282,6 +282,38 @@ def _python_finding(version: str, executable: str) -> Finding:
     return Finding(check="python", status="ok", summary=f"Python {version}", detail=detail)
 
 
+MIN_GIT = Version("2.25")
+
+
+def parse_git_version(text: str) -> Version | None:
+    m = re.search(r"git version (\d+\.\d+(?:\.\d+)?)", text)
+    return Version(m.group(1)) if m else None
+
+
+def check_git(probe: Probe) -> list[Finding]:
+    """Sources are git trees, patches go in with git apply, the Windows base is merged with git merge-file."""
+    windows = probe.system == "windows"
+    install = "winget install Git.Git" if windows else "install git (e.g. apt install git)"
+    res = probe.run(["git", "--version"])
+    if res is None or res.returncode:
+        return [Finding(check="git", status="fail", summary="git not found: g4build keeps sources as git trees",
+                        fix=install)]
+    version = parse_git_version(res.stdout)
+    if version is None or version < MIN_GIT:
+        said = str(version) if version else repr(res.stdout.strip())
+        return [Finding(check="git", status="warn", summary=f"git {said} is older than {MIN_GIT} (or not understood)",
+                        fix=f"update git ({install})")]
+    findings = [Finding(check="git", status="ok", summary=f"git {version}", detail={"version": str(version)})]
+    if windows:
+        longpaths = probe.run(["git", "config", "--global", "--get", "core.longpaths"])
+        if longpaths is None or longpaths.stdout.strip().lower() != "true":
+            findings.append(Finding(
+                check="git-longpaths", status="warn",
+                summary="git core.longpaths is off: CUTLASS and FlashInfer checkouts have paths past 260 characters",
+                fix="git config --global core.longpaths true"))
+    return findings
+
+
 def check_msvc(probe: Probe) -> list[Finding]:
     program_files = probe.env("ProgramFiles(x86)") or r"C:\Program Files (x86)"
     res = probe.run([program_files.rstrip("\\") + "\\" + VSWHERE, "-latest", "-products", "*", "-requires",
