@@ -149,10 +149,18 @@ def merge_file(ours: bytes, base: bytes, theirs: bytes) -> tuple[bytes, str | No
     raise SourceError(f"git merge-file failed: {proc.stderr.decode(errors='replace').strip()}")
 
 
-def _changes(repo: Path, onto: str, commit: str) -> list[tuple[str, str]]:
-    raw = _git(repo, "diff", "--name-status", "-z", "--no-renames", onto, commit).stdout.split(b"\0")
+_FILE_MODES = {"100644", "100755", "000000"}
+
+
+def _changes(repo: Path, onto: str, commit: str) -> list[tuple[str, str, str, str]]:
+    """(status, path, old mode, new mode) for every entry the fork changed (``git diff --raw``, no renames)."""
+    raw = _git(repo, "diff", "--raw", "-z", "--no-renames", "--no-abbrev", onto, commit).stdout.split(b"\0")
     items = [x.decode("utf-8", "surrogateescape") for x in raw if x]
-    return list(zip(items[::2], items[1::2], strict=True))
+    out = []
+    for meta, path in zip(items[::2], items[1::2], strict=True):
+        old_mode, new_mode, _old, _new, status = meta.lstrip(":").split(" ")
+        out.append((status[0], path, old_mode, new_mode))
+    return out
 
 
 def _blob(repo: Path, commit: str, path: str) -> tuple[bytes, str]:
@@ -169,10 +177,13 @@ def _plan_port(repo: Path, base: Base, tree: Path) -> _Plan:
     assert base.onto
     plan = _Plan()
     keep = set(base.keep_pin)
-    for status, path in _changes(repo, base.onto, base.commit):
+    for status, path, old_mode, new_mode in _changes(repo, base.onto, base.commit):
         mine = tree / path
         if path in keep:
             plan.note("kept_pin", path)
+            continue
+        if not {old_mode, new_mode} <= _FILE_MODES:  # symlinks (120000) and submodules (160000)
+            plan.conflicts.append(_Conflict(path, f"not a regular file in the fork (mode {old_mode} -> {new_mode})"))
             continue
         if status == "A":
             theirs, mode = _blob(repo, base.commit, path)
