@@ -121,6 +121,10 @@ def test_a_selection_with_no_cell_is_an_error(matrix_data: dict[str, Any], spec_
         (lambda d: d["actions"]["checkout"].update(sha="v4"), "full 40-hex commit sha"),
         (lambda d: d["nightly"].update(gpu_runner_variable="GPU RUNNER"), "not a variable name"),
         (lambda d: d["nightly"]["smoke_cell"].update(arch="sm89"), "'sm89' is not a value"),
+        # unquoted versions: YAML makes 3.10 the number 3.1, which would silently become another Python
+        (lambda d: d["axes"]["python"].append(3.10), "found the number 3.1"),
+        (lambda d: d.update(build_python=3.12), "build_python: expected a quoted version string"),
+        (lambda d: d["nightly"].update(tool_python=3.12), "tool_python: expected a quoted version string"),
     ],
 )
 def test_malformed_data_names_the_problem(

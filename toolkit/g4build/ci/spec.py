@@ -94,10 +94,18 @@ class MatrixSpec:
     source: Path
 
 
+def _text(value: Any, where: str) -> str:
+    """A scalar that must be a YAML string: an unquoted 3.10 reads as the number 3.1."""
+    if isinstance(value, float):
+        raise ConfigError(f"{where}: expected a quoted version string, found the number {value!r} "
+                          "(YAML reads an unquoted 3.10 as 3.1)", hint=f'quote it: "{value}"')
+    return str(value)
+
+
 def _strings(raw: Any, where: str) -> tuple[str, ...]:
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"{where}: expected a non-empty list, found {raw!r}")
-    values = tuple(str(v) for v in raw)
+    values = tuple(_text(v, where) for v in raw)
     if len(set(values)) != len(values):
         raise ConfigError(f"{where}: duplicate values in {list(values)}")
     return values
@@ -172,7 +180,7 @@ def load_matrix(path: Path | None = None) -> MatrixSpec:
     data = load_yaml_mapping(path)
     where = str(path)
     axes = _axes(require(data, "axes", dict, where), f"{where}: axes")
-    build_python = str(require(data, "build_python", (str, float), where))
+    build_python = _text(require(data, "build_python", (str, float), where), f"{where}: build_python")
     if build_python not in axes["python"]:
         raise ConfigError(f"{where}: build_python {build_python} is not in axes.python ({', '.join(axes['python'])})")
     optional = tuple(str(a) for a in data.get("optional_arch") or [])
@@ -187,7 +195,8 @@ def load_matrix(path: Path | None = None) -> MatrixSpec:
     for os_name in axes["os"]:
         if os_name not in runners:
             raise ConfigError(f"{where}: runners has no label for os '{os_name}'")
-    toolkit = {str(k): str(v) for k, v in require(data, "cuda_toolkit", dict, where).items()}
+    toolkit = {_text(k, f"{where}: cuda_toolkit key"): str(v)
+               for k, v in require(data, "cuda_toolkit", dict, where).items()}
     for cuda in axes["cuda"]:
         if not toolkit.get(cuda, "").startswith(cuda + "."):
             raise ConfigError(
@@ -199,7 +208,7 @@ def load_matrix(path: Path | None = None) -> MatrixSpec:
     nightly = NightlySpec(
         workflow=require(nightly_raw, "workflow", str, nw),
         cron=require(nightly_raw, "cron", str, nw),
-        tool_python=str(require(nightly_raw, "tool_python", (str, float), nw)),
+        tool_python=_text(require(nightly_raw, "tool_python", (str, float), nw), f"{nw}.tool_python"),
         build_timeout_minutes=_int(nightly_raw, "build_timeout_minutes", nw),
         check_timeout_minutes=_int(nightly_raw, "check_timeout_minutes", nw),
         gpu_runner_variable=require(nightly_raw, "gpu_runner_variable", str, nw),
