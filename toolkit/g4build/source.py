@@ -202,6 +202,11 @@ def _from_sdist(pin: Pin, dest: Path, progress: ProgressHook | None, *, os_name:
         return SourceResult(pin=pin.name, path=dest, source="sdist", verified=f"sha256:{pin.sdist.sha256}",
                             cached=True, port=report if isinstance(report, dict) else None)
     if dest.exists():
+        if marker and marker.get("pin") == pin.name and marker.get("sha256") == pin.sdist.sha256:
+            have = "the upstream tree" if not marker.get("os_base") else "another OS base (changed fork or fixups)"
+            want = f"the {os_name} base" if os_name else "the upstream tree"
+            raise SourceError(f"{dest} holds {pin.name} as {have}; expected {want}",
+                              hint="remove that folder (it is rebuilt from the cached sdist) or pass another --dest")
         raise SourceError(
             f"{dest} exists but is not a g4build tree of {pin.name}",
             hint="pass another --dest or remove that folder",

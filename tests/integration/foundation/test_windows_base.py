@@ -153,6 +153,10 @@ def test_forward_port_onto_the_real_sdist(tmp_path: Path, fork: dict[str, str], 
     for path in ("setup.py", "vllm/v1/worker/gpu_worker.py", "vllm/collect_env.py"):
         compile((dest / path).read_text(), path, "exec")
 
+    # the upstream tree is not silently taken for the Windows base, nor the other way round
+    with pytest.raises(SourceError, match="holds vllm-0.21.0 as another OS base"):
+        fetch_source(pin, dest=dest)
+
     # every series applies on the Windows base with zero fuzz
     check = subprocess.run([sys.executable, "-m", "g4build", "patches", "check", "--pin", PIN, "--tree", str(dest),
                             "--json"], capture_output=True, text=True, check=False,
