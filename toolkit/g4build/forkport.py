@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from g4build.data import patches_dir
-from g4build.errors import BaseConflictError, SourceError
+from g4build.errors import BaseConflictError, ConfigError, SourceError
 from g4build.gittree import git_exe
 from g4build.index import cache_lock, cache_root
 from g4build.pins import Base, Pin
@@ -78,12 +78,22 @@ class _Plan:
 # --- the fork's commits: a bare cache repository ----------------------------------------------------------------
 
 
+# Neutral git: no password prompt (an unattended build must fail, not wait), no line-ending conversion.
+_ENV = {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GCM_INTERACTIVE": "never"}
+_NEUTRAL = ("-c", "core.autocrlf=false", "-c", "core.safecrlf=false")
+
+
 def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([git_exe(), "--git-dir", str(repo), *args], capture_output=True, check=check)
+    return subprocess.run([git_exe(), *_NEUTRAL, "--git-dir", str(repo), *args], capture_output=True, check=check,
+                          env={**os.environ, **_ENV})
 
 
 def _has_commit(repo: Path, sha: str) -> bool:
     return _git(repo, "cat-file", "-e", f"{sha}^{{commit}}", check=False).returncode == 0
+
+
+FORK_DEPTH = 200  # history fetched below the fork head: `onto` must be within it
+PORT_VERSION = 2  # bump when the port's rules change: cached Windows trees and wheel versions then change too
 
 
 def fork_cache(remote: str) -> Path:
@@ -91,8 +101,9 @@ def fork_cache(remote: str) -> Path:
     return cache_root() / "forks" / f"{slug}-{hashlib.sha256(remote.encode()).hexdigest()[:10]}.git"
 
 
-def ensure_fork_commits(remote: str, commits: tuple[str, ...], *, cache_key: str | None = None) -> Path:
-    """A bare repository holding ``commits`` (full shas), fetched from ``remote`` only when missing."""
+def ensure_fork_commits(remote: str, head: str, onto: str, *, cache_key: str | None = None) -> Path:
+    """A bare repository holding the fork's ``head`` and ``onto`` (full shas), fetched from ``remote`` only when
+    missing; ``onto`` must be an ancestor of ``head`` (else onto..head would carry more than the fork's work)."""
     repo = fork_cache(cache_key or remote)
     url = str(Path(remote).resolve()) if Path(remote).exists() else remote
     with cache_lock(repo):
@@ -102,26 +113,33 @@ def ensure_fork_commits(remote: str, commits: tuple[str, ...], *, cache_key: str
             tmp.parent.mkdir(parents=True, exist_ok=True)
             subprocess.run([git_exe(), "init", "-q", "--bare", str(tmp)], check=True, capture_output=True)
             os.replace(tmp, repo)
-        missing = [c for c in commits if not _has_commit(repo, c)]
-        if missing:
-            # By sha first (what GitHub serves); a server that refuses unadvertised shas gets a full ref fetch.
-            tries = [["fetch", "-q", "--no-tags", "--depth=1", url, *missing],
-                     ["fetch", "-q", url, "+refs/heads/*:refs/fork/heads/*", "+refs/tags/*:refs/fork/tags/*"]]
-            errors = []
+        if not (_has_commit(repo, head) and _has_commit(repo, onto)):
+            # The fork head by sha (what GitHub serves) with enough history to hold `onto`; a server that refuses
+            # unadvertised shas gets its branches and tags, as deep.
+            tries = [["fetch", "-q", "--no-tags", f"--depth={FORK_DEPTH}", url, head],
+                     ["fetch", "-q", f"--depth={FORK_DEPTH}", url, "+refs/heads/*:refs/fork/heads/*",
+                      "+refs/tags/*:refs/fork/tags/*"]]
+            last = "the remote has no such commit"
             for args in tries:
                 proc = _git(repo, *args, check=False)
                 if proc.returncode:
-                    errors.append(proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["?"])
-                missing = [c for c in missing if not _has_commit(repo, c)]
-                if not missing:
+                    last = (proc.stderr.decode(errors="replace").strip().splitlines() or [last])[-1]
+                if _has_commit(repo, head) and _has_commit(repo, onto):
                     break
+            missing = [c for c in (head, onto) if not _has_commit(repo, c)]
             if missing:
-                last = errors[-1][0] if errors else "the remote has no such commit"
                 raise SourceError(
-                    f"the fork {remote} did not give commit(s) {', '.join(missing)} ({last})",
-                    hint="check bases.<os>.commit/onto in patches/pins.yaml, or the network; a fetched fork is "
-                         "cached and then works offline",
+                    f"the fork {remote} did not give commit(s) {', '.join(missing)} (the head, and onto within "
+                    f"{FORK_DEPTH} commits below it): {last}",
+                    hint="check bases.<os>.commit/onto in patches/pins.yaml (onto must be the upstream commit the "
+                         "fork's head sits on), or the network; a fetched fork is cached and then works offline",
                 )
+        if _git(repo, "merge-base", "--is-ancestor", onto, head, check=False).returncode:
+            raise ConfigError(
+                f"bases: onto {onto} is not an ancestor of the fork commit {head}; expected the upstream commit "
+                "the fork's changes sit on",
+                hint="set onto to `git merge-base <fork head> <upstream main>` in patches/pins.yaml",
+            )
     return repo
 
 
@@ -221,6 +239,12 @@ def _plan_port(repo: Path, base: Base, tree: Path) -> _Plan:
             plan.note(kind, path)
         else:
             plan.conflicts.append(_Conflict(path, f"unsupported change kind {status!r} (type change)"))
+    by_case: dict[str, list[str]] = {}
+    for _status, path, _old, _new in _changes(repo, base.onto, base.commit):
+        by_case.setdefault(path.lower(), []).append(path)
+    for paths in by_case.values():
+        if len(paths) > 1:  # Foo.py -> foo.py: on a case-insensitive disk the add finds the file the delete removes
+            plan.conflicts.append(_Conflict(" / ".join(paths), "a rename that only changes case (not portable)"))
     stale = sorted(keep - set(plan.sorted_into.get("kept_pin", [])))
     for path in stale:
         plan.note("stale_keep", path)
@@ -247,8 +271,8 @@ def _apply_fixups(tree: Path, patches: list[Path]) -> None:
     """``git apply`` each fixup in ``tree`` (which must be a git repository's top: paths are then tree-relative)."""
     for patch in patches:
         for args in (["--check"], []):
-            proc = subprocess.run([git_exe(), "apply", "--whitespace=nowarn", *args, str(patch)], cwd=tree,
-                                  capture_output=True, text=True, check=False)
+            proc = subprocess.run([git_exe(), *_NEUTRAL, "apply", "--whitespace=nowarn", *args, str(patch)],
+                                  cwd=tree, capture_output=True, text=True, check=False, env={**os.environ, **_ENV})
             if proc.returncode:
                 raise BaseConflictError(
                     f"fixup {patch.parent.parent.name}/{patch.parent.name}/{patch.name} does not apply to the "
@@ -264,7 +288,7 @@ def port_onto(tree: Path, pin: Pin, os_name: str, *, remote: str | None = None) 
     base = pin.bases[os_name]
     if not base.onto:
         raise SourceError(f"pins.{pin.name}.bases.{os_name} has no onto: it is a fork release used as it is")
-    repo = ensure_fork_commits(remote or base.remote, (base.onto, base.commit), cache_key=base.remote)
+    repo = ensure_fork_commits(remote or base.remote, base.commit, base.onto, cache_key=base.remote)
     plan = _plan_port(repo, base, tree)
     if plan.conflicts:
         listing = "; ".join(f"{c.path} ({c.why})" for c in plan.conflicts[:12])
@@ -298,7 +322,7 @@ def port_onto(tree: Path, pin: Pin, os_name: str, *, remote: str | None = None) 
 def base_digest(pin: Pin, os_name: str) -> str:
     """What the base adds to a build's identity: fork commit, onto, keep_pin and the fixups' bytes."""
     base = pin.bases[os_name]
-    h = hashlib.sha256(f"{os_name}\0{base.remote}\0{base.commit}\0{base.onto}\0".encode())
+    h = hashlib.sha256(f"{PORT_VERSION}\0{os_name}\0{base.remote}\0{base.commit}\0{base.onto}\0".encode())
     for path in base.keep_pin:
         h.update(f"{path}\0".encode())
     for patch in fixup_patches(os_name, pin) if base.onto else []:

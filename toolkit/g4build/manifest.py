@@ -7,6 +7,7 @@ learn which series a wheel claims (and so which fingerprints to look for).
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -49,7 +50,13 @@ def make_manifest(
         ],
     }
     if base_os is not None and base_os in pin.bases:
-        data["base"] = {"os": base_os, **pin.bases[base_os].to_dict()}
+        from g4build.forkport import fixup_patches
+
+        base = pin.bases[base_os]
+        fixups = fixup_patches(base_os, pin) if base.onto else []
+        data["base"] = {"os": base_os, **base.to_dict(),
+                        "fixups": [{"file": f.name, "sha256": hashlib.sha256(f.read_bytes()).hexdigest()}
+                                   for f in fixups]}
     if extra:
         data.update(extra)
     return data

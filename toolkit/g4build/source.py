@@ -168,8 +168,18 @@ def _write_marker(tree: Path, data: dict[str, Any]) -> None:
     (tree / ".git" / MARKER).write_text(json.dumps(data, indent=2) + "\n")
 
 
-def _commit_tree(tree: Path, message: str) -> str:
+def _init_repo(tree: Path) -> git.Repo:
+    """A repository whose files are stored and checked out byte for byte, whatever the user's git config says
+    (Git for Windows defaults to core.autocrlf=true, which would make patched files look changed)."""
     repo = git.Repo.init(tree)
+    with repo.config_writer() as cfg:
+        cfg.set_value("core", "autocrlf", "false")
+        cfg.set_value("core", "safecrlf", "false")
+    return repo
+
+
+def _commit_tree(tree: Path, message: str) -> str:
+    repo = _init_repo(tree)
     with repo.git.custom_environment(**_GIT_ENV):
         repo.git.add("-A", "-f")  # sdists carry generated files a .gitignore would hide
         repo.git.commit("-q", "--no-gpg-sign", "--no-verify", "-m", message)
@@ -232,7 +242,7 @@ def _from_sdist(pin: Pin, dest: Path, progress: ProgressHook | None, *, os_name:
         report = None
         message = f"upstream vllm {pin.version}"
         if os_name:
-            git.Repo.init(top)  # fixups are applied with git apply, which needs the tree to be a repository top
+            _init_repo(top)  # fixups are applied with git apply, which needs the tree to be a repository top
             report = forkport.port_onto(top, pin, os_name, remote=fork_remote).to_dict()
             base = pin.bases[os_name]
             message += f" + {os_name} fork {base.commit} (forward-ported from {base.onto})"
@@ -282,7 +292,7 @@ def _from_git(pin: Pin, dest: Path, remote: str | None) -> SourceResult:
     work = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(work, ignore_errors=True)
     try:
-        repo = git.Repo.init(work)
+        repo = _init_repo(work)
         repo.create_remote("origin", str(Path(url).resolve()) if Path(url).exists() else url)
         try:
             sha = _resolve_git(repo, pin)

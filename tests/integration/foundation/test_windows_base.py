@@ -154,7 +154,7 @@ def test_forward_port_onto_the_real_sdist(tmp_path: Path, fork: dict[str, str], 
         compile((dest / path).read_text(), path, "exec")
 
     # the upstream tree is not silently taken for the Windows base, nor the other way round
-    with pytest.raises(SourceError, match="holds vllm-0.21.0 as another OS base"):
+    with pytest.raises(SourceError, match=r"holds vllm-0\.21\.0 as another OS base"):
         fetch_source(pin, dest=dest)
 
     # every series applies on the Windows base with zero fuzz

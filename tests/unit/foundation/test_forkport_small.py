@@ -1,5 +1,6 @@
-"""The forward port on a small real fork repository: every change kind, entries that are not files, stale
-keep_pin entries, and the fork's commits fetched from a remote that does not serve unadvertised shas."""
+"""The forward port on small real fork repositories: every change kind, entries that are not files, stale
+keep_pin entries, case-only renames, the user's autocrlf, an onto that is not below the fork head, and the
+fork's commits fetched from a remote that does not serve unadvertised shas."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 import git
 import pytest
 
-from g4build.errors import BaseConflictError
-from g4build.forkport import port_onto
+from g4build.errors import BaseConflictError, ConfigError
+from g4build.forkport import base_digest, port_onto, posix_only_imports
 from g4build.pins import Base, FileRef, GitRef, Pin
 
 
@@ -74,3 +75,87 @@ def test_a_symlink_in_the_fork_is_refused(tmp_path: Path) -> None:
     # declared as kept, the port goes through without it
     report = port_onto(tree, _pin(tmp_path / "fork", onto, head, keep=("link",)), "windows")
     assert report.kept_pin == ("link",) and not (tree / "link").exists()
+
+
+def test_fetch_falls_back_to_refs_when_the_server_refuses_unadvertised_commits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    onto, head = _fork(tmp_path / "fork", with_symlink=False)
+    repo = git.Repo(tmp_path / "fork")
+    (tmp_path / "fork" / "later.txt").write_text("the fork moved on\n")
+    repo.index.add(["later.txt"])
+    repo.index.commit("after the pinned head")  # the pinned head is no longer a branch tip: not advertised
+    # protocol v0 refuses a want for an unadvertised sha, as servers without allowAnySHA1InWant do
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "protocol.version")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "0")
+    tree = _tree(tmp_path / "tree")
+    report = port_onto(tree, _pin(tmp_path / "fork", onto, head), "windows")
+    assert report.merged == ("a.txt",) and not (tree / "later.txt").exists()
+
+
+def test_onto_must_be_an_ancestor_of_the_fork_commit(tmp_path: Path) -> None:
+    onto, head = _fork(tmp_path / "fork", with_symlink=False)
+    repo = git.Repo(tmp_path / "fork")
+    side = repo.create_head("side", onto)
+    side.checkout()
+    (tmp_path / "fork" / "a.txt").write_text("unrelated\n")
+    repo.index.add(["a.txt"])
+    stray = repo.index.commit("not below the fork head").hexsha
+    with pytest.raises(ConfigError, match=f"onto {stray} is not an ancestor of the fork commit {head}"):
+        port_onto(_tree(tmp_path / "tree"), _pin(tmp_path / "fork", stray, head), "windows")
+
+
+def test_a_case_only_rename_is_refused(tmp_path: Path) -> None:
+    where = tmp_path / "fork"
+    repo = git.Repo.init(where)
+    (where / "Readme.txt").write_text("x\n")
+    repo.index.add(["Readme.txt"])
+    onto = repo.index.commit("onto").hexsha
+    repo.index.remove(["Readme.txt"], working_tree=True)
+    (where / "README.txt").write_text("x\n")
+    repo.index.add(["README.txt"])
+    head = repo.index.commit("rename").hexsha
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "Readme.txt").write_text("x\n")
+    git.Repo.init(tree)
+    with pytest.raises(BaseConflictError, match="only changes case"):
+        port_onto(tree, _pin(where, onto, head), "windows")
+    assert (tree / "Readme.txt").read_text() == "x\n"
+
+
+def test_line_endings_do_not_follow_the_users_autocrlf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Git for Windows defaults to core.autocrlf=true; a fixup applied under it must not write CRLF."""
+    from g4build import forkport
+
+    config = tmp_path / "gitconfig"
+    config.write_text("[core]\n\tautocrlf = true\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    fixups = tmp_path / "fixups"
+    fixups.mkdir()
+    (fixups / "0001-b.patch").write_text(
+        "--- a/b.txt\n+++ b/b.txt\n@@ -1 +1 @@\n-bee\n+bee (fixup)\n")
+    monkeypatch.setattr(forkport, "fixup_patches", lambda os_name, pin: sorted(fixups.glob("*.patch")))
+    onto, head = _fork(tmp_path / "fork", with_symlink=False)
+    tree = _tree(tmp_path / "tree")
+    (tree / "b.txt").write_text("bee\n")
+    report = port_onto(tree, _pin(tmp_path / "fork", onto, head, keep=("b.txt",)), "windows")
+    assert report.fixups == ("0001-b.patch",)
+    assert (tree / "b.txt").read_bytes() == b"bee (fixup)\n"
+
+
+def test_base_digest_follows_what_the_port_takes(tmp_path: Path) -> None:
+    pin = _pin(tmp_path / "fork", "a" * 40, "b" * 40)
+    kept = _pin(tmp_path / "fork", "a" * 40, "b" * 40, keep=("x.txt",))
+    other = _pin(tmp_path / "fork", "a" * 40, "c" * 40)
+    assert len({base_digest(pin, "windows"), base_digest(kept, "windows"), base_digest(other, "windows")}) == 3
+    assert base_digest(pin, "windows") == base_digest(_pin(tmp_path / "fork", "a" * 40, "b" * 40), "windows")
+
+
+def test_posix_only_imports(tmp_path: Path) -> None:
+    (tmp_path / "vllm" / "sub").mkdir(parents=True)
+    (tmp_path / "vllm" / "ok.py").write_text("import os\nif os.name != 'nt':\n    import fcntl\n")
+    (tmp_path / "vllm" / "sub" / "bad.py").write_text('"""doc"""\nimport fcntl\n')
+    (tmp_path / "vllm" / "loop.py").write_text("from uvloop import run\n")
+    assert posix_only_imports(tmp_path) == ["vllm/loop.py imports uvloop at the top level",
+                                            "vllm/sub/bad.py imports fcntl at the top level"]

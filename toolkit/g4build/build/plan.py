@@ -155,7 +155,7 @@ def max_jobs(*, mem_gb: float, cores: int, nvcc_threads: int = 1) -> int:
 
 def wheel_version(pin: Pin, series: Sequence[Series], cuda: str, os_name: str | None = None) -> str:
     """``<upstream>+cu<XY>.g4.<digest>``; a build from the pin's base tree for ``os_name`` gets its own digest."""
-    base_os = os_name if os_name in pin.bases else None
+    base_os = "windows" if os_name == "windows" and "windows" in pin.bases else None  # only Windows builds use one
     return f"{pin.version}+{local_label(cuda, pin, series, base_os)}"
 
 

@@ -60,7 +60,8 @@ def stamp(out: Path, manifest: dict[str, Any], *, project: str = "vllm", version
         raise BuildError(
             f"no {project} {version} wheel in {out}: expected {norm}-{version}-*.whl, found "
             f"{', '.join(w.name for w in wheels)}",
-            hint="run the build step first, or pass the --cuda the wheel was built with",
+            hint="run the build step first, or pass the --cuda and --os the wheel was built with (a Windows "
+                 "wheel's version also carries its Windows base)",
         )
     manifest = {**manifest, "wheels": [w.name for w in wheels]}
     (out / MANIFEST_NAME).write_bytes(dumps(manifest))

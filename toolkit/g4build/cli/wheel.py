@@ -229,7 +229,7 @@ def register(app: typer.Typer) -> None:
         pin = load_pins().get(pin_name)
         series = series_for(pin)
         extra = build_extra(arch=arch, os_name=os_name, cuda=cuda, state=state)
-        base_os = os_name if os_name in pin.bases else None
+        base_os = "windows" if os_name == "windows" and "windows" in pin.bases else None
         manifest = make_manifest(pin, series, route="build", extra=extra, base_os=base_os)
         # with --cuda the wheel's version is known: only that wheel is stamped, not older ones in --out
         touched = stamp(out, manifest, version=wheel_version(pin, series, cuda, os_name) if cuda else None)
