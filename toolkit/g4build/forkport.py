@@ -21,15 +21,15 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from g4build.data import patches_dir
 from g4build.errors import BaseConflictError, ConfigError, SourceError
+from g4build.fsutil import remove_tree
 from g4build.gittree import git_exe
 from g4build.index import cache_lock, cache_root
 from g4build.pins import Base, Pin
@@ -109,7 +109,7 @@ def ensure_fork_commits(remote: str, head: str, onto: str, *, cache_key: str | N
     with cache_lock(repo):
         if not (repo / "HEAD").is_file():
             tmp = repo.with_name(repo.name + ".tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_tree(tmp)
             tmp.parent.mkdir(parents=True, exist_ok=True)
             subprocess.run([git_exe(), "init", "-q", "--bare", str(tmp)], check=True, capture_output=True)
             os.replace(tmp, repo)
@@ -202,6 +202,9 @@ def _plan_port(repo: Path, base: Base, tree: Path) -> _Plan:
             continue
         if not {old_mode, new_mode} <= _FILE_MODES:  # symlinks (120000) and submodules (160000)
             plan.conflicts.append(_Conflict(path, f"not a regular file in the fork (mode {old_mode} -> {new_mode})"))
+            continue
+        if mine.is_dir() or any((tree / parent).is_file() for parent in PurePosixPath(path).parents if parent.parts):
+            plan.conflicts.append(_Conflict(path, "a file in the fork where the pin has a folder, or the reverse"))
             continue
         if status == "A":
             theirs, mode = _blob(repo, base.commit, path)
@@ -301,6 +304,10 @@ def port_onto(tree: Path, pin: Pin, os_name: str, *, remote: str | None = None) 
         )
     for path in plan.deletes:
         (tree / path).unlink()
+        for parent in (tree / path).parents:  # no empty folders left behind (git would not have them)
+            if parent == tree or any(parent.iterdir()):
+                break
+            parent.rmdir()
     for path, (data, mode) in plan.writes.items():
         dest = tree / path
         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,6 @@ import json
 import os
 import posixpath
 import re
-import shutil
 import tarfile
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
@@ -22,6 +21,7 @@ import git
 
 from g4build import forkport
 from g4build.errors import SourceError, UnsafeArchiveError, UsageError
+from g4build.fsutil import remove_tree
 from g4build.index import ProgressHook, cache_lock, cache_root, fetch_verified
 from g4build.pins import GitRef, Pin
 
@@ -122,7 +122,7 @@ def safe_extract_tar(archive: Path, dest: Path) -> Path:
         raise SourceError(f"{dest} already exists; expected a fresh destination for extraction",
                           hint="remove it or extract somewhere else")
     tmp = dest.with_name(dest.name + ".extracting")
-    shutil.rmtree(tmp, ignore_errors=True)
+    remove_tree(tmp)
     try:
         with tarfile.open(archive) as tar:
             members = tar.getmembers()
@@ -136,15 +136,15 @@ def safe_extract_tar(archive: Path, dest: Path) -> Path:
         single = len(tops) == 1 and (tmp / tops[0]).is_dir()
         os.replace(tmp, dest)
     except _FILTER_ERRORS as exc:  # the extraction filter's own check (e.g. a link chain the names hide)
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)
         raise UnsafeArchiveError(f"{archive.name}: member refused by the extraction filter: {exc}",
                                  hint=_UNSAFE_HINT) from exc
     except tarfile.TarError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)
         raise UnsafeArchiveError(f"{archive.name}: not a readable tar archive: {exc}",
                                  hint="expected a .tar.gz sdist: delete the file and download it again") from exc
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)
         raise
     return dest / tops[0] if single else dest
 
@@ -223,7 +223,7 @@ def _from_sdist(pin: Pin, dest: Path, progress: ProgressHook | None, *, os_name:
         )
     got = fetch_verified("vllm", pin.sdist.file, pin.sdist.sha256, cache_dir=cache_root() / "sdists", progress=progress)
     work = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(work, ignore_errors=True)
+    remove_tree(work)
     try:
         top = safe_extract_tar(got.path, work)
         version, commit_id = read_version_file(top)
@@ -251,7 +251,7 @@ def _from_sdist(pin: Pin, dest: Path, progress: ProgressHook | None, *, os_name:
                             "os_base": port_key, "port": report})
         os.replace(top, dest)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        remove_tree(work)
     return SourceResult(pin=pin.name, path=dest, source="sdist", verified=f"sha256:{pin.sdist.sha256}", cached=False,
                         port=report)
 
@@ -290,7 +290,7 @@ def _from_git(pin: Pin, dest: Path, remote: str | None) -> SourceResult:
         raise SourceError(f"{dest} exists but is not a g4build tree of {pin.name}", hint="pass another --dest")
     url = remote or pin.upstream.remote
     work = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(work, ignore_errors=True)
+    remove_tree(work)
     try:
         repo = _init_repo(work)
         repo.create_remote("origin", str(Path(url).resolve()) if Path(url).exists() else url)
@@ -303,7 +303,7 @@ def _from_git(pin: Pin, dest: Path, remote: str | None) -> SourceResult:
         _write_marker(work, {"pin": pin.name, "source": "git", "remote": url, "base": sha})
         os.replace(work, dest)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        remove_tree(work)
     return SourceResult(pin=pin.name, path=dest, source="git", verified=f"commit:{sha}", cached=False)
 
 
@@ -332,7 +332,11 @@ def verify_tree(pin: Pin, tree: Path) -> str:
                           hint="pass --from with the path of an existing checkout, or --from sdist / git")
     marker = _read_marker(tree)
     if marker and marker.get("pin") == pin.name:
-        return f"sha256:{marker['sha256']}" if marker.get("source") == "sdist" else f"commit:{marker['base']}"
+        if marker.get("source") != "sdist":
+            return f"commit:{marker['base']}"
+        port = marker.get("port") if isinstance(marker.get("port"), dict) else None
+        extra = f" + {port['os']} base {marker.get('os_base')}" if port else ""  # not the bare upstream tree
+        return f"sha256:{marker['sha256']}{extra}"
     if (tree / ".git").exists():
         found_git = _pinned_base(git.Repo(tree), pin)
         if found_git.startswith("commit:"):

@@ -25,7 +25,7 @@ from g4build.errors import BaseConflictError, ConfigError, SourceError
 from g4build.forkport import merge_file
 from g4build.index import cache_root, fetch_verified
 from g4build.pins import load_pins
-from g4build.source import fetch_source
+from g4build.source import fetch_source, verify_tree
 
 ROOT = project_root()
 PIN = "vllm-0.21.0"
@@ -156,6 +156,7 @@ def test_forward_port_onto_the_real_sdist(tmp_path: Path, fork: dict[str, str], 
     # the upstream tree is not silently taken for the Windows base, nor the other way round
     with pytest.raises(SourceError, match=r"holds vllm-0\.21\.0 as another OS base"):
         fetch_source(pin, dest=dest)
+    assert verify_tree(pin, dest).startswith(f"sha256:{pin.sdist.sha256} + windows base ")
 
     # every series applies on the Windows base with zero fuzz
     check = subprocess.run([sys.executable, "-m", "g4build", "patches", "check", "--pin", PIN, "--tree", str(dest),

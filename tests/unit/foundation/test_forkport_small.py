@@ -159,3 +159,29 @@ def test_posix_only_imports(tmp_path: Path) -> None:
     (tmp_path / "vllm" / "loop.py").write_text("from uvloop import run\n")
     assert posix_only_imports(tmp_path) == ["vllm/loop.py imports uvloop at the top level",
                                             "vllm/sub/bad.py imports fcntl at the top level"]
+
+
+def test_a_file_where_the_pin_has_a_folder_is_a_conflict_and_deletes_leave_no_empty_folders(tmp_path: Path) -> None:
+    where = tmp_path / "fork"
+    repo = git.Repo.init(where)
+    (where / "deep" / "er").mkdir(parents=True)
+    (where / "deep" / "er" / "gone.txt").write_text("x\n")
+    repo.index.add(["deep/er/gone.txt"])
+    onto = repo.index.commit("onto").hexsha
+    repo.index.remove(["deep/er/gone.txt"], working_tree=True)
+    head = repo.index.commit("delete").hexsha
+    tree = tmp_path / "tree"
+    (tree / "deep" / "er").mkdir(parents=True)
+    (tree / "deep" / "er" / "gone.txt").write_text("x\n")
+    (tree / "keep.txt").write_text("k\n")
+    git.Repo.init(tree)
+    report = port_onto(tree, _pin(where, onto, head), "windows")
+    assert report.deleted == ("deep/er/gone.txt",) and not (tree / "deep").exists() and (tree / "keep.txt").exists()
+
+    (where / "deep").mkdir()
+    (where / "deep" / "x.txt").write_text("fork\n")
+    repo.index.add(["deep/x.txt"])
+    head2 = repo.index.commit("add under deep").hexsha
+    (tree / "deep").write_text("the pin has a file here\n")
+    with pytest.raises(BaseConflictError, match=r"deep/x.txt \(a file in the fork where the pin has a folder"):
+        port_onto(tree, _pin(where, head, head2), "windows")

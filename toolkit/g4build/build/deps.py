@@ -10,13 +10,13 @@ project's own ``*_SRC_DIR`` override where one exists, so a second build needs n
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from g4build.errors import BuildError, SourceError
+from g4build.fsutil import remove_tree
 from g4build.index import cache_lock
 
 _DECLARE = re.compile(r"FetchContent_Declare\s*\((?P<body>[^()]*(?:\([^()]*\)[^()]*)*)\)", re.IGNORECASE)
@@ -134,7 +134,7 @@ def _clone_once(dep: CMakeDep, dest: Path, *, remote: str | None, git: Runner) -
     if stamp.is_file():
         return dest
     tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    remove_tree(tmp)
     tmp.mkdir(parents=True)
     git(["init", "-q"], tmp)
     git(["remote", "add", "origin", remote or dep.repository], tmp)
@@ -145,6 +145,6 @@ def _clone_once(dep: CMakeDep, dest: Path, *, remote: str | None, git: Runner) -
     else:
         git(["submodule", "update", "--init", "--recursive", "--depth", "1"], tmp)
     (tmp / ".g4build-prefetched").write_text(f"{dep.repository} {dep.tag}\n")
-    shutil.rmtree(dest, ignore_errors=True)
+    remove_tree(dest)
     tmp.rename(dest)
     return dest

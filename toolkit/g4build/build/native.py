@@ -5,7 +5,6 @@ from __future__ import annotations
 import glob
 import os
 import re
-import shutil
 import subprocess
 import time
 from collections import deque
@@ -19,6 +18,7 @@ from g4build.build.executor import RunResult, StepResult
 from g4build.build.plan import BuildPlan, Step
 from g4build.build.state import BuildState
 from g4build.errors import BuildError
+from g4build.fsutil import remove_tree
 
 _NINJA = re.compile(r"\[(\d+)/(\d+)\]")
 _ERROR = re.compile(r"error|FAILED|Killed|fatal|Traceback|No space left", re.IGNORECASE)
@@ -72,7 +72,7 @@ class NativeExecutor:
         if clean:
             state.done.clear()
             state.save()
-            shutil.rmtree(plan.layout.src, ignore_errors=True)
+            _remove(plan.layout.src)
         activated = dict(self.activate()) if self.activate else {}
         logs = Path(plan.layout.log_dir)
         logs.mkdir(parents=True, exist_ok=True)
@@ -85,7 +85,7 @@ class NativeExecutor:
                 continue
             log = logs / f"{i:02d}-{step.name}.log"
             if step.fresh:  # e.g. a new source: the tree of an earlier build (patched, built) must not remain
-                shutil.rmtree(step.fresh, ignore_errors=True)
+                _remove(step.fresh)
             seconds = self._run_step(step, self._env(plan, step, activated), log, f"{i}/{len(plan.steps)}")
             state.record(step, digest, seconds)
             results.append(StepResult(name=step.name, status="done", seconds=seconds, log=str(log)))
@@ -129,3 +129,10 @@ class NativeExecutor:
             )
         self.console.print(f"{counter} {title}: done in {seconds:.1f}s")
         return seconds
+
+
+def _remove(path: str) -> None:
+    """Remove a folder a step must start without; one that cannot go (a file in use) stops the build here."""
+    if not remove_tree(path):
+        raise BuildError(f"could not remove {path}: expected to start this step without it",
+                         hint="close programs using files in it (an editor, a terminal in that folder) and rerun")
