@@ -181,10 +181,8 @@ def _changes(repo: Path, onto: str, commit: str) -> list[tuple[str, str, str, st
     return out
 
 
-def _blob(repo: Path, commit: str, path: str) -> tuple[bytes, str]:
-    line = _git(repo, "ls-tree", "-z", commit, "--", path).stdout.split(b"\0")[0].decode()
-    mode = line.split(" ", 1)[0]
-    return _git(repo, "cat-file", "blob", f"{commit}:{path}").stdout, mode
+def _blob(repo: Path, commit: str, path: str) -> bytes:
+    return _git(repo, "cat-file", "blob", f"{commit}:{path}").stdout
 
 
 def _is_executable(path: Path) -> bool:
@@ -195,7 +193,8 @@ def _plan_port(repo: Path, base: Base, tree: Path) -> _Plan:
     assert base.onto
     plan = _Plan()
     keep = set(base.keep_pin)
-    for status, path, old_mode, new_mode in _changes(repo, base.onto, base.commit):
+    changes = _changes(repo, base.onto, base.commit)
+    for status, path, old_mode, new_mode in changes:
         mine = tree / path
         if path in keep:
             plan.note("kept_pin", path)
@@ -207,9 +206,9 @@ def _plan_port(repo: Path, base: Base, tree: Path) -> _Plan:
             plan.conflicts.append(_Conflict(path, "a file in the fork where the pin has a folder, or the reverse"))
             continue
         if status == "A":
-            theirs, mode = _blob(repo, base.commit, path)
+            theirs = _blob(repo, base.commit, path)
             if not mine.exists():
-                plan.writes[path] = (theirs, mode)
+                plan.writes[path] = (theirs, new_mode)
                 plan.note("added", path)
             elif mine.read_bytes() == theirs:
                 plan.note("already", path)
@@ -218,7 +217,7 @@ def _plan_port(repo: Path, base: Base, tree: Path) -> _Plan:
         elif status == "D":
             if not mine.exists():
                 plan.note("already", path)
-            elif mine.read_bytes() == _blob(repo, base.onto, path)[0]:
+            elif mine.read_bytes() == _blob(repo, base.onto, path):
                 plan.deletes.append(path)
                 plan.note("deleted", path)
             else:
@@ -227,8 +226,7 @@ def _plan_port(repo: Path, base: Base, tree: Path) -> _Plan:
             if not mine.is_file():
                 plan.conflicts.append(_Conflict(path, "the fork changes it and the pin no longer has it"))
                 continue
-            onto_data, onto_mode = _blob(repo, base.onto, path)
-            fork_data, fork_mode = _blob(repo, base.commit, path)
+            onto_data, fork_data = _blob(repo, base.onto, path), _blob(repo, base.commit, path)
             ours = mine.read_bytes()
             result, why = merge_file(ours, onto_data, fork_data)
             if why:
@@ -236,14 +234,14 @@ def _plan_port(repo: Path, base: Base, tree: Path) -> _Plan:
                 continue
             kind = "taken" if ours == onto_data else "already" if result == ours else "merged"
             pin_mode = "100755" if _is_executable(mine) else "100644"
-            mode = fork_mode if fork_mode != onto_mode else pin_mode  # the fork's mode change, else the pin's
+            mode = new_mode if new_mode != old_mode else pin_mode  # the fork's mode change, else the pin's
             if result != ours or mode != pin_mode:
                 plan.writes[path] = (result, mode)
             plan.note(kind, path)
         else:
             plan.conflicts.append(_Conflict(path, f"unsupported change kind {status!r} (type change)"))
     by_case: dict[str, list[str]] = {}
-    for _status, path, _old, _new in _changes(repo, base.onto, base.commit):
+    for _status, path, _old, _new in changes:
         by_case.setdefault(path.lower(), []).append(path)
     for paths in by_case.values():
         if len(paths) > 1:  # Foo.py -> foo.py: on a case-insensitive disk the add finds the file the delete removes
