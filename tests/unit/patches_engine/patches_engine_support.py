@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,13 @@ def replace_line(text: str, old: str, new: str) -> str:
     idx = lines.index(old + "\n")
     lines[idx] = new + "\n"
     return "".join(lines)
+
+
+# The shared fixture text: a 40-line file and the two single-line edits the series in these tests make.
+Diff = Callable[[dict[str, str], dict[str, str | None]], bytes]
+BASE = numbered(40)
+TEN = replace_line(BASE, "line 10", "line 10 patched")
+TWENTY = replace_line(TEN, "line 20", "line 20 patched")
 
 
 def make_tree(path: Path, files: dict[str, str], *, repo: bool = True) -> Path:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from tests.unit.patches_engine.patches_engine_support import (
+    BASE,
     PIN,
+    TEN,
+    TWENTY,
+    Diff,
     Home,
     git,
     make_tree,
-    numbered,
     replace_line,
     snapshot,
 )
@@ -20,11 +22,6 @@ from g4build.errors import PatchConflictError, SourceError
 from g4build.gittree import dirty_paths
 from g4build.patch_apply import apply_stack
 from g4build.patch_status import tree_status
-
-Diff = Callable[[dict[str, str], dict[str, str | None]], bytes]
-BASE = numbered(40)
-TEN = replace_line(BASE, "line 10", "line 10 patched")
-TWENTY = replace_line(TEN, "line 20", "line 20 patched")
 
 
 def _three_series(home: Home, mkdiff: Diff) -> None:

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from tests.unit.patches_engine.patches_engine_support import (
+    BASE,
     PIN,
+    TEN,
+    Diff,
     Home,
     git,
     make_tree,
-    numbered,
     replace_line,
     snapshot,
 )
 
 from g4build.patching import check_stack, conflict_error
-
-Diff = Callable[[dict[str, str], dict[str, str | None]], bytes]
-BASE = numbered(40)
-TEN = replace_line(BASE, "line 10", "line 10 patched")
 
 
 def _check(home: Home, tree: Path, version: str = "1.0.0"):  # type: ignore[no-untyped-def]

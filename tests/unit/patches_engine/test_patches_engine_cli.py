@@ -8,16 +8,18 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.unit.patches_engine.patches_engine_support import (
+    BASE,
     PIN,
+    TEN,
+    TWENTY,
+    Diff,
     Home,
     git,
     make_tree,
-    numbered,
     replace_line,
     snapshot,
 )
@@ -27,10 +29,6 @@ from g4build.cli import main
 from g4build.cli._common import console, err_console
 from g4build.errors import PatchConflictError, SourceError
 
-Diff = Callable[[dict[str, str], dict[str, str | None]], bytes]
-BASE = numbered(40)
-TEN = replace_line(BASE, "line 10", "line 10 patched")
-TWENTY = replace_line(TEN, "line 20", "line 20 patched")
 TOOLKIT = Path(g4build.__file__).resolve().parents[1]
 
 

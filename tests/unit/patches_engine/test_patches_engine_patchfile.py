@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tests.unit.patches_engine.patches_engine_support import PIN, Home, make_tree, numbered, replace_line
+from tests.unit.patches_engine.patches_engine_support import BASE, PIN, Diff, Home, make_tree, replace_line
 
 from g4build.errors import ConfigError
 from g4build.patchfile import parse_patch, touched_paths
 from g4build.patching import check_stack
-
-Diff = Callable[[dict[str, str], dict[str, str | None]], bytes]
-BASE = numbered(40)
 
 
 def test_sections_hunks_and_paths(mkdiff: Diff) -> None:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 from tests.unit.patches_engine.patches_engine_support import (
+    BASE,
     PIN,
+    TEN,
+    TWENTY,
+    Diff,
     Home,
     git,
     make_tree,
-    numbered,
     replace_line,
 )
 
@@ -22,10 +24,6 @@ from g4build.patch_refresh import diff_patch, new_series, patches_from_commits, 
 from g4build.patching import check_stack
 from g4build.series import load_all
 
-Diff = Callable[[dict[str, str], dict[str, str | None]], bytes]
-BASE = numbered(40)
-TEN = replace_line(BASE, "line 10", "line 10 patched")
-TWENTY = replace_line(TEN, "line 20", "line 20 patched")
 OTHER_PIN = "vllm-2.0.0"
 
 
