@@ -14,6 +14,7 @@ from typing import Any
 
 from g4build import __version__
 from g4build.errors import ValidationError
+from g4build.forkport import fixup_patches
 from g4build.pins import Pin
 from g4build.series import Series, stack_digest
 
@@ -50,8 +51,6 @@ def make_manifest(
         ],
     }
     if base_os is not None and base_os in pin.bases:
-        from g4build.forkport import fixup_patches
-
         base = pin.bases[base_os]
         fixups = fixup_patches(base_os, pin) if base.onto else []
         data["base"] = {"os": base_os, **base.to_dict(),

@@ -24,6 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from g4build.data import load_yaml_mapping, patches_dir, require
 from g4build.errors import ConfigError, UsageError
+from g4build.forkport import base_digest
 from g4build.pins import Pin
 
 
@@ -191,8 +192,6 @@ def stack_digest(pin: Pin, series: Iterable[Series], base_os: str | None = None)
     h = hashlib.sha256()
     h.update(f"{pin.name}\0{pin.upstream.commit}\0{pin.sdist.sha256}\0".encode())
     if base_os is not None and base_os in pin.bases:
-        from g4build.forkport import base_digest
-
         h.update(f"base\0{base_digest(pin, base_os)}\0".encode())
     for s in series:
         h.update(f"{s.name}\0{s.version}\0".encode())

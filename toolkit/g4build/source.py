@@ -13,7 +13,7 @@ import os
 import posixpath
 import re
 import tarfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -400,8 +400,7 @@ def _fetch_base(pin: Pin, how: str, os_name: str, *, dest: Path | None, remote: 
             return _from_sdist(pin, dest, progress, os_name=os_name, fork_remote=remote)
     if how not in ("sdist", "git"):
         raise UsageError(f"--from {how}: the {os_name} base is cloned from its fork", hint="drop --from")
-    fork_pin = Pin(name=pin.name, version=pin.version, upstream=GitRef(remote=base.remote, commit=base.commit),
-                   sdist=pin.sdist, torch=pin.torch, cuda=pin.cuda, flashinfer=pin.flashinfer)
+    fork_pin = replace(pin, upstream=GitRef(remote=base.remote, commit=base.commit), bases={})
     dest = (dest or trees_root() / pin.name / f"git-{os_name}").expanduser().resolve()
     with cache_lock(dest):
         return _from_git(fork_pin, dest, remote)

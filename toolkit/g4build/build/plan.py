@@ -153,10 +153,14 @@ def max_jobs(*, mem_gb: float, cores: int, nvcc_threads: int = 1) -> int:
     return max(1, min(cores, by_mem))
 
 
+def base_os_of(pin: Pin, os_name: str | None) -> str | None:
+    """The OS whose base tree a build for ``os_name`` starts from: only Windows builds use one."""
+    return "windows" if os_name == "windows" and "windows" in pin.bases else None
+
+
 def wheel_version(pin: Pin, series: Sequence[Series], cuda: str, os_name: str | None = None) -> str:
     """``<upstream>+cu<XY>.g4.<digest>``; a build from the pin's base tree for ``os_name`` gets its own digest."""
-    base_os = "windows" if os_name == "windows" and "windows" in pin.bases else None  # only Windows builds use one
-    return f"{pin.version}+{local_label(cuda, pin, series, base_os)}"
+    return f"{pin.version}+{local_label(cuda, pin, series, base_os_of(pin, os_name))}"
 
 
 def check_target(target: Target, pin: Pin, *, flashinfer: bool = True) -> None:

@@ -13,7 +13,7 @@ from g4build.build import docker as docker_exec
 from g4build.build.arch import parse_arch
 from g4build.build.executor import RunResult
 from g4build.build.host import HostFacts, cuda_home_of, host_os, preflight, probe
-from g4build.build.plan import BuildPlan, Layout, Options, Target, max_jobs, wheel_version
+from g4build.build.plan import BuildPlan, Layout, Options, Target, base_os_of, max_jobs, wheel_version
 from g4build.build.planner import default_layout, make_plan, python_cmd
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
 from g4build.errors import UsageError
@@ -229,8 +229,7 @@ def register(app: typer.Typer) -> None:
         pin = load_pins().get(pin_name)
         series = series_for(pin)
         extra = build_extra(arch=arch, os_name=os_name, cuda=cuda, state=state)
-        base_os = "windows" if os_name == "windows" and "windows" in pin.bases else None
-        manifest = make_manifest(pin, series, route="build", extra=extra, base_os=base_os)
+        manifest = make_manifest(pin, series, route="build", extra=extra, base_os=base_os_of(pin, os_name))
         # with --cuda the wheel's version is known: only that wheel is stamped, not older ones in --out
         touched = stamp(out, manifest, version=wheel_version(pin, series, cuda, os_name) if cuda else None)
         if as_json:
