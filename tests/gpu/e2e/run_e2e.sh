@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Gemma 4 + DFlash on the registry vLLM 0.21.0 wheel, pristine and overlaid by g4build, on a CUDA machine with
+# torch 2.11 (vLLM 0.21.0's torch) and no network. Run from the repository root:
+#
+#   tests/gpu/e2e/run_e2e.sh STEP [STEP...]
+#
+# Steps (each can be its own call; state lives in $G4E2E_STAGE, default /tmp/g4e2e):
+#   stash          copy the wheel parts carried in .device/e2e/<n>/ into the stage (parts.py checks each)
+#   deps           install the carried dependency wheels (.whl/, listed in tests/gpu/e2e/device-wheels.txt)
+#   prepare        join the parts (sha256 against patches/pins.yaml), install g4build, install the pristine
+#                  wheel, make the overlaid wheel with `g4build overlay` + `g4build validate`, install it,
+#                  write the tiny models
+#   pristine       DFlash with attention_backend flash_attn on the pristine wheel (expected to fail)
+#   baseline       the target alone on the overlaid wheel (greedy reference)
+#   dflash | mtp   speculative decoding on the overlaid wheel
+#   kernel         mm-prefix-fa against a dense reference on the wheel's FlashAttention kernels
+#   report         tests/gpu/results/vllm-0.21.0-e2e.json from the runs (also copied to $OUT when set)
+#
+# Every step writes its JSON and log under the stage; a failed run is recorded, not fatal, so one call
+# brings back everything that could run.
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/../../.." && pwd)
+here=$repo/tests/gpu/e2e
+stage=${G4E2E_STAGE:-/tmp/g4e2e}
+pin=${G4E2E_PIN:-vllm-0.21.0}
+py=${PYTHON:-python3}
+run_limit=${G4E2E_RUN_LIMIT:-420}
+mkdir -p "$stage/runs" "$stage/logs"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 PYTHONUNBUFFERED=1
+export CUDA_CACHE_PATH=$stage/cuda-cache CUDA_CACHE_MAXSIZE=4294967296
+export VLLM_CACHE_ROOT=$stage/vllm-cache TRITON_CACHE_DIR=$stage/triton-cache
+export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+
+say() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+publish() {  # small results back to the caller when $OUT exists (the device tool's return folder)
+  [ -n "${OUT:-}" ] || return 0
+  cp "$stage"/runs/*.json "$OUT"/ 2>/dev/null || true
+  tar -czf "$OUT/logs.tgz" -C "$stage" logs 2>/dev/null || true
+}
+trap publish EXIT
+trap 'exit 143' TERM INT
+
+step_stash() {
+  "$py" "$here/parts.py" stash "$repo/.device/e2e" --stage "$stage/parts"
+}
+
+step_deps() {
+  local list=$here/device-wheels.txt missing=0 name sum
+  while read -r name sum; do
+    case $name in ''|'#'*) continue ;; esac
+    if [ ! -f "$repo/.whl/$name" ]; then echo "missing dependency wheel: .whl/$name"; missing=1; continue; fi
+    if [ "$(sha256sum "$repo/.whl/$name" | cut -d' ' -f1)" != "$sum" ]; then
+      echo "dependency wheel .whl/$name: sha256 differs from device-wheels.txt"; missing=1
+    fi
+  done < "$list"
+  [ "$missing" -eq 0 ] || return 4
+  "$py" -m pip install -q --no-deps --no-compile --target "$stage/deps" "$repo"/.whl/*.whl \
+    > "$stage/logs/deps.log" 2>&1 || { tail -20 "$stage/logs/deps.log"; return 9; }
+  say "dependencies installed: $(ls "$repo"/.whl/*.whl | wc -l) wheels"
+}
+
+g4build() { PYTHONPATH=$stage/g4:$stage/deps "$py" -m g4build "$@"; }
+
+install_wheel() {  # WHEEL DEST
+  rm -rf "$2.tmp" && "$py" -m pip install -q --no-deps --no-compile --target "$2.tmp" "$1" \
+    && rm -rf "$2" && mv "$2.tmp" "$2"
+}
+
+step_prepare() {
+  "$py" "$here/parts.py" join --stage "$stage/parts" --pin "$pin" --dest "$stage/wheel" || return $?
+  local whl
+  whl=$(ls "$stage"/wheel/vllm-*.whl)
+  if [ ! -d "$stage/g4" ]; then
+    "$py" -m pip install -q --no-deps --no-build-isolation --target "$stage/g4" "$repo" \
+      > "$stage/logs/g4build-install.log" 2>&1 || { tail -20 "$stage/logs/g4build-install.log"; return 9; }
+  fi
+  say "installing the pristine wheel"
+  [ -d "$stage/pristine" ] || install_wheel "$whl" "$stage/pristine" || return 9
+  say "g4build overlay"
+  rm -rf "$stage/overlaid"
+  g4build overlay "$whl" --pin "$pin" --out "$stage/overlaid" --json > "$stage/runs/overlay.json" \
+    2> "$stage/logs/overlay.log" || { tail -20 "$stage/logs/overlay.log"; return 10; }
+  local patched
+  patched=$(ls "$stage"/overlaid/vllm-*.whl)
+  g4build validate "$patched" --pin "$pin" --json > "$stage/runs/validate.json" 2> "$stage/logs/validate.log" \
+    || { tail -20 "$stage/logs/validate.log"; return 10; }
+  say "installing the overlaid wheel $(basename "$patched")"
+  install_wheel "$patched" "$stage/patched" || return 9
+  "$py" "$here/tiny_models.py" "$stage/models" > "$stage/logs/models.log" 2>&1 \
+    || { tail -20 "$stage/logs/models.log"; return 1; }
+  say "prepared: $(du -sh "$stage/pristine" "$stage/patched" | tr '\n' ' ')"
+}
+
+engine_run() {  # NAME VARIANT MODE
+  local name=$1 variant=$2 mode=$3 start rc=0
+  [ -d "$stage/$variant" ] || { echo "step $name: $variant wheel not installed (run prepare first)"; return 7; }
+  say "run $name ($mode on the $variant wheel)"
+  start=$(date +%s)
+  PYTHONPATH=$stage/$variant:$stage/deps timeout -k 20 "$run_limit" "$py" "$here/engine_runs.py" \
+    --mode "$mode" --models "$stage/models" --json "$stage/runs/$name.json" > "$stage/logs/$name.log" 2>&1 || rc=$?
+  say "run $name exited $rc after $(( $(date +%s) - start )) s"
+  tail -5 "$stage/logs/$name.log"
+  if [ ! -s "$stage/runs/$name.json" ]; then  # killed before the script could write: record that much
+    "$py" - "$stage/runs/$name.json" "$mode" "$rc" "$stage/logs/$name.log" <<'PY'
+import json, sys
+path, mode, rc, log = sys.argv[1:]
+tail = open(log, errors="replace").read()[-4000:]
+json.dump({"mode": mode, "ok": False, "error": f"runner exited {rc} without a result", "log_tail": tail},
+          open(path, "w"), indent=1)
+PY
+  fi
+}
+
+step_kernel() {
+  [ -d "$stage/patched" ] || { echo "step kernel: overlaid wheel not installed"; return 7; }
+  say "mm-prefix-fa kernel check"
+  PYTHONPATH=$stage/patched:$stage/deps timeout -k 20 "$run_limit" "$py" "$here/mm_prefix_kernel.py" \
+    --json "$stage/runs/kernel.json" > "$stage/logs/kernel.log" 2>&1
+  say "kernel check exited $?"; tail -25 "$stage/logs/kernel.log"
+}
+
+step_report() {
+  "$py" "$here/report.py" --runs "$stage/runs" --out "$repo/tests/gpu/results" || return $?
+  [ -z "${OUT:-}" ] || cp "$repo"/tests/gpu/results/vllm-0.21.0-*.json "$OUT"/
+}
+
+[ $# -gt 0 ] || { sed -n '2,22p' "$0"; exit 2; }
+status=0
+for s in "$@"; do
+  case $s in
+    stash|deps|prepare|kernel|report) "step_$s" || { echo "step $s failed ($?)"; status=1; } ;;
+    pristine) engine_run pristine-dflash pristine dflash ;;
+    baseline) engine_run baseline patched baseline ;;
+    dflash) engine_run dflash patched dflash ;;
+    mtp) engine_run mtp patched mtp ;;
+    *) echo "unknown step $s"; exit 2 ;;
+  esac
+  publish
+  # a failed preparation makes the runs after it meaningless
+  if [ $status -ne 0 ] && [ "$s" = prepare ]; then exit 1; fi
+done
+exit $status
