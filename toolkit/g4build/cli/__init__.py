@@ -6,6 +6,8 @@ assembles them and turns ``G4BuildError`` into a message and its exit code.
 
 from __future__ import annotations
 
+import importlib
+import os
 import sys
 
 import typer
@@ -31,8 +33,9 @@ app = typer.Typer(
     name="g4build",
     help="Build, patch and validate vLLM wheels for Gemma 4 + DFlash on SM120 (Windows, WSL, Linux).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 for _module in (pins, source, patches, wheel, validate, overlay, recipe, ci, image, doctor):
@@ -48,13 +51,30 @@ def _version_callback(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(
-        False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
+        False, "--version", "-V", callback=_version_callback, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
     """g4build: pin → source → patches → build → validate → emit."""
 
 
+def _click_exception_types() -> tuple[type[BaseException], ...]:
+    """click's exception base classes as the installed typer raises them.
+
+    typer >= 0.20 carries its own copy of click (``typer._click``) and installs no ``click``; older typer uses
+    the ``click`` package. Usage errors are instances of whichever copy typer parses with, so look up both.
+    """
+    found: list[type[BaseException]] = []
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        found.append(module.ClickException)
+    return tuple(found)
+
+
 def main(argv: list[str] | None = None) -> None:
+    click_errors = _click_exception_types()
     try:
         # With standalone_mode=False click hands back typer.Exit's code instead of raising it.
         result = app(args=argv, standalone_mode=False)
@@ -68,13 +88,25 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except typer.Abort:
+    except (typer.Abort, KeyboardInterrupt):
         err_console.print("aborted")
         sys.exit(130)
-    except Exception as exc:  # click's usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
+    except click_errors as exc:  # usage errors: click's own message and usage line, exit 2
+        exc.show()  # type: ignore[attr-defined]
+        sys.exit(exc.exit_code)  # type: ignore[attr-defined]
+    except Exception as exc:
+        if os.environ.get("G4BUILD_DEBUG"):
+            raise
+        where = ""
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if tb is not None:
+            where = f" (at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno})"
+        err_console.print(
+            f"[bold red]error:[/] unexpected {type(exc).__name__}: {escape(str(exc))}{escape(where)}", highlight=False
+        )
+        err_console.print(
+            "[yellow]hint:[/] rerun with G4BUILD_DEBUG=1 for the traceback, and report it", highlight=False
+        )
+        sys.exit(1)

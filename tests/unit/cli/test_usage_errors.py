@@ -1,0 +1,71 @@
+"""Usage mistakes end in click's one-line error plus usage and exit 2, never a traceback, whatever copy of
+click the installed typer parses with (typer >= 0.20 carries its own and installs none)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import g4build.cli as cli
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    """The installed console script (pip install . / -e . puts it beside this interpreter)."""
+    script = Path(sys.executable).with_name("g4build")
+    exe = str(script) if script.is_file() else shutil.which("g4build")
+    if exe is None:
+        pytest.fail("no g4build console script: install the project (README's test set-up) first")
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["wheeel"], "No such command 'wheeel'"),
+        (["pins", "show"], "Missing argument"),
+        (["wheel", "--os", "wsl", "--dry-run"], "Missing option '--arch'"),
+        (["wheel", "--arch", "sm120", "--os", "wsl", "--jobs", "0", "--dry-run"], "--jobs"),
+        (["validate", "/nonexistent.whl"], "does not exist"),
+    ],
+)
+def test_usage_errors_exit_2_without_traceback(args: list[str], needle: str) -> None:
+    proc = _run(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert needle in proc.stderr
+    assert "Usage: g4build" in proc.stderr
+
+
+def test_short_help_and_version() -> None:
+    assert "Usage: g4build" in _run("-h").stdout
+    version = _run("-V")
+    assert version.returncode == 0 and version.stdout.startswith("g4build ")
+
+
+def test_unexpected_exception_is_one_line_exit_1(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    def broken(**_: object) -> None:
+        raise RuntimeError("boom [red]not markup[/red]")
+
+    monkeypatch.delenv("G4BUILD_DEBUG", raising=False)
+    monkeypatch.setattr(cli, "app", broken)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["pins", "list"])
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert "unexpected RuntimeError: boom [red]not markup[/red]" in err
+    assert "G4BUILD_DEBUG=1" in err and "Traceback" not in err
+
+
+def test_debug_env_keeps_the_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(**_: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setenv("G4BUILD_DEBUG", "1")
+    monkeypatch.setattr(cli, "app", broken)
+    with pytest.raises(RuntimeError, match="boom"):
+        cli.main(["pins", "list"])
