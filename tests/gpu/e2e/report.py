@@ -1,0 +1,183 @@
+"""Fold the e2e runs (JSON files written by engine_runs.py, mm_prefix_kernel.py and run_e2e.sh's prepare step)
+into the results kept in the repo: tests/gpu/results/vllm-0.21.0-e2e.json and vllm-0.21.0-mm-prefix-kernel.json.
+
+  python tests/gpu/e2e/report.py --runs STAGE/runs --out tests/gpu/results
+
+Runs on the GPU machine right after the runs (it reads the device there), or later anywhere from a copy of the
+runs folder (the device block then comes from the runs themselves).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+# The restriction users hit on 0.21.0 (vllm/v1/attention/backend.py): the pristine failure must name it.
+RESTRICTION_WORDS = ("partial multimodal", "non-causal", "mm_prefix", "mm prefix")
+
+
+def load(runs: Path, name: str) -> dict[str, Any] | None:
+    path = runs / f"{name}.json"
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        return {"ok": False, "error": f"{path.name} is not JSON: {exc}"}
+    return doc if isinstance(doc, dict) else {"ok": False, "error": f"{path.name} holds no object"}
+
+
+def device_info(runs: list[dict[str, Any] | None]) -> dict[str, Any]:
+    for run in runs:
+        if run and isinstance(run.get("device"), dict) and run["device"].get("name"):
+            return dict(run["device"])
+    info: dict[str, Any] = {}
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout.strip().splitlines()[0]
+        name, cap, driver, mem = (x.strip() for x in out.split(","))
+        info = {"name": name, "capability": cap, "driver": driver, "memory": mem}
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        pass
+    return info
+
+
+def outputs_of(run: dict[str, Any] | None) -> dict[str, list[int]]:
+    """Per-request output token ids, keyed by request id, from a run's `outputs`."""
+    if not run:
+        return {}
+    outs = run.get("outputs") or []
+    result: dict[str, list[int]] = {}
+    if isinstance(outs, dict):
+        return {str(k): list(v) for k, v in outs.items()}
+    for i, item in enumerate(outs):
+        if isinstance(item, dict):
+            key = str(item.get("id", item.get("request", i)))
+            result[key] = list(item.get("token_ids", []))
+        else:
+            result[str(i)] = list(item)
+    return result
+
+
+def compare(reference: dict[str, list[int]], other: dict[str, list[int]]) -> dict[str, Any]:
+    """Greedy speculative decoding is lossless: every request's tokens must equal the reference's."""
+    mismatches = []
+    for key, ref in reference.items():
+        got = other.get(key)
+        if got != ref:
+            seq = got or []
+            first = next((i for i, (a, b) in enumerate(zip(ref, seq, strict=False)) if a != b), min(len(ref), len(seq)))
+            mismatches.append({"request": key, "first_difference_at": first,
+                               "reference_len": len(ref), "len": len(got or [])})
+    equal = bool(reference) and not mismatches and set(other) == set(reference)
+    return {"greedy_equal": equal, "compared": len(reference), "mismatches": mismatches[:10]}
+
+
+def summarize_run(run: dict[str, Any] | None) -> dict[str, Any]:
+    if run is None:
+        return {"ok": False, "error": "not run"}
+    keep = ("ok", "error", "requests", "image_requests", "batches", "cuda_graphs", "non_capture_batch_sizes",
+            "chunked_prefill", "prefix_caching", "max_num_batched_tokens", "tokens_per_s", "output_tokens",
+            "generate_s", "engine_start_s", "acceptance_length", "spec_decode", "backends", "num_speculative_tokens",
+            "reason")
+    return {k: run[k] for k in keep if k in run}
+
+
+def pin_wheel_name(pin: str = "vllm-0.21.0") -> str | None:
+    try:
+        import yaml
+
+        pins = yaml.safe_load((Path(__file__).resolve().parents[3] / "patches" / "pins.yaml").read_text())
+        return str(pins["pins"][pin]["wheels"]["manylinux_x86_64"]["file"])
+    except (ImportError, OSError, KeyError, TypeError):
+        return None
+
+
+def build(runs: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    pristine = load(runs, "pristine-dflash")
+    baseline = load(runs, "baseline")
+    dflash = load(runs, "dflash")
+    mtp = load(runs, "mtp")
+    kernel = load(runs, "kernel")
+    overlay = load(runs, "overlay")
+    validate = load(runs, "validate")
+
+    pristine_error = (pristine or {}).get("error") or ""
+    reference = outputs_of(baseline)
+    dflash_cmp = compare(reference, outputs_of(dflash)) if dflash and dflash.get("ok") else {"greedy_equal": False}
+    mtp_doc: dict[str, Any]
+    if mtp is None:
+        mtp_doc = {"ok": False, "reason": "not run"}
+    elif mtp.get("ok"):
+        mtp_doc = {**summarize_run(mtp), **compare(reference, outputs_of(mtp))}
+    else:
+        mtp_doc = {"ok": False, "reason": mtp.get("reason") or mtp.get("error") or "failed"}
+
+    patched = {
+        **summarize_run(dflash),
+        "ok": bool(dflash and dflash.get("ok")),
+        **dflash_cmp,
+    }
+    doc: dict[str, Any] = {
+        "what": "Gemma 4 (tiny, dummy weights) + DFlash drafter, attention_backend flash_attn, on the registry "
+                "vLLM 0.21.0 wheel: pristine vs overlaid by g4build",
+        "script": "tests/gpu/e2e/run_e2e.sh",
+        "device": device_info([baseline, dflash, pristine, kernel]),
+        "wheel": {
+            "pristine": pin_wheel_name(),
+            "overlaid": Path(str((overlay or {}).get("wheel", ""))).name or None,
+            "changed_files": len((overlay or {}).get("changed", [])),
+            "added_files": len((overlay or {}).get("added", [])),
+            "validate_ok": (validate or {}).get("ok"),
+        },
+        "pristine": {
+            "ok": bool(pristine and pristine.get("ok")),
+            "error": pristine_error[-3000:],
+            "error_names_restriction": any(w in pristine_error.lower() for w in RESTRICTION_WORDS),
+        },
+        "baseline": summarize_run(baseline),
+        "patched": patched,
+        "mtp": mtp_doc,
+        "tokens_per_s": {
+            name: run.get("tokens_per_s")
+            for name, run in (("baseline", baseline), ("dflash", dflash), ("mtp", mtp))
+            if run and run.get("ok")
+        },
+        "acceptance_length": {
+            name: run.get("acceptance_length")
+            for name, run in (("dflash", dflash), ("mtp", mtp))
+            if run and run.get("ok")
+        },
+    }
+    return doc, kernel
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--name", default="vllm-0.21.0")
+    args = ap.parse_args(argv)
+    doc, kernel = build(args.runs)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.name}-e2e.json").write_text(json.dumps(doc, indent=1) + "\n")
+    if kernel is not None:
+        (args.out / f"{args.name}-mm-prefix-kernel.json").write_text(json.dumps(kernel, indent=1) + "\n")
+    print(f"pristine failure names the restriction: {doc['pristine']['error_names_restriction']}")
+    print(f"patched ok: {doc['patched']['ok']}  greedy_equal: {doc['patched'].get('greedy_equal')}")
+    print(f"mtp: {doc['mtp'].get('ok')} {doc['mtp'].get('reason', '')}")
+    print(f"tokens/s: {doc['tokens_per_s']}  acceptance: {doc['acceptance_length']}")
+    if kernel is not None:
+        print(f"kernel: ok {kernel.get('ok')} max_abs_error {kernel.get('max_abs_error')} "
+              f"ratio {kernel.get('ratio_median')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
