@@ -36,7 +36,7 @@ say() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 publish() {  # small results back to the caller when $OUT exists (the device tool's return folder)
   [ -n "${OUT:-}" ] || return 0
   cp "$stage"/runs/*.json "$OUT"/ 2>/dev/null || true
-  tar -czf "$OUT/logs.tgz" -C "$stage" logs 2>/dev/null || true
+  (cd "$stage" && tar -czf "$OUT/logs.tgz" logs runs/*.log 2>/dev/null) || true
 }
 trap publish EXIT
 trap 'exit 143' TERM INT
