@@ -290,6 +290,10 @@ def engine_kwargs(mode: str, models: Path, meta: dict[str, Any], num_spec: int,
         "enforce_eager": False,
         "compilation_config": compilation,
         "limit_mm_per_prompt": {"image": 2, "video": 0},
+        # vLLM 0.21.0's processor cache runs Gemma 4's HF processor on the prompt text alone (profiling too), and
+        # transformers 5.17's Gemma4Processor.validate_inputs refuses image tokens without images; without the
+        # cache text and images are processed together.
+        "mm_processor_cache_gb": 0,
         "disable_log_stats": False,
         # transformers 5.17 drops text_config.global_head_dim (tiny_models.py): put it back.
         "hf_overrides": meta.get("target_hf_overrides") or {},

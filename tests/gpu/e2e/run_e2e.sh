@@ -30,6 +30,8 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRAC
 export CUDA_CACHE_PATH=$stage/cuda-cache CUDA_CACHE_MAXSIZE=4294967296
 export VLLM_CACHE_ROOT=$stage/vllm-cache TRITON_CACHE_DIR=$stage/triton-cache
 export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# FlashInfer is not installed (its kernels do not serve this check); 0.21.0 imports it for the sampler by default
+export VLLM_USE_FLASHINFER_SAMPLER=0
 
 say() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
