@@ -43,6 +43,7 @@ STEP_TOKEN_BUDGET = 256  # tokens the scheduler may schedule per step, the same 
 CAPTURE_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256]
 DEFAULT_SPEC_TOKENS = {"dflash": 7, "mtp": 4}
 SEED = 0
+DTYPE = os.environ.get("G4E2E_DTYPE", "bfloat16")  # float16 has 3 more mantissa bits: the precision check
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -281,7 +282,7 @@ def engine_kwargs(mode: str, models: Path, meta: dict[str, Any], num_spec: int,
         "model": str(models / "target"),
         "load_format": "dummy",
         "seed": SEED,
-        "dtype": "bfloat16",
+        "dtype": DTYPE,
         "max_model_len": MAX_MODEL_LEN,
         "max_num_seqs": MAX_NUM_SEQS,
         "gpu_memory_utilization": gpu_mem,
@@ -395,6 +396,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     result: dict[str, Any] = {
         "mode": args.mode,
+        "dtype": DTYPE,
         "ok": False,
         "stage": "setup",
         "requests": len(reqs),

@@ -94,8 +94,9 @@ step_prepare() {
   say "prepared: $(du -sh "$stage/pristine" "$stage/patched" | tr '\n' ' ')"
 }
 
-engine_run() {  # NAME VARIANT MODE
+engine_run() {  # NAME VARIANT MODE (G4E2E_DTYPE=float16 runs the precision check: NAME-float16)
   local name=$1 variant=$2 mode=$3 start rc=0
+  [ -z "${G4E2E_DTYPE:-}" ] || [ "$G4E2E_DTYPE" = bfloat16 ] || name=$name-$G4E2E_DTYPE
   [ -d "$stage/$variant" ] || { echo "step $name: $variant wheel not installed (run prepare first)"; return 7; }
   say "run $name ($mode on the $variant wheel)"
   start=$(date +%s)
