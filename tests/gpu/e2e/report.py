@@ -79,6 +79,36 @@ def compare(reference: dict[str, list[int]], other: dict[str, list[int]]) -> dic
     return {"greedy_equal": equal, "compared": len(reference), "mismatches": mismatches[:10]}
 
 
+def divergence(reference: dict[str, Any] | None, other: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Where a speculative run first leaves the reference, request by request, with the reference's top-2
+    logprob gap there (a gap near 0 is a tie that rounding can flip; a large gap is not rounding)."""
+    if not reference or not other or not reference.get("ok") or not other.get("ok"):
+        return None
+    ref = {o["id"]: o for o in reference.get("outputs", [])}
+    got = {o["id"]: o for o in other.get("outputs", [])}
+    firsts: dict[str, int | None] = {}
+    gaps: dict[str, float | None] = {}
+    same = total = 0
+    for key, item in ref.items():
+        a, b = item["token_ids"], (got.get(key) or {}).get("token_ids", [])
+        first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+        if first is None and len(a) != len(b):
+            first = min(len(a), len(b))
+        firsts[key] = first
+        gap = item.get("top2_gap") or []
+        gaps[key] = gap[first] if first is not None and first < len(gap) else None
+        same += len(a) if first is None else first
+        total += len(a)
+    return {
+        "equal_requests": sum(1 for v in firsts.values() if v is None),
+        "requests": len(firsts),
+        "tokens_before_first_difference": same,
+        "tokens": total,
+        "first_difference": firsts,
+        "reference_top2_gap_there": gaps,
+    }
+
+
 def summarize_run(run: dict[str, Any] | None) -> dict[str, Any]:
     if run is None:
         return {"ok": False, "error": "not run"}
@@ -144,6 +174,13 @@ def build(runs: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
         "baseline": summarize_run(baseline),
         "patched": patched,
         "mtp": mtp_doc,
+        "divergence": {
+            "bfloat16": {"dflash": divergence(baseline, dflash), "mtp": divergence(baseline, mtp)},
+            "float16": {
+                "dflash": divergence(load(runs, "baseline-float16"), load(runs, "dflash-float16")),
+                "mtp": divergence(load(runs, "baseline-float16"), load(runs, "mtp-float16")),
+            },
+        },
         "tokens_per_s": {
             name: run.get("tokens_per_s")
             for name, run in (("baseline", baseline), ("dflash", dflash), ("mtp", mtp))
@@ -166,12 +203,28 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     doc, kernel = build(args.runs)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}-e2e.json").write_text(json.dumps(doc, indent=1) + "\n")
+    text = json.dumps(doc, indent=1) + "\n"
+    # the runs name files under the device's stage folder; keep no machine paths in the repo
+    for name in ("baseline", "dflash", "mtp", "pristine-dflash"):
+        log = (load(args.runs, name) or {}).get("log")
+        if log:
+            stage = str(Path(log).parent.parent)
+            if len(stage) > 1:
+                text = text.replace(stage + "/", "<stage>/")
+    (args.out / f"{args.name}-e2e.json").write_text(text)
     if kernel is not None:
+        setup = kernel.get("setup")
+        if isinstance(setup, dict) and "vllm_file" in setup:
+            setup["vllm_file"] = Path(str(setup["vllm_file"])).name  # no machine paths in the repo
         (args.out / f"{args.name}-mm-prefix-kernel.json").write_text(json.dumps(kernel, indent=1) + "\n")
     print(f"pristine failure names the restriction: {doc['pristine']['error_names_restriction']}")
     print(f"patched ok: {doc['patched']['ok']}  greedy_equal: {doc['patched'].get('greedy_equal')}")
     print(f"mtp: {doc['mtp'].get('ok')} {doc['mtp'].get('reason', '')}")
+    for dtype, runs_ in doc["divergence"].items():
+        for mode, d in runs_.items():
+            if d:
+                print(f"{dtype} {mode}: {d['equal_requests']}/{d['requests']} requests equal, "
+                      f"{d['tokens_before_first_difference']}/{d['tokens']} tokens before the first difference")
     print(f"tokens/s: {doc['tokens_per_s']}  acceptance: {doc['acceptance_length']}")
     if kernel is not None:
         print(f"kernel: ok {kernel.get('ok')} max_abs_error {kernel.get('max_abs_error')} "
