@@ -170,6 +170,8 @@ def build(runs: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
             "ok": bool(pristine and pristine.get("ok")),
             "error": pristine_error[-3000:],
             "error_names_restriction": any(w in pristine_error.lower() for w in RESTRICTION_WORDS),
+            "error_line": next((ln.split(") ", 1)[-1].strip() for ln in pristine_error.splitlines()
+                                if any(w in ln.lower() for w in RESTRICTION_WORDS)), None),
         },
         "baseline": summarize_run(baseline),
         "patched": patched,
