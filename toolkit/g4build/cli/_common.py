@@ -3,13 +3,55 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
-console = Console()
-err_console = Console(stderr=True)
+# Width used when stdout is not a terminal: lines are never cut or wrapped for a pipe or a file.
+_PIPE_WIDTH = 10_000
+
+
+class _Console(Console):
+    """A rich console that prints plain, untruncated text when its stream is not a terminal (like pip and uv).
+
+    Tables lose their boxes and wrapping there (one row per line, columns separated by spaces); colours
+    already follow rich's own rules (off for a pipe, ``NO_COLOR``), and ``G4BUILD_PLAIN=1`` forces this mode.
+    """
+
+    def _plain(self) -> bool:
+        return not self.is_terminal or bool(os.environ.get("G4BUILD_PLAIN"))
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        if not self._plain():
+            super().print(*objects, **kwargs)
+            return
+        for obj in objects:
+            if isinstance(obj, Table):
+                obj.box = None
+                obj.show_edge = False
+                obj.pad_edge = False
+                obj.title_justify = "left"
+                for column in obj.columns:
+                    column.no_wrap = True
+                    column.overflow = "ignore"
+        saved = self._width
+        self._width = _PIPE_WIDTH
+        try:
+            with self.capture() as captured:
+                super().print(*objects, **kwargs)
+        finally:
+            self._width = saved
+        text = captured.get()
+        lines = [line.rstrip() for line in text.split("\n")]
+        self.file.write("\n".join(lines))
+        self.file.flush()
+
+
+console = _Console()
+err_console = _Console(stderr=True)
 
 JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON on stdout.")
 

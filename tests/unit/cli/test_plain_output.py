@@ -1,0 +1,33 @@
+"""Piped output is plain and whole, as pip and uv print it: no boxes, nothing cut to 80 columns, no trailing
+blanks. The real console script writes into a pipe here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BOX = set("┏┓┗┛━┃│─┡┩╇┼┳┻")
+
+
+def _piped(*args: str) -> str:
+    script = Path(sys.executable).with_name("g4build")
+    proc = subprocess.run([str(script), *args], capture_output=True, text=True, timeout=120,
+                          env={"PATH": str(script.parent), "COLUMNS": "80", "TERM": "xterm"})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_pins_list_keeps_names_whole() -> None:
+    out = _piped("pins", "list")
+    assert "vllm-0.21.0 (default)" in out and "vllm-0.33.0" in out
+    assert not BOX & set(out)
+    assert all(line == line.rstrip() for line in out.splitlines())
+
+
+def test_patches_list_one_row_per_series_line() -> None:
+    out = _piped("patches", "list")
+    rows = [line for line in out.splitlines() if "gemma4-backend-decoupling" in line]
+    assert len(rows) == 1
+    assert "An independent-KV drafter chooses its own attention backend" in rows[0]
+    assert max(len(line) for line in out.splitlines()) > 80  # nothing was wrapped to the default width
