@@ -3,6 +3,7 @@ blanks. The real console script writes into a pipe here."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ BOX = set("┏┓┗┛━┃│─┡┩╇┼┳┻")
 def _piped(*args: str) -> str:
     script = Path(sys.executable).with_name("g4build")
     proc = subprocess.run([str(script), *args], capture_output=True, text=True, timeout=120,
-                          env={"PATH": str(script.parent), "COLUMNS": "80", "TERM": "xterm"})
+                          env={**os.environ, "COLUMNS": "80", "TERM": "xterm"})
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -31,3 +32,12 @@ def test_patches_list_one_row_per_series_line() -> None:
     assert len(rows) == 1
     assert "An independent-KV drafter chooses its own attention backend" in rows[0]
     assert max(len(line) for line in out.splitlines()) > 80  # nothing was wrapped to the default width
+
+
+def test_commands_run_without_git_on_path() -> None:
+    """GitPython refuses to import without git; doctor must still run and report it."""
+    script = Path(sys.executable).with_name("g4build")
+    proc = subprocess.run([str(script), "pins", "list"], capture_output=True, text=True, timeout=120,
+                          env={"PATH": str(script.parent), "HOME": os.environ.get("HOME", "/")})
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
