@@ -69,3 +69,17 @@ def test_debug_env_keeps_the_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli, "app", broken)
     with pytest.raises(RuntimeError, match="boom"):
         cli.main(["pins", "list"])
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [(["pins", "show", "nosuch", "--json"], 2), (["validate", "/nonexistent.whl", "--json"], 2)],
+)
+def test_json_errors_are_an_object_on_stdout(args: list[str], code: int) -> None:
+    import json
+
+    proc = _run(*args)
+    assert proc.returncode == code
+    doc = json.loads(proc.stdout)
+    assert doc["exit_code"] == code and doc["error"] and "hint" in doc
+    assert "Traceback" not in proc.stderr and proc.stderr.strip()  # the message still goes to stderr

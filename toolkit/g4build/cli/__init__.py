@@ -7,6 +7,7 @@ assembles them and turns ``G4BuildError`` into a message and its exit code.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 
@@ -73,6 +74,14 @@ def _click_exception_types() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
+def _json_error(argv: list[str] | None, message: str, hint: str | None, code: int) -> None:
+    """Under --json an error is also a JSON object on stdout, so scripts parsing stdout see what failed."""
+    args = sys.argv[1:] if argv is None else argv
+    if "--json" in args:
+        print(json.dumps({"error": message, "hint": hint, "exit_code": code}))
+        sys.stdout.flush()
+
+
 def main(argv: list[str] | None = None) -> None:
     click_errors = _click_exception_types()
     try:
@@ -85,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         err_console.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False)
         if exc.hint:
             err_console.print(f"[yellow]hint:[/] {escape(exc.hint)}", highlight=False)
+        _json_error(argv, exc.message, exc.hint, exc.exit_code)
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
@@ -93,6 +103,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except click_errors as exc:  # usage errors: click's own message and usage line, exit 2
         exc.show()  # type: ignore[attr-defined]
+        _json_error(argv, exc.format_message(), "see --help", exc.exit_code)  # type: ignore[attr-defined]
         sys.exit(exc.exit_code)  # type: ignore[attr-defined]
     except Exception as exc:
         if os.environ.get("G4BUILD_DEBUG"):
@@ -109,4 +120,5 @@ def main(argv: list[str] | None = None) -> None:
         err_console.print(
             "[yellow]hint:[/] rerun with G4BUILD_DEBUG=1 for the traceback, and report it", highlight=False
         )
+        _json_error(argv, f"unexpected {type(exc).__name__}: {exc}{where}", "rerun with G4BUILD_DEBUG=1", 1)
         sys.exit(1)
