@@ -83,3 +83,10 @@ def test_json_errors_are_an_object_on_stdout(args: list[str], code: int) -> None
     doc = json.loads(proc.stdout)
     assert doc["exit_code"] == code and doc["error"] and "hint" in doc
     assert "Traceback" not in proc.stderr and proc.stderr.strip()  # the message still goes to stderr
+
+
+def test_os_names_are_case_insensitive_like_arch() -> None:
+    upper = _run("wheel", "--arch", "SM120", "--os", "Windows", "--dry-run", "--json")
+    lower = _run("wheel", "--arch", "sm120", "--os", "windows", "--dry-run", "--json")
+    assert upper.returncode == lower.returncode == 0, upper.stderr
+    assert upper.stdout == lower.stdout

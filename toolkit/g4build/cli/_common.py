@@ -59,3 +59,8 @@ JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON on
 def print_json(data: Any) -> None:
     """Write JSON to stdout without rich markup or wrapping."""
     typer.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def lower_option(value: str | None) -> str | None:
+    """Option callback: OS names and the like are matched case-insensitively (``--os Windows``)."""
+    return value.lower() if isinstance(value, str) else value

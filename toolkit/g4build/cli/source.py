@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
-from g4build.cli._common import JSON_OPTION, console, err_console, print_json
+from g4build.cli._common import JSON_OPTION, console, err_console, lower_option, print_json
 from g4build.pins import load_pins
 from g4build.source import fetch_source
 
@@ -22,7 +22,8 @@ def fetch(
     dest: Path = typer.Option(None, "--dest", help="Where the work tree goes (default: the cache)."),
     remote: str = typer.Option(None, "--remote", help="With --from git: a mirror URL or path to clone from; "
                                "with --os: a mirror of the OS base's fork."),
-    os_name: str = typer.Option(None, "--os", help="The pin's base tree for this OS instead of upstream's "
+    os_name: str = typer.Option(None, "--os", callback=lower_option,
+                                help="The pin's base tree for this OS instead of upstream's "
                                 "(windows: the Windows fork's changes forward-ported onto the pin)."),
     json_out: bool = JSON_OPTION,
 ) -> None:

@@ -15,7 +15,7 @@ from g4build.build.executor import RunResult
 from g4build.build.host import HostFacts, cuda_home_of, host_os, preflight, probe
 from g4build.build.plan import BuildPlan, Layout, Options, Target, base_os_of, max_jobs, wheel_version
 from g4build.build.planner import default_layout, make_plan, python_cmd
-from g4build.cli._common import JSON_OPTION, console, err_console, print_json
+from g4build.cli._common import JSON_OPTION, console, err_console, lower_option, print_json
 from g4build.errors import UsageError
 from g4build.index import cache_root
 from g4build.pins import Pin, load_pins
@@ -114,7 +114,7 @@ def register(app: typer.Typer) -> None:
     @app.command("wheel")
     def wheel(
         arch: str = typer.Option(..., "--arch", help="GPU arch: sm120 (also sm_120, 12.0, 12.0a, 12.0f), sm121..."),
-        os_name: str = typer.Option(..., "--os", help="windows, wsl or linux."),
+        os_name: str = typer.Option(..., "--os", help="windows, wsl or linux.", callback=lower_option),
         pin_name: str | None = typer.Option(None, "--pin", help="Pin to build (default: the default pin)."),
         release: str | None = typer.Option(
             None, "--release", help="Upstream release X.Y.Z to build; it must be pinned (see `g4build pins list`)."
@@ -217,7 +217,7 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(..., "--out", exists=True, file_okay=False, help="Folder with the wheels."),
         state: Path | None = typer.Option(None, "--state", help="The build's resume state (for step timings)."),
         arch: str | None = typer.Option(None, "--arch"),
-        os_name: str | None = typer.Option(None, "--os"),
+        os_name: str | None = typer.Option(None, "--os", callback=lower_option),
         cuda: str | None = typer.Option(None, "--cuda"),
         as_json: bool = JSON_OPTION,
     ) -> None:
