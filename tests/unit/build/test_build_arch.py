@@ -11,7 +11,7 @@ from g4build.build.arch import (
     gencode_flags,
     parse_arch,
 )
-from g4build.errors import BuildError, UsageError
+from g4build.errors import UsageError
 
 
 @pytest.mark.parametrize("spelling", ["sm120", "sm_120", "SM_120", "12.0", "12.0a", "12.0f", "compute_120",
@@ -50,13 +50,13 @@ def test_arch_list_uses_specific_targets_below_cuda_13_and_family_targets_from_1
 
 
 def test_cuda_too_old_for_sm120() -> None:
-    with pytest.raises(BuildError, match=r"needs CUDA >= 12.8"):
+    with pytest.raises(UsageError, match=r"needs CUDA >= 12.8"):
         check_cuda(parse_arch("sm120"), "12.6", flashinfer=False)
 
 
 def test_flashinfer_needs_cuda_12_9_for_sm120() -> None:
     check_cuda(parse_arch("sm120"), "12.8", flashinfer=False)
-    with pytest.raises(BuildError, match=r"FlashInfer.*12.9"):
+    with pytest.raises(UsageError, match=r"FlashInfer.*12.9"):
         check_cuda(parse_arch("sm120"), "12.8", flashinfer=True)
 
 

@@ -12,7 +12,7 @@ import pytest
 from g4build.build import windows
 from g4build.build.plan import Layout, Options, max_jobs
 from g4build.build.planner import default_layout, make_plan
-from g4build.errors import BuildError, UsageError
+from g4build.errors import UsageError
 from g4build.manifest import local_label
 from g4build.pins import Base, Pin
 
@@ -119,9 +119,9 @@ def test_windows_base_can_be_any_fork(pin21: Pin) -> None:
 @pytest.mark.parametrize(("os_name", "arch", "cuda", "error", "text"), [
     ("windows", "sm121", "13.0", UsageError, "not a target on windows"),
     ("wsl", "sm90", "13.0", UsageError, "not a target on wsl"),
-    ("linux", "sm120", "12.6", BuildError, "needs CUDA >= 12.8"),
-    ("linux", "sm120", "12.8", BuildError, "FlashInfer"),  # FlashInfer's AOT build needs 12.9 for sm_120
-    ("linux", "sm121", "12.8", BuildError, "needs CUDA >= 12.9"),
+    ("linux", "sm120", "12.6", UsageError, "needs CUDA >= 12.8"),
+    ("linux", "sm120", "12.8", UsageError, "FlashInfer"),  # FlashInfer's AOT build needs 12.9 for sm_120
+    ("linux", "sm121", "12.8", UsageError, "needs CUDA >= 12.9"),
 ])
 def test_bad_input_fails_before_any_step(pin21: Pin, os_name: str, arch: str, cuda: str,
                                          error: type[Exception], text: str) -> None:
@@ -143,7 +143,7 @@ def test_no_flashinfer_lifts_only_flashinfers_cuda_floor(pin21: Pin) -> None:
     # CUDA 12.8 compiles vLLM for sm_120 but not FlashInfer's kernels: without FlashInfer the plan is fine
     plan = _plan(pin21, "linux", "sm120", "12.8", Options(jobs=2, flashinfer=False))
     assert plan.env["TORCH_CUDA_ARCH_LIST"] == "12.0a"
-    with pytest.raises(BuildError, match=r"needs CUDA >= 12\.8"):
+    with pytest.raises(UsageError, match=r"needs CUDA >= 12\.8"):
         _plan(pin21, "linux", "sm120", "12.6", Options(jobs=2, flashinfer=False))
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from g4build.errors import BuildError, UsageError
+from g4build.errors import UsageError
 
 _SPELLING = re.compile(
     r"^\s*(?:sm_?|compute_?)?(?P<major>\d{1,3})(?:\.(?P<minor>\d))?(?P<suffix>[af])?(?:\+ptx)?\s*$",
@@ -123,12 +123,12 @@ def check_cuda(arch: ArchInfo, cuda: str, *, flashinfer: bool) -> None:
     """Refuse a CUDA that cannot compile native code for ``arch`` (or FlashInfer's kernels for it)."""
     have = _cuda(cuda)
     if have < Version(arch.min_cuda):
-        raise BuildError(
+        raise UsageError(
             f"CUDA {cuda} cannot compile for {arch.name}: it needs CUDA >= {arch.min_cuda}",
             hint=f"install CUDA {arch.min_cuda} or newer (13.0 is the pins' default) and pass --cuda",
         )
     if flashinfer and have < Version(arch.min_cuda_flashinfer):
-        raise BuildError(
+        raise UsageError(
             f"CUDA {cuda} cannot build FlashInfer's kernels for {arch.name}: it needs CUDA >= "
             f"{arch.min_cuda_flashinfer}",
             hint=f"install CUDA {arch.min_cuda_flashinfer} or newer, or build without FlashInfer (--no-flashinfer)",
