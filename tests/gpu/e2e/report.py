@@ -129,7 +129,7 @@ def pin_wheel_name(pin: str = "vllm-0.21.0") -> str | None:
         return None
 
 
-def build(runs: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def build(runs: Path, notes: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, Any] | None]:
     pristine = load(runs, "pristine-dflash")
     baseline = load(runs, "baseline")
     dflash = load(runs, "dflash")
@@ -183,6 +183,7 @@ def build(runs: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
                 "mtp": divergence(load(runs, "baseline-float16"), load(runs, "mtp-float16")),
             },
         },
+        "notes": list(notes),
         "tokens_per_s": {
             name: run.get("tokens_per_s")
             for name, run in (("baseline", baseline), ("dflash", dflash), ("mtp", mtp))
@@ -194,6 +195,11 @@ def build(runs: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
             if run and run.get("ok")
         },
     }
+    # earlier runs kept beside the current ones (e.g. dflash-before-fix.json): their divergence too
+    for extra in sorted(runs.glob("*-*.json")):
+        mode, _, tag = extra.stem.partition("-")
+        if mode in ("dflash", "mtp") and tag and tag != "float16":
+            doc["divergence"]["bfloat16"][extra.stem] = divergence(baseline, load(runs, extra.stem))
     return doc, kernel
 
 
@@ -202,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--name", default="vllm-0.21.0")
+    ap.add_argument("--note", action="append", default=[], help="a line for the result's notes (repeatable)")
     args = ap.parse_args(argv)
-    doc, kernel = build(args.runs)
+    doc, kernel = build(args.runs, tuple(args.note))
     args.out.mkdir(parents=True, exist_ok=True)
     text = json.dumps(doc, indent=1) + "\n"
     # the runs name files under the device's stage folder; keep no machine paths in the repo
