@@ -33,6 +33,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from jsonio import write  # beside this script: python puts the script's folder on sys.path
+
 MODES = ("baseline", "dflash", "mtp")
 # The restriction the pristine 0.21.0 wheel hits (vllm/v1/attention/backend.py validate_configuration).
 RESTRICTION = "partial multimodal token full attention not supported"
@@ -515,13 +517,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 shutdown(llm)
     result["device"] = device_info()
     return result
-
-
-def write(path: Path, doc: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    tmp.replace(path)
 
 
 def main(argv: list[str] | None = None) -> int:

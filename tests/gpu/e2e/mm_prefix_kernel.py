@@ -55,6 +55,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from jsonio import write  # beside this script: python puts the script's folder on sys.path
+
 NUM_HEADS = 8
 NUM_KV_HEADS = 2
 BLOCK_SIZE = 16
@@ -1036,13 +1038,6 @@ def main(argv: list[str] | None = None) -> int:
     if status == 0 and not doc["ok"]:
         status = 1
     return status
-
-
-def write(path: Path, doc: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    tmp.replace(path)
 
 
 if __name__ == "__main__":

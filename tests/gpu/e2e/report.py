@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,20 +31,11 @@ def load(runs: Path, name: str) -> dict[str, Any] | None:
 
 
 def device_info(runs: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """The GPU the runs recorded (engine_runs.py and mm_prefix_kernel.py each write theirs)."""
     for run in runs:
         if run and isinstance(run.get("device"), dict) and run["device"].get("name"):
             return dict(run["device"])
-    info: dict[str, Any] = {}
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30, check=True,
-        ).stdout.strip().splitlines()[0]
-        name, cap, driver, mem = (x.strip() for x in out.split(","))
-        info = {"name": name, "capability": cap, "driver": driver, "memory": mem}
-    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
-        pass
-    return info
+    return {}
 
 
 def outputs_of(run: dict[str, Any] | None) -> dict[str, list[int]]:
