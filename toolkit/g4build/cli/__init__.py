@@ -27,7 +27,7 @@ from g4build.cli import (
     validate,
     wheel,
 )
-from g4build.cli._common import err_console
+from g4build.cli._common import err_console, json_already_printed
 from g4build.errors import G4BuildError
 
 app = typer.Typer(
@@ -77,7 +77,7 @@ def _click_exception_types() -> tuple[type[BaseException], ...]:
 def _json_error(argv: list[str] | None, message: str, hint: str | None, code: int) -> None:
     """Under --json an error is also a JSON object on stdout, so scripts parsing stdout see what failed."""
     args = sys.argv[1:] if argv is None else argv
-    if "--json" in args:
+    if "--json" in args and not json_already_printed():
         print(json.dumps({"error": message, "hint": hint, "exit_code": code}))
         sys.stdout.flush()
 

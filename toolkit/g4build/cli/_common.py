@@ -56,9 +56,20 @@ err_console = _Console(stderr=True)
 JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON on stdout.")
 
 
+_json_printed = False
+
+
 def print_json(data: Any) -> None:
     """Write JSON to stdout without rich markup or wrapping."""
+    global _json_printed
     typer.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+    _json_printed = True
+
+
+def json_already_printed() -> bool:
+    """Whether this command already wrote its JSON document (a failing check's report, say): an error after it
+    must not add a second document to stdout."""
+    return _json_printed
 
 
 def lower_option(value: str | None) -> str | None:
