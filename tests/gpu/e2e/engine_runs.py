@@ -239,6 +239,7 @@ def versions() -> dict[str, Any]:
 # change a single output token. Re-draw the weights in place (same storage, so captured CUDA graphs and compiled
 # code see them) with sizes a trained model has, seeded by parameter name so the target is bit-identical in
 # every mode; drafter tensors shared with the target (embedding, LM head, KV) are left to the target's draw.
+# The recorded H100 runs of 2026-11-23 used q/k norm weights ~1 (before the d**-0.25 below).
 # ---------------------------------------------------------------------------------------------------------------
 def redraw_weights(worker: Any, seed: int) -> dict[str, int]:
     import math
@@ -267,7 +268,12 @@ def redraw_weights(worker: Any, seed: int) -> dict[str, int]:
                     value = noise / math.sqrt(max(1, p[0].numel()))
                 elif name.endswith("bias"):
                     value = noise * 0.02
-                else:  # norm weights and per-layer scalars
+                elif name.endswith(("q_norm.weight", "k_norm.weight")):
+                    # Gemma 4 attends with scaling 1.0 and lets the learned q/k norm weights set the score scale;
+                    # at 1.0 the scores of a random model have std sqrt(head_dim) (16 at 256), a softmax so sharp
+                    # that bf16 rounding flips which key wins. d**-0.25 on each side gives scores of std ~1.
+                    value = (1.0 + 0.05 * noise) * p.shape[0] ** -0.25
+                else:  # other norm weights and per-layer scalars
                     value = 1.0 + 0.05 * noise
                 p.copy_(value.to(p.dtype))
                 n += 1
