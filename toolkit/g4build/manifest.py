@@ -9,11 +9,12 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import os
 from collections.abc import Iterable
 from typing import Any
 
 from g4build import __version__
-from g4build.errors import ValidationError
+from g4build.errors import UsageError, ValidationError
 from g4build.forkport import fixup_patches
 from g4build.pins import Pin
 from g4build.series import Series, stack_digest
@@ -27,17 +28,37 @@ def local_label(cuda: str, pin: Pin, series: Iterable[Series], base_os: str | No
     return f"cu{cuda.replace('.', '')}.g4.{stack_digest(pin, series, base_os)}"
 
 
+def created_time(derived: _dt.datetime | None = None) -> str:
+    """The manifest's ``created``: ``SOURCE_DATE_EPOCH`` when set (reproducible builds), else a time derived
+    from the inputs when the caller has one (an overlay: the source wheel's own timestamp), else now."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if epoch:
+        try:
+            when = _dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc)
+        except (ValueError, OverflowError, OSError):
+            raise UsageError(
+                f"SOURCE_DATE_EPOCH={epoch!r}: expected whole seconds since 1970-01-01 UTC",
+                hint="e.g. SOURCE_DATE_EPOCH=$(git log -1 --format=%ct), or unset it",
+            ) from None
+    elif derived is not None:
+        when = derived if derived.tzinfo else derived.replace(tzinfo=_dt.timezone.utc)
+    else:
+        when = _dt.datetime.now(_dt.timezone.utc)
+    return when.isoformat(timespec="seconds")
+
+
 def make_manifest(
     pin: Pin, series: Iterable[Series], *, route: str, extra: dict[str, Any] | None = None,
-    base_os: str | None = None,
+    base_os: str | None = None, created: _dt.datetime | None = None,
 ) -> dict[str, Any]:
     """``route`` is ``build`` or ``overlay``; ``extra`` adds env, tools, timings, wheels...; ``base_os``: the
-    build's source was the pin's base tree for that OS (recorded, and part of the digest)."""
+    build's source was the pin's base tree for that OS (recorded, and part of the digest); ``created``: a time
+    derived from the inputs (see ``created_time``)."""
     chosen = list(series)
     data: dict[str, Any] = {
         "schema": SCHEMA,
         "g4build": __version__,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": created_time(created),
         "route": route,
         "pin": pin.to_dict(),
         "digest": stack_digest(pin, chosen, base_os),

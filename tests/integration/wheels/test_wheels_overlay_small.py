@@ -126,3 +126,30 @@ def test_cli_deletes_an_overlaid_wheel_that_fails_validation(tmp_path: Path, pro
     assert done.returncode != 0
     assert "failed validation and was deleted" in done.stderr and "vllm/version.py: RECORD says" in done.stderr
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_overlay_is_reproducible_and_honours_source_date_epoch(tmp_path: Path, project: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+    import time
+
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    src = build_wheel(tmp_path / "in", version="0.21.0+cu132")
+    first = overlay_wheel(src, _plan(), tmp_path / "a")
+    time.sleep(1.1)  # a clock-based timestamp would now differ
+    second = overlay_wheel(src, _plan(), tmp_path / "b")
+    digest = [hashlib.sha256(r.wheel.read_bytes()).hexdigest() for r in (first, second)]
+    assert digest[0] == digest[1]
+    with zipfile.ZipFile(src) as zf:
+        y, mo, d, h, mi, s = zf.getinfo("vllm-0.21.0+cu132.dist-info/RECORD").date_time
+    assert loads((tmp_path / "a" / "build-manifest.json").read_bytes(), "t")["created"].startswith(
+        f"{y:04d}-{mo:02d}-{d:02d}T{h:02d}:{mi:02d}:{s:02d}")
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    overlay_wheel(src, _plan(), tmp_path / "c")
+    assert loads((tmp_path / "c" / "build-manifest.json").read_bytes(), "t")["created"] == "2023-11-14T22:13:20+00:00"
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
+    with pytest.raises(UsageError, match="SOURCE_DATE_EPOCH"):
+        overlay_wheel(src, _plan(), tmp_path / "d")
+    assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())

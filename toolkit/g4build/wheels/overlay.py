@@ -8,6 +8,7 @@ to a temporary file and renamed into place, so a refusal or a crash leaves nothi
 
 from __future__ import annotations
 
+import datetime
 import os
 import tempfile
 import zipfile
@@ -50,8 +51,8 @@ class OverlayPlan:
         return tuple(PatchFile(label=f"{s.name}/{p.file}", path=p.path)
                      for s in self.series for p in s.patches_for(pin))
 
-    def manifest(self, extra: dict[str, Any]) -> dict[str, Any]:
-        return make_manifest(self.pin, self.series, route="overlay", extra=extra)
+    def manifest(self, extra: dict[str, Any], created: datetime.datetime | None = None) -> dict[str, Any]:
+        return make_manifest(self.pin, self.series, route="overlay", extra=extra, created=created)
 
 
 def plan_overlay(pin: Pin, all_series: Sequence[Series]) -> OverlayPlan:
@@ -161,8 +162,10 @@ def overlay_wheel(
         patched = patch_files(read, plan, source.name)
         metadata = set_metadata_version(zf.read(f"{old_dist}/METADATA"), new_version)
         rows = parse_record(zf.read(f"{old_dist}/RECORD"), source.name)
+        # the same wheel overlaid twice gives the same bytes: the manifest's time is the source wheel's own
         manifest = plan.manifest({"source_wheel": {"file": source.name, "sha256": source_sha256},
-                                  "wheel": wheel.with_version(new_version)})
+                                  "wheel": wheel.with_version(new_version)},
+                                 created=datetime.datetime(*zf.getinfo(f"{old_dist}/RECORD").date_time))
         manifest_bytes = dumps(manifest)
 
         def rename(name: str) -> str:
