@@ -107,3 +107,22 @@ def test_arch_check_names_the_ptx_only_flash_attention_library(overlaid: Overlai
     for name, check in checks.items():
         if name.startswith("cuobjdump "):  # present when cuobjdump is installed
             assert check["ok"], check
+    # Hopper-only libraries are not failures on sm_120: vLLM never uses them there
+    for lib in ("vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so", "vllm/_flashmla_C.abi3.so"):
+        assert checks[f"arch sm_120 {lib}"]["ok"] is True
+        assert checks[f"arch sm_120 {lib}"]["detail"].startswith("not used on sm_120")
+    verdict = checks["verdict sm_120"]
+    assert verdict["ok"] is False
+    assert "1 JIT-compile from PTX at load (_vllm_fa2_C.abi3.so" in verdict["detail"]
+    assert "g4build wheel --arch sm120" in verdict["detail"]
+    assert [n for n, c in checks.items() if not c["ok"]] == [
+        "arch sm_120 vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", "verdict sm_120"]
+    assert "g4build wheel --arch sm120" in done.stderr  # the hint
+
+
+def test_arch_check_on_hopper_uses_fa3(overlaid: Overlaid) -> None:
+    done = run_g4build("validate", str(overlaid.result.wheel), "--arch", "sm90", "--no-cuobjdump", "--json",
+                       env=overlaid.env)
+    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    assert checks["arch sm_90 vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so"]["detail"].startswith("sm_90: SASS")
+    assert not checks["arch sm_90 vllm/_flashmla_C.abi3.so"]["detail"].startswith("not used")

@@ -134,3 +134,25 @@ def test_archs_of_elf_and_pe_libraries_and_a_malformed_fatbin(tmp_path: Path, pr
     assert libs["vllm/_C.abi3.so"] == {"file": "vllm/_C.abi3.so", "fatbins": 1, "sass": ["sm_120"],
                                        "ptx": ["compute_90"], "verdicts": {"sm_120": "sass"}}
     assert libs["vllm/plain.so"]["fatbins"] == 0 and "arch sm_120 vllm/plain.so" not in checks
+
+
+def test_verdict_line_native_unused_and_missing(tmp_path: Path, project: Path) -> None:
+    native = elf({".nv_fatbin": container(entry(2, 120, b"cubin"))})
+    hopper_only = elf({".nv_fatbin": container(entry(2, 90, b"cubin"))})
+    # a wheel whose libraries are native on sm_120, with an FA3 library vLLM only uses on Hopper
+    ok_wheel = build_wheel(tmp_path / "ok", {**PRISTINE, "vllm/_C.abi3.so": native,
+                                             "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so": hopper_only})
+    done = run_g4build("validate", str(ok_wheel), "--arch", "sm120", "--no-cuobjdump", "--json")
+    assert done.returncode == 0, done.stderr
+    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    assert checks["verdict sm_120"]["ok"]
+    assert checks["verdict sm_120"]["detail"].startswith("runs natively on sm_120")
+    assert "not used on sm_120: _vllm_fa3_C.abi3.so" in checks["verdict sm_120"]["detail"]
+    # the same Hopper-only code in a library vLLM does use on sm_120 is a failure: no kernel image
+    bad_wheel = build_wheel(tmp_path / "bad", {**PRISTINE, "vllm/_C.abi3.so": native,
+                                               "vllm/_moe_C.abi3.so": hopper_only})
+    done = run_g4build("validate", str(bad_wheel), "--arch", "sm120", "--no-cuobjdump", "--json")
+    assert done.returncode == 10
+    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    assert not checks["arch sm_120 vllm/_moe_C.abi3.so"]["ok"]
+    assert "1 have no code for it (_moe_C.abi3.so" in checks["verdict sm_120"]["detail"]

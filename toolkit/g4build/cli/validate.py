@@ -47,7 +47,11 @@ def run_validation(wheels: list[Path], options: ValidateOptions, *, as_json: boo
     failed = [r for r in reports if not r.ok]
     if failed:
         names = "; ".join(f"{Path(r.wheel).name}: {', '.join(c.name for c in r.failures())}" for r in failed)
-        raise ValidationError(f"{len(failed)} of {len(reports)} wheel(s) failed validation ({names})")
+        verdicts = [c.detail for r in failed for c in r.failures() if c.name.startswith("verdict ")]
+        raise ValidationError(
+            f"{len(failed)} of {len(reports)} wheel(s) failed validation ({names})",
+            hint=verdicts[0] if len(verdicts) == 1 else "each failing check's detail says what is wrong and why",
+        )
     return reports
 
 

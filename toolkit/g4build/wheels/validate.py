@@ -8,6 +8,7 @@ fingerprints need.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import threading
 import zipfile
@@ -299,8 +300,48 @@ def check_series(c: _Contents, pin_name: str | None) -> Check:
     return Check(name="series", ok=True, detail=f"fingerprints present: {', '.join(seen) or 'no series claimed'}")
 
 
+# vLLM libraries built for, and only ever used on, some GPU generations (compute capability majors), read from
+# vLLM's selection code: FlashAttention 3 is chosen on Hopper only (get_flash_attn_version), FlashMLA serves
+# MLA models on Hopper and data-centre Blackwell (sm_90a / sm_100f kernels). On any other arch vLLM never
+# launches them, so their missing code for that arch is no defect of the wheel.
+ARCH_SPECIFIC = (
+    (re.compile(r"(^|/)_vllm_fa3_C\.[^/]*$"), frozenset({9}), "FlashAttention 3, Hopper only"),
+    (re.compile(r"(^|/)_flashmla(_extension)?_C\.[^/]*$"), frozenset({9, 10}), "FlashMLA, Hopper and sm_100 only"),
+)
+
+
+def arch_specific(name: str, target: Arch) -> str | None:
+    """Why vLLM never uses library ``name`` on ``target`` (None: it may)."""
+    for pattern, majors, what in ARCH_SPECIFIC:
+        if pattern.search(name) and target.major not in majors:
+            return what
+    return None
+
+
+def arch_verdict(target: Arch, reports: list[LibraryReport], skipped: list[str]) -> Check:
+    """One line per arch: does the wheel run natively there, which libraries JIT from PTX, what to do."""
+    sm = target.sm()
+    jit = [r.file for r in reports if r.verdicts.get(sm) == "ptx-only" and r.file not in skipped]
+    none = [r.file for r in reports if r.verdicts.get(sm) == "none" and r.fatbins and r.file not in skipped]
+    unused = f"; not used on {sm}: {', '.join(Path(f).name for f in skipped)}" if skipped else ""
+    if not jit and not none:
+        return Check(name=f"verdict {sm}", ok=True,
+                     detail=f"runs natively on {sm}: every library vLLM uses there has {sm} SASS{unused}")
+    parts = []
+    if jit:
+        parts.append(f"{len(jit)} JIT-compile from PTX at load ({', '.join(Path(f).name for f in jit)}: minutes "
+                     "at each cold start, and a driver older than the compiler refuses the PTX)")
+    if none:
+        parts.append(f"{len(none)} have no code for it ({', '.join(Path(f).name for f in none)}: "
+                     "'no kernel image is available')")
+    return Check(name=f"verdict {sm}", ok=False,
+                 detail=f"not native on {sm}: {'; '.join(parts)}{unused}. Build for it: "
+                        f"g4build wheel --arch {sm.replace('_', '')}")
+
+
 def check_archs(c: _Contents, targets: tuple[Arch, ...]) -> tuple[list[Check], list[LibraryReport]]:
     checks, reports = [], []
+    skipped: dict[str, list[str]] = {t.sm(): [] for t in targets}
     for name, m in sorted(c.members.items()):
         if m.fatbins is None:
             if m.fatbin_error and targets:
@@ -313,8 +354,15 @@ def check_archs(c: _Contents, targets: tuple[Arch, ...]) -> tuple[list[Check], l
         ))
         if not m.fatbins.fatbins:
             continue
-        for sm, v in verdicts.items():
-            checks.append(Check(name=f"arch {sm} {name}", ok=v.ok, detail=v.detail))
+        for target in targets:
+            sm, v = target.sm(), verdicts[target.sm()]
+            why_unused = None if v.ok else arch_specific(name, target)
+            if why_unused:
+                skipped[sm].append(name)
+                checks.append(Check(name=f"arch {sm} {name}", ok=True,
+                                    detail=f"not used on {sm} ({why_unused}): {v.detail}"))
+            else:
+                checks.append(Check(name=f"arch {sm} {name}", ok=v.ok, detail=v.detail))
         if m.cuobjdump_error is not None:
             checks.append(Check(
                 name=f"cuobjdump {name}", ok=False,
@@ -329,6 +377,8 @@ def check_archs(c: _Contents, targets: tuple[Arch, ...]) -> tuple[list[Check], l
                 detail="cuobjdump lists the same entries" if same
                 else f"cuobjdump lists {cudatools.show(m.cuobjdump)}; the reader found {cudatools.show(mine)}",
             ))
+    if reports:
+        checks.extend(arch_verdict(t, reports, skipped[t.sm()]) for t in targets)
     return checks, reports
 
 
