@@ -90,3 +90,14 @@ def test_os_names_are_case_insensitive_like_arch() -> None:
     lower = _run("wheel", "--arch", "sm120", "--os", "windows", "--dry-run", "--json")
     assert upper.returncode == lower.returncode == 0, upper.stderr
     assert upper.stdout == lower.stdout
+
+
+def test_json_error_after_an_earlier_command_in_the_same_process(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    cli.main(["pins", "list", "--json"])  # succeeds: returns
+    assert json.loads(capsys.readouterr().out)
+    with pytest.raises(SystemExit) as second:
+        cli.main(["pins", "show", "nosuch", "--json"])
+    assert second.value.code == 2
+    assert json.loads(capsys.readouterr().out)["exit_code"] == 2

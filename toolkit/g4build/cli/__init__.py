@@ -27,7 +27,7 @@ from g4build.cli import (
     validate,
     wheel,
 )
-from g4build.cli._common import err_console, json_already_printed
+from g4build.cli._common import err_console, json_already_printed, reset_json_printed
 from g4build.errors import G4BuildError
 
 app = typer.Typer(
@@ -84,6 +84,7 @@ def _json_error(argv: list[str] | None, message: str, hint: str | None, code: in
 
 def main(argv: list[str] | None = None) -> None:
     click_errors = _click_exception_types()
+    reset_json_printed()
     try:
         # With standalone_mode=False click hands back typer.Exit's code instead of raising it.
         result = app(args=argv, standalone_mode=False)

@@ -37,6 +37,8 @@ class _Console(Console):
                 for column in obj.columns:
                     column.no_wrap = True
                     column.overflow = "ignore"
+        # print(width=...) is capped at the console's width (80 for a pipe), so widen the console itself; its
+        # public setter cannot restore "follow the terminal" (None), hence the saved private value
         saved = self._width
         self._width = _PIPE_WIDTH
         try:
@@ -64,6 +66,12 @@ def print_json(data: Any) -> None:
     global _json_printed
     typer.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
     _json_printed = True
+
+
+def reset_json_printed() -> None:
+    """A new command starts with no JSON document written (main() may run several in one process)."""
+    global _json_printed
+    _json_printed = False
 
 
 def json_already_printed() -> bool:
