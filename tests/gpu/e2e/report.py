@@ -190,6 +190,15 @@ def build(runs: Path, notes: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict
         mode, _, tag = extra.stem.partition("-")
         if mode in ("dflash", "mtp") and tag and tag != "float16":
             doc["divergence"]["bfloat16"][extra.stem] = divergence(baseline, load(runs, extra.stem))
+    # the two drafters against each other: where both leave the target at the same tokens, the cause is shared
+    doc["divergence"]["bfloat16"]["dflash_vs_mtp"] = divergence(dflash, mtp)
+    # every engine run in the folder, with what it measured (earlier runs kept beside the current ones too)
+    doc["runs"] = {
+        path.stem: {k: run.get(k) for k in ("mode", "dtype", "ok", "engine_start_s", "generate_s", "output_tokens",
+                                             "tokens_per_s", "acceptance_length")}
+        for path in sorted(runs.glob("*.json"))
+        if (run := load(runs, path.stem)) is not None and run.get("mode") in ("baseline", "dflash", "mtp")
+    }
     return doc, kernel
 
 

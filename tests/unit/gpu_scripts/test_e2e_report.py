@@ -47,6 +47,10 @@ def test_one_token_off_is_not_equal_and_located(report: ModuleType, tmp_path: Pa
     div = doc["divergence"]["bfloat16"]["dflash"]
     assert div["first_difference"] == {"a": 1, "b": None}
     assert div["tokens_before_first_difference"] == 1 + 2
+    _run(tmp_path, "mtp", {"a": [1, 9, 3], "b": [4, 6]}, mode="mtp")
+    doc, _ = report.build(tmp_path)
+    assert doc["divergence"]["bfloat16"]["dflash_vs_mtp"]["first_difference"] == {"a": None, "b": 1}
+    assert doc["runs"]["mtp"]["ok"] is True and "dflash" not in doc["runs"]  # runs without a mode are not listed
 
 
 def test_missing_request_or_shorter_output_is_not_equal(report: ModuleType, tmp_path: Path) -> None:
