@@ -46,6 +46,21 @@ CAPTURE_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256]
 DEFAULT_SPEC_TOKENS = {"dflash": 7, "mtp": 4}
 SEED = 0
 DTYPE = os.environ.get("G4E2E_DTYPE", "bfloat16")  # float16 has 3 more mantissa bits: the precision check
+# "batch-invariant" runs every mode under vLLM's own VLLM_BATCH_INVARIANT=1: each token's logits then no longer
+# depend on which kernels the batch's shape selects (Triton attention's split-KV "3D" decode kernel for one-token
+# queries vs the 2D kernel for the k+1-token verification window; cuBLAS split-K), so greedy speculative decoding
+# must reproduce the target's tokens bit for bit and any difference is a defect, not rounding.
+# With torch.compile's Inductor the target's graph itself differs between modes: a DFlash drafter asks the target
+# for auxiliary hidden states, extra graph outputs that change what Inductor fuses and so where bf16 rounding
+# happens (Inductor keeps fused bf16 chains in fp32). "batch-invariant-casts" adds Inductor's
+# emulate_precision_casts (every op rounds where eager would), "batch-invariant-eager" runs the captured graphs
+# op by op (compile backend "eager"); CUDA graphs stay on in both.
+NUMERICS = os.environ.get("G4E2E_NUMERICS", "default")
+NUMERICS_CHOICES = ("default", "batch-invariant", "batch-invariant-casts", "batch-invariant-eager")
+NUMERICS_COMPILATION: dict[str, dict[str, Any]] = {
+    "batch-invariant-casts": {"inductor_compile_config": {"emulate_precision_casts": True}},
+    "batch-invariant-eager": {"backend": "eager"},
+}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -189,7 +204,8 @@ def root_cause(log: str, limit: int = 6000) -> str:
 def log_facts(log: str) -> dict[str, Any]:
     keep_backend = re.compile(
         r"(Using \S+ (attention )?backend|Forcing TRITON_ATTN|heterogeneous head dimensions|"
-        r"DFlash draft layers span|Gemma4 MTP: draft layer|disable_chunked_mm_input|aux(iliary)? layers)",
+        r"DFlash draft layers span|Gemma4 MTP: draft layer|disable_chunked_mm_input|aux(iliary)? layers|"
+        r"batch.invariant)",
         re.I)
     keep_graph = re.compile(r"(cuda ?graph|cudagraph|Capturing|Graph capturing|torch\.compile|Compil)", re.I)
     backends, graphs = [], []
@@ -239,7 +255,7 @@ def versions() -> dict[str, Any]:
 # change a single output token. Re-draw the weights in place (same storage, so captured CUDA graphs and compiled
 # code see them) with sizes a trained model has, seeded by parameter name so the target is bit-identical in
 # every mode; drafter tensors shared with the target (embedding, LM head, KV) are left to the target's draw.
-# The recorded H100 runs of 2026-11-23 used q/k norm weights ~1 (before the d**-0.25 below).
+# The first session's H100 runs (`earlier` in the result) used q/k norm weights ~1, before the d**-0.25 below.
 # ---------------------------------------------------------------------------------------------------------------
 def redraw_weights(worker: Any, seed: int) -> dict[str, int]:
     import math
@@ -400,11 +416,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     reqs = build_requests(meta)
     num_spec = args.num_speculative_tokens or DEFAULT_SPEC_TOKENS.get(args.mode, 0)
     compilation = json.loads(args.compilation_config) if args.compilation_config else {
-        "cudagraph_capture_sizes": list(CAPTURE_SIZES),
+        "cudagraph_capture_sizes": list(CAPTURE_SIZES), **NUMERICS_COMPILATION.get(NUMERICS, {}),
     }
     result: dict[str, Any] = {
         "mode": args.mode,
         "dtype": DTYPE,
+        "numerics": NUMERICS,
         "ok": False,
         "stage": "setup",
         "requests": len(reqs),
@@ -435,6 +452,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         {n for sizes in result["expected_decode_batch_sizes"].values() for n in sizes} - set(CAPTURE_SIZES))
     write(args.json, result)
 
+    if NUMERICS.startswith("batch-invariant"):
+        os.environ["VLLM_BATCH_INVARIANT"] = "1"  # read by vllm.envs in this process and the engine core
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
@@ -455,6 +474,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if not args.dummy_weights:
                 result["weights_redrawn"] = llm.collective_rpc(redraw_weights, args=(SEED,))
             result["resolved"] = resolved_config(llm)
+            import vllm.envs
+
+            result["resolved"]["VLLM_BATCH_INVARIANT"] = bool(vllm.envs.VLLM_BATCH_INVARIANT)
             result["cuda_graphs"]["resolved"] = {
                 k: result["resolved"].get(k)
                 for k in ("compilation_mode", "cudagraph_mode", "cudagraph_capture_sizes", "max_cudagraph_capture_size")
@@ -539,6 +561,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dummy-weights", action="store_true",
                     help="keep vLLM's dummy weights (U(-1e-3, 1e-3)) instead of redrawing them (redraw_weights)")
     args = ap.parse_args(argv)
+    if NUMERICS not in NUMERICS_CHOICES:
+        print(f"G4E2E_NUMERICS={NUMERICS!r}: expected one of {', '.join(NUMERICS_CHOICES)}", file=sys.stderr)
+        return 2
     if not (args.models / "meta.json").is_file():
         print(f"{args.models}/meta.json missing: run tiny_models.py first", file=sys.stderr)
         return 2

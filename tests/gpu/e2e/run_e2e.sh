@@ -16,6 +16,11 @@
 #   kernel         mm-prefix-fa against a dense reference on the wheel's FlashAttention kernels
 #   report         tests/gpu/results/vllm-0.21.0-e2e.json from the runs (also copied to $OUT when set)
 #
+# G4E2E_NUMERICS=batch-invariant runs the engine steps under vLLM's VLLM_BATCH_INVARIANT=1 (results NAME-bi);
+# batch-invariant-casts adds Inductor's emulate_precision_casts (NAME-bi-casts), batch-invariant-eager the
+# "eager" compile backend (NAME-bi-eager): the bit-exact lossless checks (engine_runs.py says why).
+# G4E2E_DTYPE=float16 runs them in fp16 (results NAME-float16).
+#
 # Every step writes its JSON and log under the stage; a failed run is recorded, not fatal, so one call
 # brings back everything that could run.
 set -uo pipefail
@@ -94,9 +99,17 @@ step_prepare() {
   say "prepared: $(du -sh "$stage/pristine" "$stage/patched" | tr '\n' ' ')"
 }
 
-engine_run() {  # NAME VARIANT MODE (G4E2E_DTYPE=float16 runs the precision check: NAME-float16)
+engine_run() {  # NAME VARIANT MODE (G4E2E_DTYPE=float16: NAME-float16; G4E2E_NUMERICS=batch-invariant: NAME-bi)
   local name=$1 variant=$2 mode=$3 start rc=0
   [ -z "${G4E2E_DTYPE:-}" ] || [ "$G4E2E_DTYPE" = bfloat16 ] || name=$name-$G4E2E_DTYPE
+  case ${G4E2E_NUMERICS:-default} in
+    default) ;;
+    batch-invariant) name=$name-bi ;;
+    batch-invariant-casts) name=$name-bi-casts ;;
+    batch-invariant-eager) name=$name-bi-eager ;;
+    *) echo "G4E2E_NUMERICS=$G4E2E_NUMERICS: expected default, batch-invariant, batch-invariant-casts or" \
+         "batch-invariant-eager"; return 2 ;;
+  esac
   [ -d "$stage/$variant" ] || { echo "step $name: $variant wheel not installed (run prepare first)"; return 7; }
   say "run $name ($mode on the $variant wheel)"
   start=$(date +%s)
@@ -128,7 +141,7 @@ step_report() {
   [ -z "${OUT:-}" ] || cp "$repo"/tests/gpu/results/vllm-0.21.0-*.json "$OUT"/
 }
 
-[ $# -gt 0 ] || { sed -n '2,22p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,27p' "$0"; exit 2; }
 status=0
 for s in "$@"; do
   case $s in
