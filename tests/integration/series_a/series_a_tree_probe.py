@@ -251,6 +251,8 @@ def forward_facts(flash_attn: Any) -> dict[str, Any]:
         layer.mm_prefix_clamp_sliding_window = clamp
         output = torch.zeros_like(batch.query)
         impl.forward(layer, batch.query, batch.query, batch.query, kv_cache, metadata, output)
+        if with_ranges and (has_spans or has_ranges) and "refusals" not in result:
+            result["refusals"] = refusals(impl, layer, batch.query, kv_cache, metadata)
         if not with_ranges:
             result["text_only"].append(recorder.summary())
         elif has_spans or has_ranges:
@@ -261,6 +263,79 @@ def forward_facts(flash_attn: Any) -> dict[str, Any]:
         result["mm_max_err"] = worst
         result["mm_extra_calls"] = extra
     return result
+
+
+def refusals(impl: Any, layer: Any, query: torch.Tensor, kv_cache: torch.Tensor, metadata: Any) -> dict[str, Any]:
+    """The same mm batch with decode context parallel, then with ALiBi: where the recompute cannot be exact the
+    forward must refuse (NotImplementedError's text), not return rows that are silently causal or misaligned."""
+    out: dict[str, Any] = {}
+    for what in ("dcp", "alibi"):
+        saved = impl.dcp_world_size, impl.alibi_slopes
+        if what == "dcp":
+            impl.dcp_world_size = 2
+        else:
+            impl.alibi_slopes = torch.ones(impl.num_heads)
+        try:
+            impl.forward(layer, query, query, query, kv_cache, metadata, torch.zeros_like(query))
+            out[what] = None
+        except NotImplementedError as exc:
+            out[what] = str(exc)
+        except Exception as exc:  # e.g. the DCP path without a DCP group: not a refusal
+            out[what] = f"not refused: {type(exc).__name__}"
+        impl.dcp_world_size, impl.alibi_slopes = saved
+    return out
+
+
+def auto_selection() -> None:
+    """What the tree's own CUDA platform picks for an mm-prefix model when nobody names a backend, and whether
+    naming FLASH_ATTN is accepted, on SM80/SM90/SM120 with FA2/FA3 (no FA4). Only the compiled extension
+    modules, which cannot exist on a CPU machine, are stood in for."""
+    import types
+
+    for name in ("vllm._C", "vllm._C_stable_libtorch", "vllm._moe_C"):
+        sys.modules.setdefault(name, types.ModuleType(name))
+    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+    from vllm.platforms.cuda import CudaPlatform
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.backends import flash_attn
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+
+    flash_attn.is_flash_attn_varlen_func_available = lambda: True
+    flash_attn.is_fa_version_supported = lambda version: version != 4
+    picked: dict[str, Any] = {}
+    with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu"))):
+        for cap in ((8, 0), (9, 0), (12, 0)):
+            for mm in (True, False):
+                cfg = AttentionSelectorConfig(head_size=256, dtype=torch.bfloat16, kv_cache_dtype="auto",
+                                              block_size=16, use_mm_prefix=mm)
+                valid, _ = CudaPlatform.get_valid_backends(
+                    device_capability=DeviceCapability(*cap), attn_selector_config=cfg, num_heads=8)
+                first = valid[0]  # 0.21.0: (enum, priority); 0.33.0: a candidate with .backend
+                enum = first.backend if hasattr(first, "backend") else first[0]
+                picked[f"sm{cap[0]}{cap[1]}-{'mm' if mm else 'text'}"] = enum.name
+        cfg = AttentionSelectorConfig(head_size=256, dtype=torch.bfloat16, kv_cache_dtype="auto", block_size=16,
+                                      use_mm_prefix=True)
+        CudaPlatform.get_device_capability = classmethod(lambda cls, device_id=0: DeviceCapability(12, 0))
+        try:
+            CudaPlatform.get_attn_backend_cls(AttentionBackendEnum.FLASH_ATTN, cfg, num_heads=8)
+            explicit: str | None = None
+        except ValueError as exc:
+            explicit = str(exc)
+    facts["auto_backend"] = picked
+    facts["explicit_flash_attn_mm_refused"] = explicit
+    # FA4 installed where the layers run FA3 (SM90): the recompute still runs, so full graphs stay capped.
+    flash_attn.is_fa_version_supported = lambda version: True
+    if hasattr(flash_attn, "get_flash_attn_version"):
+        flash_attn.get_flash_attn_version = lambda *a, **k: 3
+    builder = flash_attn.FlashAttentionMetadataBuilder
+    from vllm.v1.attention.backend import AttentionCGSupport
+
+    builder._cudagraph_support = AttentionCGSupport.ALWAYS
+    facts["fa_cudagraph_fa4_installed_fa3_running"] = builder.get_cudagraph_support(
+        SimpleNamespace(model_config=SimpleNamespace(is_mm_prefix_lm=True)),
+        SimpleNamespace(head_size=256, block_size=16),
+    ).name
 
 
 def kv_cache_for(flash_attn: Any, batch: ref.MMBatch) -> torch.Tensor:
@@ -275,4 +350,5 @@ def kv_cache_for(flash_attn: Any, batch: ref.MMBatch) -> torch.Tensor:
 
 decoupling()
 flash_attention()
+auto_selection()
 print("SERIES_A_FACTS " + json.dumps(facts))

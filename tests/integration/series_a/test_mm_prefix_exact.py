@@ -141,3 +141,30 @@ def test_mixed_batches_of_mm_prefix_models_stay_out_of_full_cuda_graphs(tree_fac
     # The exact rows are recomputed from Python, which a full-graph replay would skip.
     assert tree_facts(pin, "patched")["fa_cudagraph"] == {"True": "UNIFORM_BATCH", "False": "ALWAYS"}
     assert tree_facts(pin, "pristine")["fa_cudagraph"] == {"True": "ALWAYS", "False": "ALWAYS"}
+
+
+@pytest.mark.parametrize("pin", PINS)
+def test_no_model_changes_backend_unless_flash_attn_is_named(tree_facts: Facts, pin: str) -> None:
+    """Automatic selection for an mm-prefix model is what the pristine tree picks (the recompute is opt-in), text
+    models are untouched, and naming FLASH_ATTN is what the series adds (the pristine tree refuses it)."""
+    pristine, patched = tree_facts(pin, "pristine"), tree_facts(pin, "patched")
+    assert patched["auto_backend"] == pristine["auto_backend"]
+    assert {k: v for k, v in patched["auto_backend"].items() if k.endswith("-mm")} == {
+        "sm80-mm": "TRITON_ATTN", "sm90-mm": "TRITON_ATTN", "sm120-mm": "TRITON_ATTN"}
+    assert patched["auto_backend"]["sm120-text"] == "FLASH_ATTN"
+    assert "partial multimodal token full attention not supported" in pristine["explicit_flash_attn_mm_refused"]
+    assert patched["explicit_flash_attn_mm_refused"] is None
+
+
+@pytest.mark.parametrize("pin", PINS)
+def test_mm_rows_refuse_dcp_and_alibi(tree_facts: Facts, pin: str) -> None:
+    """Where the recompute cannot be exact the forward refuses, naming what to do, instead of computing rows
+    that are silently causal (DCP returned before the recompute) or misaligned (ALiBi)."""
+    refusals = tree_facts(pin, "patched")["forward"]["refusals"]
+    for what in ("dcp", "alibi"):
+        assert refusals[what] is not None and "TRITON_ATTN" in refusals[what], (what, refusals[what])
+
+
+def test_full_cuda_graphs_stay_capped_where_fa4_is_installed_but_fa3_runs(tree_facts: Facts) -> None:
+    """0.33.0 on SM90: FA4 can be installed while the layers run FA3, whose mm rows need the Python recompute."""
+    assert tree_facts("vllm-0.33.0", "patched")["fa_cudagraph_fa4_installed_fa3_running"] == "UNIFORM_BATCH"
