@@ -111,7 +111,7 @@ class PinSet:
 def _git_ref(raw: Any, where: str) -> GitRef:
     remote = require(raw, "remote", str, where)
     commit = str(require(raw, "commit", (str, int), where)).lower()
-    if not _HEX.match(commit):
+    if not _HEX.fullmatch(commit):
         raise ConfigError(f"{where}.commit: expected 7-40 hex digits, found {commit!r}")
     return GitRef(remote=remote, commit=commit)
 
@@ -122,9 +122,9 @@ def _base(raw: Any, where: str) -> Base:
     keep = raw.get("keep_pin") or []
     if onto is not None:
         onto = str(onto).lower()
-        if not _FULL_SHA.match(onto):
+        if not _FULL_SHA.fullmatch(onto):
             raise ConfigError(f"{where}.onto: expected the fork's upstream commit as 40 hex digits, found {onto!r}")
-        if not _FULL_SHA.match(ref.commit):
+        if not _FULL_SHA.fullmatch(ref.commit):
             raise ConfigError(f"{where}.commit: a forward-ported base needs the full 40-digit fork commit, "
                               f"found {ref.commit!r}")
     if not isinstance(keep, list) or not all(isinstance(k, str) and k for k in keep):
@@ -140,7 +140,7 @@ def _base(raw: Any, where: str) -> Base:
 def _file_ref(raw: Any, where: str) -> FileRef:
     file = require(raw, "file", str, where)
     sha = require(raw, "sha256", str, where).lower()
-    if not _SHA256.match(sha):
+    if not _SHA256.fullmatch(sha):
         raise ConfigError(f"{where}.sha256: expected 64 hex digits, found {sha!r}")
     return FileRef(file=file, sha256=sha)
 
