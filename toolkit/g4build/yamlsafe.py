@@ -179,19 +179,32 @@ def load_mapping(path: Path) -> dict[str, Any]:
     return data
 
 
+def _lexical_problem(rel: str) -> str | None:
+    if not rel or text_problem(rel):
+        return "an empty path or one with control characters"
+    if rel.startswith("/") or _DRIVE.match(rel) or "\\" in rel:
+        return "an absolute path or one with backslashes"
+    if ".." in PurePosixPath(rel).parts:
+        return "a path with '..'"
+    return None
+
+
+def tree_relative(rel: str, where: str) -> str:
+    """``rel`` when it is a relative path that stays inside whatever tree it is read against, else an error."""
+    problem = _lexical_problem(rel)
+    if problem is not None:
+        raise ConfigError(f"{where}: expected a relative path inside the source tree, found {rel!r}: {problem}",
+                          hint="write the path as the tree has it, e.g. vllm/v1/worker/gpu_worker.py")
+    return rel
+
+
 def confined(folder: Path, rel: str, where: str) -> Path:
     """``folder / rel`` for a relative path from a data file, refused when it could leave ``folder``.
 
     Absolute paths, drive letters, backslashes, ``..`` parts and symlinks that resolve outside ``folder``
     are errors naming ``where`` (file and key).
     """
-    problem = None
-    if not rel or text_problem(rel):
-        problem = "an empty path or one with control characters"
-    elif rel.startswith("/") or _DRIVE.match(rel) or "\\" in rel:
-        problem = "an absolute path or one with backslashes"
-    elif ".." in PurePosixPath(rel).parts:
-        problem = "a path with '..'"
+    problem = _lexical_problem(rel)
     if problem is None:
         base = folder.resolve()
         target = (folder / rel).resolve()
