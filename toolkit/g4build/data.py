@@ -10,9 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from g4build.errors import ConfigError
+from g4build.yamlsafe import load_mapping
 
 
 def project_root() -> Path:
@@ -39,18 +38,8 @@ def ci_dir() -> Path:
 
 
 def load_yaml_mapping(path: Path) -> dict[str, Any]:
-    """Read a YAML file whose top level must be a mapping."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise ConfigError(f"{path}: file not found", hint="is G4BUILD_HOME set to the g4build checkout?") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, found {type(data).__name__}")
-    return data
+    """Read a YAML data file whose top level must be a mapping (the safe loader: see ``g4build.yamlsafe``)."""
+    return load_mapping(path)
 
 
 def require(mapping: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:

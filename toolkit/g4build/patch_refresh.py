@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from g4build import gittree
 from g4build.errors import ConfigError, SourceError, UsageError
 from g4build.patch_apply import TRAILER_SERIES
@@ -24,6 +22,7 @@ from g4build.patch_status import SeriesCommit, log_records, series_commits, trai
 from g4build.patchfile import parse_patch
 from g4build.series import Series, load_series
 from g4build.series_yaml import append_order, dump, set_pin_patches
+from g4build.yamlsafe import load_text
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 # Build and run leftovers that never belong in a patch, even in a tree without a .gitignore (an sdist's).
@@ -145,7 +144,8 @@ def refresh(series: Series, pin: str, patches: Sequence[NewPatch]) -> RefreshRes
                              changed=False, written=(), removed=())
     meta_path = series.folder / "series.yaml"
     entries = [{"file": p.file, "subject": p.subject} for p in patches]
-    meta_text = set_pin_patches(meta_path.read_text(encoding="utf-8"), pin, entries, series.version + 1)
+    meta_text = set_pin_patches(meta_path.read_text(encoding="utf-8"), pin, entries, series.version + 1,
+                                source=str(meta_path))
     for p in patches:
         write_atomic(series.folder / p.file, p.data)
     still_used = {e.file for name, v in series.pins.items() if name != pin for e in v.patches}
@@ -186,7 +186,8 @@ def new_series(
         python_only = all(p.endswith(".py") for d in diffs for p in (d.old_path, d.new_path) if p)
     order_path = root / "series.yaml"
     order_text = order_path.read_text(encoding="utf-8") if order_path.is_file() else "order: []\n"
-    if name in ((yaml.safe_load(order_text) or {}).get("order") or []):
+    order_data = load_text(order_text, str(order_path)) or {}
+    if isinstance(order_data, dict) and name in (order_data.get("order") or []):
         raise UsageError(f"series '{name}' is already in {order_path}'s order but has no folder",
                          hint="remove it from the order first, or pick another name")
     meta = {
@@ -196,7 +197,7 @@ def new_series(
     }
     write_atomic(folder / patch.file, patch.data)
     write_atomic(folder / "series.yaml", dump(meta).encode())
-    write_atomic(order_path, append_order(order_text, name).encode())
+    write_atomic(order_path, append_order(order_text, name, str(order_path)).encode())
     load_series(folder)
     return RefreshResult(series=name, pin=pin, old_version=None, new_version=1, changed=True,
                          written=(patch.file,), removed=())

@@ -15,6 +15,9 @@ from g4build.errors import ConfigError, UnknownPinError
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+# Pin and OS names become folder names (patches/<os>-base/<pin>/); file names become cache paths.
+PIN_NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,7 +114,7 @@ class PinSet:
 def _git_ref(raw: Any, where: str) -> GitRef:
     remote = require(raw, "remote", str, where)
     commit = str(require(raw, "commit", (str, int), where)).lower()
-    if not _HEX.match(commit):
+    if not _HEX.fullmatch(commit):
         raise ConfigError(f"{where}.commit: expected 7-40 hex digits, found {commit!r}")
     return GitRef(remote=remote, commit=commit)
 
@@ -122,16 +125,16 @@ def _base(raw: Any, where: str) -> Base:
     keep = raw.get("keep_pin") or []
     if onto is not None:
         onto = str(onto).lower()
-        if not _FULL_SHA.match(onto):
+        if not _FULL_SHA.fullmatch(onto):
             raise ConfigError(f"{where}.onto: expected the fork's upstream commit as 40 hex digits, found {onto!r}")
-        if not _FULL_SHA.match(ref.commit):
+        if not _FULL_SHA.fullmatch(ref.commit):
             raise ConfigError(f"{where}.commit: a forward-ported base needs the full 40-digit fork commit, "
                               f"found {ref.commit!r}")
     if not isinstance(keep, list) or not all(isinstance(k, str) and k for k in keep):
         raise ConfigError(f"{where}.keep_pin: expected a list of file paths, found {keep!r}")
     if keep and onto is None:
         raise ConfigError(f"{where}.keep_pin needs onto: files are kept only when the fork is forward-ported")
-    bad = [k for k in keep if k.startswith("/") or ".." in k.split("/")]
+    bad = [k for k in keep if k.startswith("/") or ".." in k.split("/") or "\\" in k or re.match(r"[A-Za-z]:", k)]
     if bad:
         raise ConfigError(f"{where}.keep_pin: expected paths inside the tree, found {bad}")
     return Base(remote=ref.remote, commit=ref.commit, onto=onto, keep_pin=tuple(keep))
@@ -139,8 +142,11 @@ def _base(raw: Any, where: str) -> Base:
 
 def _file_ref(raw: Any, where: str) -> FileRef:
     file = require(raw, "file", str, where)
+    if not _FILE_NAME.fullmatch(file) or ".." in file:
+        raise ConfigError(f"{where}.file: expected a plain file name as the package index lists it, found {file!r}",
+                          hint="no folders, '..' or spaces: e.g. vllm-0.21.0.tar.gz")
     sha = require(raw, "sha256", str, where).lower()
-    if not _SHA256.match(sha):
+    if not _SHA256.fullmatch(sha):
         raise ConfigError(f"{where}.sha256: expected 64 hex digits, found {sha!r}")
     return FileRef(file=file, sha256=sha)
 
@@ -157,7 +163,17 @@ def _version_text(raw: Any, key: str, where: str) -> str:
     return value
 
 
+def _name(key: Any, where: str) -> str:
+    if not isinstance(key, str) or not PIN_NAME_RE.fullmatch(key):
+        raise ConfigError(f"{where}: {key!r} is not a valid name: expected lower case letters, digits, '.', '-', '_'",
+                          hint="names become folder names, e.g. vllm-0.21.0 or windows")
+    return key
+
+
 def _pin(name: str, raw: Any, where: str) -> Pin:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping of version, upstream, sdist, torch, cuda, flashinfer; "
+                          f"found {type(raw).__name__} ({raw!r})")
     version = _version_text(raw, "version", where)
     try:
         Version(version)
@@ -176,7 +192,7 @@ def _pin(name: str, raw: Any, where: str) -> Pin:
         cuda=_version_text(raw, "cuda", where),
         flashinfer=str(require(raw, "flashinfer", str, where)),
         wheels={k: _file_ref(v, f"{where}.wheels.{k}") for k, v in wheels_raw.items()},
-        bases={k: _base(v, f"{where}.bases.{k}") for k, v in bases_raw.items()},
+        bases={_name(k, f"{where}.bases"): _base(v, f"{where}.bases.{k}") for k, v in bases_raw.items()},
     )
 
 
@@ -187,7 +203,7 @@ def load_pins(path: Path | None = None) -> PinSet:
     pins_raw = require(data, "pins", dict, where)
     if not pins_raw:
         raise ConfigError(f"{where}.pins: expected at least one pin, found none")
-    pins = {name: _pin(name, raw, f"{where}: pins.{name}") for name, raw in pins_raw.items()}
+    pins = {_name(name, f"{where}: pins"): _pin(name, raw, f"{where}: pins.{name}") for name, raw in pins_raw.items()}
     default = require(data, "default", str, where)
     if default not in pins:
         raise ConfigError(f"{where}: default pin '{default}' is not one of {', '.join(sorted(pins))}")

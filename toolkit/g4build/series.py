@@ -25,7 +25,8 @@ from packaging.version import InvalidVersion, Version
 from g4build.data import load_yaml_mapping, patches_dir, require
 from g4build.errors import ConfigError, UsageError
 from g4build.forkport import base_digest
-from g4build.pins import Pin
+from g4build.pins import PIN_NAME_RE, Pin
+from g4build.yamlsafe import confined, tree_relative
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,7 +99,12 @@ class Series:
 def _variant(folder: Path, raw: Any, where: str) -> PinVariant:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping, found {type(raw).__name__}")
-    patches_raw = raw.get("patches") or []
+    # Required even when empty: a pin entry without its list is a mistake, not "needs nothing" (an empty list
+    # with a note says that).
+    if "patches" not in raw:
+        raise ConfigError(f"{where}: missing key 'patches'",
+                          hint="list the pin's patches, or write `patches: []` with a note saying why none")
+    patches_raw = raw["patches"]
     if not isinstance(patches_raw, list):
         raise ConfigError(f"{where}.patches: expected a list, found {type(patches_raw).__name__}")
     patches = []
@@ -106,7 +112,7 @@ def _variant(folder: Path, raw: Any, where: str) -> PinVariant:
         pw = f"{where}.patches[{i}]"
         file = require(entry, "file", str, pw)
         subject = require(entry, "subject", str, pw)
-        path = folder / file
+        path = confined(folder, file, f"{pw}.file")
         if not path.is_file():
             raise ConfigError(f"{pw}.file: expected a patch file at {path}, found none",
                               hint="restore it (git checkout) or drop the entry from the list")
@@ -116,12 +122,21 @@ def _variant(folder: Path, raw: Any, where: str) -> PinVariant:
         raise ConfigError(f"{where}.fingerprints: expected a mapping path -> [text]")
     fingerprints: dict[str, tuple[str, ...]] = {}
     for rel, texts in fps_raw.items():
+        if not isinstance(rel, str):
+            raise ConfigError(f"{where}.fingerprints: key {rel!r}: expected a path in the source tree")
+        tree_relative(rel, f"{where}.fingerprints.{rel}")
         if isinstance(texts, str):
             texts = [texts]
         if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
             raise ConfigError(f"{where}.fingerprints.{rel}: expected a list of strings")
         fingerprints[str(rel)] = tuple(texts)
     return PinVariant(patches=tuple(patches), fingerprints=fingerprints, note=str(raw.get("note") or ""))
+
+
+def _pin_key(pin: Any, where: str) -> str:
+    if not isinstance(pin, str) or not PIN_NAME_RE.fullmatch(pin):
+        raise ConfigError(f"{where}: pins: {pin!r} is not a pin name (see patches/pins.yaml)")
+    return pin
 
 
 def load_series(folder: Path) -> Series:
@@ -152,7 +167,7 @@ def load_series(folder: Path) -> Series:
         forwarded=str(data.get("forwarded") or "no"),
         applied_upstream=None if applied is None else str(applied),
         python_only=bool(require(data, "python_only", bool, where)),
-        pins={pin: _variant(folder, raw, f"{where}: pins.{pin}") for pin, raw in pins_raw.items()},
+        pins={_pin_key(pin, where): _variant(folder, raw, f"{where}: pins.{pin}") for pin, raw in pins_raw.items()},
         folder=folder,
     )
 
@@ -168,8 +183,11 @@ def load_all(root: Path | None = None) -> list[Series]:
     for name in order:
         if not isinstance(name, str) or name in seen:
             raise ConfigError(f"{order_path}.order: duplicate or non-string entry {name!r}")
+        if not PIN_NAME_RE.fullmatch(name):
+            raise ConfigError(f"{order_path}.order: {name!r} is not a series folder name: expected lower case "
+                              "letters, digits, '.', '-', '_'", hint="name the series' folder under patches/")
         seen.add(name)
-        folder = root / name
+        folder = confined(root, name, f"{order_path}.order")
         if not (folder / "series.yaml").is_file():
             raise ConfigError(f"{order_path}.order: series '{name}' has no {folder / 'series.yaml'}",
                               hint="start it with `g4build patches new`, or remove it from the order")

@@ -14,6 +14,9 @@ from typing import Any
 
 import yaml
 
+from g4build.errors import ConfigError
+from g4build.yamlsafe import load_text
+
 _BLANK_OR_COMMENT = re.compile(r"^\s*(#.*)?$")
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")  # a patch path YAML reads back as the same string
 
@@ -96,9 +99,12 @@ def _edit(text: str, pin: str, patches: list[dict[str, str]], version: int) -> s
     return "".join(lines[:sub] + _patch_lines(" " * sub_indent, patches) + lines[sub_end:])
 
 
-def set_pin_patches(text: str, pin: str, patches: list[dict[str, str]], version: int) -> str:
+def set_pin_patches(text: str, pin: str, patches: list[dict[str, str]], version: int,
+                    source: str = "series.yaml") -> str:
     """``text`` with ``version`` and ``pins[pin].patches`` replaced (the pin added when missing)."""
-    data = yaml.safe_load(text)
+    data = load_text(text, source)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, found {type(data).__name__}")
     pins = data.setdefault("pins", {}) or {}
     data["pins"] = pins
     variant = dict(pins.get(pin) or {})
@@ -109,16 +115,18 @@ def set_pin_patches(text: str, pin: str, patches: list[dict[str, str]], version:
     data["version"] = version
     try:
         edited = _edit(text, pin, patches, version)
-        if yaml.safe_load(edited) == data:
+        if load_text(edited, source) == data:
             return edited
-    except (ValueError, yaml.YAMLError):
+    except (ValueError, ConfigError):
         pass
     return header(text) + dump(data)
 
 
-def append_order(text: str, name: str) -> str:
+def append_order(text: str, name: str, source: str = "series.yaml") -> str:
     """The top-level ``series.yaml`` with ``name`` appended to ``order``."""
-    data = yaml.safe_load(text) or {}
+    data = load_text(text, source) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, found {type(data).__name__}")
     data["order"] = [*(data.get("order") or []), name]
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
@@ -132,7 +140,7 @@ def append_order(text: str, name: str) -> str:
             pad = " " * (_indent(items[0]) if items else 2)
             new = ["order:\n", *lines[at + 1:end], f"{pad}- {name}\n"]
             edited = "".join(lines[:at] + new + lines[end:])
-            if yaml.safe_load(edited) == data:
+            if load_text(edited, source) == data:
                 return edited
     return header(text) + dump(data)
 

@@ -15,6 +15,10 @@ from g4build.image.layers import Limits, apply_layers, clean_member_name, resolv
 SP = "usr/lib/python3.12/site-packages"
 
 
+def _lexists(path: Path) -> bool:
+    return os.path.lexists(path)
+
+
 def _apply(root: Path, *layers: list[Entry], **kw: object) -> object:
     return apply_layers(((f"L{i}", io.BytesIO(layer_tar(e))) for i, e in enumerate(layers)), root, **kw)  # type: ignore[arg-type]
 
@@ -57,11 +61,12 @@ def test_hostile_layers_stay_inside_and_the_result_is_right(tmp_path: Path) -> N
     assert (root / "etc" / "via-link").read_text() == "v"  # an absolute link is read against the root
     assert (root / outside.relative_to(outside.anchor) / "pwned-abs").read_text() == "x"
     assert os.readlink(root / SP / "inside") == "../../../../etc"
-    # the refused link is not there, so the file meant to go through it is an ordinary file inside the root
-    assert not (root / "escape").is_symlink() and (root / "escape" / "pwned-rel").read_text() == "x"
+    # the refused link is not there, and neither is the file meant to go through it: the image has no such file
+    assert not _lexists(root / "escape")
     assert not (root / "dev" / "fifo").exists() and not (root / "dev" / "null").exists()
     skipped = {s.name: s for s in report.skipped}  # type: ignore[attr-defined]
-    for name in ("escape", "../dotdot-evil", "/abs-evil", "usr/../../climb-evil", "hl-out", "hl-abs"):
+    for name in ("escape", "escape/pwned-rel", "../dotdot-evil", "/abs-evil", "usr/../../climb-evil", "hl-out",
+                 "hl-abs"):
         assert skipped[name].unsafe, name
     assert not skipped["dev/fifo"].unsafe and not skipped["dev/null"].unsafe
 

@@ -150,7 +150,7 @@ def _axes(raw: Any, where: str) -> dict[str, tuple[str, ...]]:
             raise ConfigError(f"{where}.os: '{value}' is not one of {', '.join(KNOWN_OS)}")
     for axis, pattern in _PATTERNS.items():
         for value in axes[axis]:
-            if not pattern.match(value):
+            if not pattern.fullmatch(value):
                 raise ConfigError(f"{where}.{axis}: '{value}' does not look like {pattern.pattern}")
     return axes
 
@@ -167,7 +167,7 @@ def _actions(raw: Any, where: str) -> dict[str, ActionPin]:
     for key, item in raw.items():
         at = f"{where}.{key}"
         sha = require(item, "sha", str, at).lower()
-        if not _SHA.match(sha):
+        if not _SHA.fullmatch(sha):
             raise ConfigError(f"{at}.sha: expected a full 40-hex commit sha, found {sha!r}",
                               hint="pin actions to commits, not tags")
         repo = require(item, "repo", str, at)

@@ -88,7 +88,7 @@ def default_series_name(reference: str) -> str:
 def resolve_output(reference: str, series: str | None, out: Path | None) -> tuple[str, Path]:
     """The series name and its folder; the folder's name must be the series name (the loader checks it)."""
     name = series or (out.name if out is not None else default_series_name(reference))
-    if not _SERIES_NAME.match(name):
+    if not _SERIES_NAME.fullmatch(name):
         raise UsageError(f"series name '{name}' is not usable: expected lower-case letters, digits, '.', '_', '-'")
     folder = out if out is not None else patches_dir() / name
     if folder.name != name:

@@ -8,7 +8,10 @@ directory's lower contents). Nothing is ever written outside the root:
   targets read against the root (an absolute target starts at the root, ``..`` stops at the root), and the
   host never follows a link on our behalf (files are opened with ``O_NOFOLLOW`` after the old entry is gone);
 - symlinks whose relative target climbs above the root, and hardlinks to absolute or ``..`` names, are skipped;
-- devices and fifos are skipped; member count, member size and total size are bounded (a hard failure).
+  a skipped symlink still replaces what lower layers had at its path, and a later member whose path goes
+  through it is skipped too (writing it into a real folder there would make up a file the image does not have);
+- devices and fifos are skipped; member count, member size and total size are bounded, and so are the size of
+  each file written and the bytes written in all (a gzip bomb is refused at its tar header, before any write).
 
 Only regular files accepted by ``select`` are written (an image is gigabytes; we need its Python files);
 directories, symlinks and whiteouts are always applied so paths resolve as they do in the image.
@@ -38,9 +41,13 @@ _DRIVE = re.compile(r"^[A-Za-z]:")
 
 @dataclass(frozen=True, kw_only=True)
 class Limits:
+    """Bounds on what an image may unpack to (decompressed sizes, read from each member's tar header)."""
+
     max_members: int = 5_000_000
-    max_member_bytes: int = 16 << 30
-    max_total_bytes: int = 128 << 30
+    max_member_bytes: int = 16 << 30  # any member, written or not
+    max_total_bytes: int = 128 << 30  # all regular members of all layers
+    max_file_bytes: int = 64 << 20  # one file written to disk (a selected Python file); none comes near it
+    max_written_bytes: int = 2 << 30  # all files written to disk
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +78,18 @@ class _State:
     members: int = 0
     total: int = 0
     files: int = 0
+    written: int = 0
     skipped: list[Skipped] = field(default_factory=list)
+    # Root-relative paths where a skipped symlink sits: the image has a link there, we have nothing.
+    dead_links: set[str] = field(default_factory=set)
+
+
+class _Through(Exception):
+    """A member's path goes through a symlink that was skipped."""
+
+    def __init__(self, link: str) -> None:
+        super().__init__(link)
+        self.link = link
 
 
 def clean_member_name(name: str) -> str | None:
@@ -156,7 +174,10 @@ def _place(st: _State, rel: str) -> Path | None:
     parent, _, name = rel.rpartition("/")
     resolved_parent = resolve_in_root(st.root, parent, follow_final=True) if parent else ""
     host_parent = st.root
-    for part in resolved_parent.split("/") if resolved_parent else []:
+    parts = resolved_parent.split("/") if resolved_parent else []
+    for i, part in enumerate(parts):
+        if st.dead_links and "/".join(parts[:i + 1]) in st.dead_links:
+            raise _Through("/".join(parts[:i + 1]))
         host_parent = host_parent / part
         if not _exists(host_parent):
             host_parent.mkdir(mode=0o755)
@@ -176,6 +197,7 @@ class _Layer:
 
     def touch(self, host: Path) -> None:
         rel = host.relative_to(self.st.root).as_posix()
+        self.st.dead_links.discard(rel)  # a real entry now replaces the skipped link
         parts = rel.split("/")
         for i in range(1, len(parts) + 1):
             self.touched.add("/".join(parts[:i]))
@@ -189,6 +211,9 @@ class _Layer:
                 )
             try:
                 self.member(tar, member)
+            except _Through as through:
+                self.skip(member.name, f"its path goes through the symlink '{through.link}', which was skipped; "
+                          "the image has no such file there", unsafe=True)
             except OSError as exc:  # e.g. a name this host's filesystem cannot hold
                 self.skip(member.name, f"cannot be written here: {exc.strerror or exc}", unsafe=False)
 
@@ -224,7 +249,16 @@ class _Layer:
         for child in list(host.iterdir()):
             if child.relative_to(self.st.root).as_posix() not in self.touched:
                 _remove(child)
+        self._forget_links_under(host, keep_touched=True)
         self.touch(host)
+
+    def _forget_links_under(self, host: Path, *, keep_touched: bool = False) -> None:
+        """Skipped links at or below ``host`` are gone from the image (whiteout, opaque folder)."""
+        rel = host.relative_to(self.st.root).as_posix()
+        prefix = "" if rel == "." else rel + "/"
+        for link in list(self.st.dead_links):
+            if (link == rel or link.startswith(prefix)) and not (keep_touched and link in self.touched):
+                self.st.dead_links.discard(link)
 
     def whiteout(self, rel: str, hidden: str) -> None:
         if hidden in ("", ".", ".."):  # ".wh.." / ".wh..." would name the folder itself or its parent
@@ -239,6 +273,7 @@ class _Layer:
             return  # a whiteout hides lower layers only, never an entry of its own layer
         if _exists(target):
             _remove(target)
+        self._forget_links_under(target)
 
     def directory(self, rel: str, m: tarfile.TarInfo) -> None:
         host = _place(self.st, rel)
@@ -270,8 +305,23 @@ class _Layer:
             return
         if _exists(host):
             _remove(host)
+        self.st.dead_links.discard(host.relative_to(self.st.root).as_posix())  # a file replaces a skipped link
         if not self.st.select(rel):
             return
+        # Bounded before a byte is written: a small gzip layer can declare a file of gigabytes.
+        if m.size > limits.max_file_bytes:
+            raise UnsafeArchiveError(
+                f"layer {self.label}: '{m.name}' is {m.size} bytes decompressed, over the {limits.max_file_bytes}"
+                " byte limit for one extracted file; refusing the image (a source file is never that large)",
+                hint="check where the image comes from; nothing was written",
+            )
+        if self.st.written + m.size > limits.max_written_bytes:
+            raise UnsafeArchiveError(
+                f"layer {self.label}: extracting '{m.name}' would write over {limits.max_written_bytes} bytes "
+                "in all; refusing the image",
+                hint="check where the image comes from; nothing was written",
+            )
+        self.st.written += m.size
         src = tar.extractfile(m)
         if src is None:
             return
@@ -291,6 +341,12 @@ class _Layer:
     def symlink(self, rel: str, m: tarfile.TarInfo) -> None:
         if not _symlink_stays_inside(rel, m.linkname):
             self.skip(m.name, f"symlink to '{m.linkname}' points above the image root", unsafe=True)
+            host = _place(self.st, rel)
+            if host is not None:
+                if _exists(host):
+                    _remove(host)  # in the image the link replaces what lower layers had here
+                self._forget_links_under(host)
+                self.st.dead_links.add(host.relative_to(self.st.root).as_posix())
             return
         host = _place(self.st, rel)
         if host is None:

@@ -174,7 +174,7 @@ def _read_blob_json(bundle: _Bundle, digest: Any, where: str) -> Any:
 
 
 def _blob_path(digest: str, where: str) -> str:
-    if not isinstance(digest, str) or not _DIGEST.match(digest):
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
         raise ImageError(f"{where}: expected a sha256 digest, found {digest!r}")
     return "blobs/sha256/" + digest.split(":", 1)[1]
 
@@ -199,7 +199,7 @@ def _docker_save(bundle: _Bundle) -> OpenedImage:
         raise ImageError(f"{bundle.name}: manifest.json lacks Config or Layers")
     # The config's name is the image ID, the sha256 of its bytes: check it, since Origin records it.
     hexid = config.rsplit("/", 1)[-1].removesuffix(".json")
-    if not _DIGEST.match(f"sha256:{hexid}"):
+    if not _DIGEST.fullmatch(f"sha256:{hexid}"):
         raise ImageError(
             f"{bundle.name}: manifest.json names the config '{config}'; expected <sha256 hex>.json or "
             "blobs/sha256/<hex> (the image ID)",
@@ -219,7 +219,7 @@ def _docker_save(bundle: _Bundle) -> OpenedImage:
     def entries() -> Iterator[tuple[str, Callable[[], IO[bytes]], str | None]]:
         for raw in layer_paths:
             rel = str(raw)
-            m = _BLOB.match(rel)
+            m = _BLOB.fullmatch(rel)
             yield rel, partial(bundle.open, rel), (f"sha256:{m.group(2)}" if m else None)
 
     return OpenedImage(info=info, layers=_verified_layers(entries()))

@@ -14,6 +14,7 @@ from typing import Any
 
 from g4build.data import load_yaml_mapping, recipes_dir
 from g4build.errors import ConfigError, UsageError
+from g4build.yamlsafe import check_tree
 
 # A scalar an option can take; lists give options that take several values; mappings become compact JSON.
 Scalar = str | int | float | bool
@@ -76,7 +77,7 @@ class Hardware:
     @property
     def compute_capability(self) -> str:
         """What ``nvidia-smi --query-gpu=compute_cap`` prints for this arch: sm120 -> 12.0."""
-        match = ARCH_RE.match(self.arch)
+        match = ARCH_RE.fullmatch(self.arch)
         assert match is not None  # checked when parsed
         digits = match.group(1)
         return f"{int(digits[:-1])}.{digits[-1]}"
@@ -209,7 +210,7 @@ def _str_list(raw: Any, where: str) -> tuple[str, ...]:
 def _env(raw: Any, where: str) -> dict[str, str]:
     env: dict[str, str] = {}
     for key, value in _mapping(raw, where).items():
-        if not isinstance(key, str) or not ENV_NAME_RE.match(key):
+        if not isinstance(key, str) or not ENV_NAME_RE.fullmatch(key):
             raise ConfigError(f"{where}: {key!r} is not an environment variable name (letters, digits, _)")
         if isinstance(value, bool) or not isinstance(value, (str, int)):
             raise ConfigError(
@@ -236,7 +237,7 @@ def _arg_value(value: Any, where: str) -> ArgValue:
 def _args(raw: Any, where: str) -> dict[str, ArgValue]:
     args: dict[str, ArgValue] = {}
     for key, value in _mapping(raw, where).items():
-        if not isinstance(key, str) or not OPTION_RE.match(key):
+        if not isinstance(key, str) or not OPTION_RE.fullmatch(key):
             raise ConfigError(
                 f"{where}: {key!r} is not an option name",
                 hint="write vllm serve options without dashes in front, in kebab case, e.g. max-model-len",
@@ -262,10 +263,11 @@ def _kv(raw: Any, where: str) -> KvGeometry | None:
 
 def parse_recipe(data: dict[str, Any], where: str, *, source: Path | None = None) -> Recipe:
     """Validate a recipe mapping (after overrides) into a ``Recipe``."""
+    check_tree(data, where)  # NUL, control characters or a lone surrogate would break the rendered script
     _check_keys(data, TOP_LEVEL_KEYS, where)
     name = _text(data.get("name"), f"{where}.name")
     assert name is not None
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise ConfigError(f"{where}.name: {name!r} must be lower case letters, digits, '.', '-' or '_'")
     model = _text(data.get("model"), f"{where}.model")
     assert model is not None
@@ -284,7 +286,7 @@ def parse_recipe(data: dict[str, Any], where: str, *, source: Path | None = None
         if key not in hardware_raw:
             raise ConfigError(f"{where}.hardware: missing key '{key}'")
     arch = str(_text(hardware_raw["arch"], f"{where}.hardware.arch")).lower()
-    if not ARCH_RE.match(arch):
+    if not ARCH_RE.fullmatch(arch):
         raise ConfigError(f"{where}.hardware.arch: expected an SM arch such as sm120 or sm121, found {arch!r}")
     footprint_raw = data.get("footprint")
     footprint = None
@@ -329,7 +331,7 @@ def recipe_path(name_or_path: str, root: Path | None = None) -> Path:
     """``NAME`` (a file ``recipes/NAME.yaml``) or a path to a recipe file."""
     folder = root or recipes_dir()
     candidate = folder / f"{name_or_path}.yaml"
-    if NAME_RE.match(name_or_path) and candidate.is_file():
+    if NAME_RE.fullmatch(name_or_path) and candidate.is_file():
         return candidate
     as_path = Path(name_or_path)
     if as_path.suffix in (".yaml", ".yml") and as_path.is_file():

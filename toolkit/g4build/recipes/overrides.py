@@ -15,9 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
-from g4build.errors import UsageError
+from g4build.errors import ConfigError, UsageError
 from g4build.recipes.model import (
     CHECKPOINT_KEYS,
     ENV_NAME_RE,
@@ -27,6 +25,7 @@ from g4build.recipes.model import (
     OPTION_RE,
     TOP_LEVEL_KEYS,
 )
+from g4build.yamlsafe import load_text, text_problem
 
 _INT = re.compile(r"^[-+]?[0-9]+$")
 _FLOAT = re.compile(r"^[-+]?([0-9]+\.[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$|^[-+]?[0-9]+[eE][-+]?[0-9]+$")
@@ -56,12 +55,13 @@ def typed_value(text: str, *, raw: bool = False) -> Any:
     """Type ``text`` as described in the module docstring (``raw``: always a string unless quoted)."""
     if text[:1] in ("'", '"') or (not raw and text[:1] in ("[", "{")):
         try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            problem = str(exc).splitlines()[0]
+            return load_text(text, "--set value")  # the safe loader: no aliases, no duplicate keys
+        except ConfigError as exc:
+            problem = exc.message.splitlines()[0]
             raise UsageError(
                 f"--set value {text!r} is not valid YAML ({problem})",
-                hint="a value starting with a quote, [ or { is read as YAML; close the quotes or brackets",
+                hint="a value starting with a quote, [ or { is read as YAML (no anchors, aliases or repeated "
+                     "keys); check its quotes and brackets",
             ) from exc
     if raw:
         return text
@@ -70,9 +70,9 @@ def typed_value(text: str, *, raw: bool = False) -> Any:
         return lowered == "true"
     if lowered in ("null", "~"):
         return None
-    if _INT.match(text):
+    if _INT.fullmatch(text):
         return int(text)
-    if _FLOAT.match(text):
+    if _FLOAT.fullmatch(text):
         return float(text)
     return text
 
@@ -96,9 +96,9 @@ def _check_path(path: tuple[str, ...], given: str) -> None:
         return
     if isinstance(rule, tuple) and sub not in rule:
         raise UsageError(f"--set {given}: unknown key '{sub}' under '{head}': expected one of {', '.join(rule)}")
-    if isinstance(rule, re.Pattern) and not rule.match(sub):
+    if isinstance(rule, re.Pattern) and not rule.fullmatch(sub):
         what = "an environment variable name" if head == "env" else "an option name in kebab case, no leading dashes"
-        raise UsageError(f"--set {given}: '{sub}' is not {what}")
+        raise UsageError(f"--set {given!r}: {sub!r} is not {what}")
     if head != "speculative" and len(path) > 2:
         raise UsageError(f"--set {given}: '{head}.{sub}' has no sub-keys")
 
@@ -107,6 +107,12 @@ def parse_override(item: str) -> Override:
     key, sep, text = item.partition("=")
     if not sep or not key:
         raise UsageError(f"--set {item!r}: expected KEY=VALUE, e.g. --set args.max-model-len=65536")
+    for what, text_part in (("key", key), ("value", text)):
+        # A shell passes undecodable bytes as lone surrogates; NUL and control characters break the script.
+        problem = text_problem(text_part)
+        if problem:
+            raise UsageError(f"--set {key!r}: the {what} holds {problem}",
+                             hint="give plain Unicode text without control characters")
     path = tuple(key.split("."))
     if any(not part for part in path):
         raise UsageError(f"--set {item!r}: empty part in the dotted key '{key}'")

@@ -32,7 +32,7 @@ def quote(value: str) -> str:
 
 def windows_word(value: str) -> str:
     """``value`` quoted so the Windows command-line parser returns it unchanged (and Legacy passing keeps it)."""
-    if _PLAIN_WINDOWS_WORD.match(value):
+    if _PLAIN_WINDOWS_WORD.fullmatch(value):
         return value
     out = ['"']
     backslashes = 0
