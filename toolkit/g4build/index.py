@@ -23,10 +23,10 @@ import requests
 from filelock import FileLock, Timeout
 from platformdirs import user_cache_dir
 
-from g4build.errors import DownloadError, IntegrityError, LockTimeoutError
+from g4build.errors import DownloadError, IntegrityError, LockTimeoutError, UsageError
 
 CHUNK = 1 << 20
-LOCK_TIMEOUT_S = 3600.0
+LOCK_TIMEOUT_S = 3600.0  # G4BUILD_LOCK_TIMEOUT (seconds) overrides it
 DOWNLOAD_ATTEMPTS = 3  # a stream that breaks off is fetched again from the start
 
 ProgressHook = Callable[[int, int | None], None]  # (bytes so far, total or None)
@@ -171,18 +171,35 @@ def _get_with_retries(
     raise AssertionError("unreachable")
 
 
+def _env_seconds(name: str, default: float) -> float:
+    """A positive number of seconds from the environment, or ``default`` when unset."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"{name}: expected a positive number of seconds, found {raw!r}",
+                         hint=f"set {name} to e.g. {default:g}, or unset it for the default ({default:g})")
+    return value
+
+
 @contextmanager
 def cache_lock(path: Path) -> Iterator[None]:
     """Hold ``<path>.lock`` (made next to ``path``) so two g4build runs never work on one cache entry at once."""
+    timeout = _env_seconds("G4BUILD_LOCK_TIMEOUT", LOCK_TIMEOUT_S)
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(path) + ".lock")
     try:
-        lock.acquire(timeout=LOCK_TIMEOUT_S)
+        lock.acquire(timeout=timeout)
     except Timeout as exc:
         raise LockTimeoutError(
-            f"{lock.lock_file}: expected to get this lock within {LOCK_TIMEOUT_S:.0f} s, "
+            f"{lock.lock_file}: expected to get this lock within {timeout:g} s, "
             "found it still held by another g4build run",
-            hint="wait for the other g4build run on this cache entry to finish, then run the command again",
+            hint="wait for the other g4build run on the same cache entry or venv to finish, then run the command "
+                 "again (G4BUILD_LOCK_TIMEOUT sets how long to wait)",
         ) from exc
     try:
         yield
