@@ -165,3 +165,27 @@ def test_a_complete_wrong_body_is_tampering(tmp_path: Path, serve: Callable[...,
     # with Content-Length one read proves it; without, the same bytes twice do
     assert srv.hits["file"] == (1 if mode == "whole" else 2)
     assert _no_download(tmp_path / "cache")
+
+
+@pytest.mark.parametrize("pinned", [True, False])
+def test_a_corrupted_cache_entry_is_rehashed_and_fetched_again(
+    tmp_path: Path, serve: Callable[..., Hostile], pinned: bool,
+) -> None:
+    cached = tmp_path / "cache" / NAME
+    cached.parent.mkdir()
+    cached.write_bytes(BODY[:-1] + b"X")  # same name and size, one byte changed
+    srv = serve(modes=["whole"])
+    got = index.fetch_verified("thing", NAME, SHA if pinned else None, cache_dir=tmp_path / "cache")
+    assert got.path == cached and not got.cached and cached.read_bytes() == BODY and srv.hits["file"] == 1
+
+
+def test_a_corrupted_cache_entry_is_never_used_when_the_index_fails(
+    tmp_path: Path, serve: Callable[..., Hostile],
+) -> None:
+    cached = tmp_path / "cache" / NAME
+    cached.parent.mkdir()
+    cached.write_bytes(BODY[:-1] + b"X")
+    serve(modes=["whole"], body=b"")  # the index is there, but the file is served empty: cut short each time
+    with pytest.raises((DownloadError, IntegrityError)):
+        index.fetch_verified("thing", NAME, SHA, cache_dir=tmp_path / "cache")
+    assert not cached.exists()
