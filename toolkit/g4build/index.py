@@ -172,8 +172,8 @@ def _get_with_retries(
     raise AssertionError("unreachable")
 
 
-def _env_seconds(name: str, default: float) -> float:
-    """A positive number of seconds from the environment, or ``default`` when unset."""
+def _env_seconds(name: str, default: float, unit: str = "seconds") -> float:
+    """A positive number (of seconds, or ``unit``) from the environment, or ``default`` when unset."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -182,7 +182,7 @@ def _env_seconds(name: str, default: float) -> float:
     except ValueError:
         value = -1.0
     if not value > 0 or value == float("inf"):
-        raise UsageError(f"{name}: expected a positive number of seconds, found {raw!r}",
+        raise UsageError(f"{name}: expected a positive number of {unit}, found {raw!r}",
                          hint=f"set {name} to e.g. {default:g}, or unset it for the default ({default:g})")
     return value
 
@@ -241,7 +241,7 @@ class Limits:
     @classmethod
     def from_env(cls) -> Limits:
         return cls(deadline_s=_env_seconds("G4BUILD_DOWNLOAD_DEADLINE", DOWNLOAD_DEADLINE_S),
-                   min_rate=_env_seconds("G4BUILD_MIN_RATE", MIN_RATE))
+                   min_rate=_env_seconds("G4BUILD_MIN_RATE", MIN_RATE, "bytes per second"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -334,6 +334,7 @@ def download(
     length to go by, two attempts brought the very same bytes. Only a verified file is renamed into place.
     """
     limits = limits or Limits.from_env()
+    size = size if isinstance(size, int) and size > 0 else None  # the index's size is only a hint
     want = sha256.lower()
     part = dest.with_name(dest.name + ".part")
     dest.parent.mkdir(parents=True, exist_ok=True)

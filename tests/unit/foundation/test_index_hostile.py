@@ -153,7 +153,8 @@ def test_a_trickle_below_the_minimum_rate_is_retried_then_refused(
 
 def test_bad_limits_in_the_environment_are_usage_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("G4BUILD_MIN_RATE", "fast")
-    with pytest.raises(UsageError, match="G4BUILD_MIN_RATE: expected a positive number of seconds, found 'fast'"):
+    with pytest.raises(UsageError, match="G4BUILD_MIN_RATE: expected a positive number of bytes per second, "
+                                         "found 'fast'"):
         index.Limits.from_env()
 
 
