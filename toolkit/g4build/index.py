@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import requests
+import urllib3
 from filelock import FileLock, Timeout
 from platformdirs import user_cache_dir
 
-from g4build.errors import DownloadError, IntegrityError, LockTimeoutError
+from g4build.errors import DownloadError, IntegrityError, LockTimeoutError, UsageError
 
 CHUNK = 1 << 20
-LOCK_TIMEOUT_S = 3600.0
+LOCK_TIMEOUT_S = 3600.0  # G4BUILD_LOCK_TIMEOUT (seconds) overrides it
 DOWNLOAD_ATTEMPTS = 3  # a stream that breaks off is fetched again from the start
 
 ProgressHook = Callable[[int, int | None], None]  # (bytes so far, total or None)
@@ -171,18 +172,35 @@ def _get_with_retries(
     raise AssertionError("unreachable")
 
 
+def _env_seconds(name: str, default: float, unit: str = "seconds") -> float:
+    """A positive number (of seconds, or ``unit``) from the environment, or ``default`` when unset."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"{name}: expected a positive number of {unit}, found {raw!r}",
+                         hint=f"set {name} to e.g. {default:g}, or unset it for the default ({default:g})")
+    return value
+
+
 @contextmanager
 def cache_lock(path: Path) -> Iterator[None]:
     """Hold ``<path>.lock`` (made next to ``path``) so two g4build runs never work on one cache entry at once."""
+    timeout = _env_seconds("G4BUILD_LOCK_TIMEOUT", LOCK_TIMEOUT_S)
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(path) + ".lock")
     try:
-        lock.acquire(timeout=LOCK_TIMEOUT_S)
+        lock.acquire(timeout=timeout)
     except Timeout as exc:
         raise LockTimeoutError(
-            f"{lock.lock_file}: expected to get this lock within {LOCK_TIMEOUT_S:.0f} s, "
+            f"{lock.lock_file}: expected to get this lock within {timeout:g} s, "
             "found it still held by another g4build run",
-            hint="wait for the other g4build run on this cache entry to finish, then run the command again",
+            hint="wait for the other g4build run on the same cache entry or venv to finish, then run the command "
+                 "again (G4BUILD_LOCK_TIMEOUT sets how long to wait)",
         ) from exc
     try:
         yield
@@ -199,20 +217,93 @@ def sha256_file(path: Path) -> str:
 
 
 class _CutShort(requests.RequestException):
-    """The server closed the stream before Content-Length bytes arrived."""
+    """The stream ended or stalled before the whole file arrived (retried like any broken connection)."""
 
 
-def _stream_to(http: requests.Session, url: str, part: Path, progress: ProgressHook | None) -> str:
-    """One attempt: stream ``url`` into ``part``; return the sha256 of what arrived."""
+class _TooSlow(_CutShort):
+    """The stream ran below the minimum rate over a whole window."""
+
+
+READ = 1 << 16  # one read's most bytes: small enough that the deadline and rate are checked often
+DOWNLOAD_DEADLINE_S = 6 * 3600.0  # G4BUILD_DOWNLOAD_DEADLINE: the whole download, retries included
+MIN_RATE = 1024.0  # G4BUILD_MIN_RATE, bytes/s averaged over RATE_WINDOW_S; slower streams are retried
+RATE_WINDOW_S = 60.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """How long a download may take in all, and how slow a stream may run before it counts as broken."""
+
+    deadline_s: float = DOWNLOAD_DEADLINE_S
+    min_rate: float = MIN_RATE
+    rate_window_s: float = RATE_WINDOW_S
+
+    @classmethod
+    def from_env(cls) -> Limits:
+        return cls(deadline_s=_env_seconds("G4BUILD_DOWNLOAD_DEADLINE", DOWNLOAD_DEADLINE_S),
+                   min_rate=_env_seconds("G4BUILD_MIN_RATE", MIN_RATE, "bytes per second"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Arrived:
+    sha256: str
+    size: int
+    complete: bool  # the length is known (Content-Length or the index's size) and all of it arrived
+
+
+class _DeadlinePassed(Exception):
+    pass
+
+
+def _chunks(resp: requests.Response, limits: Limits, end: float) -> Iterator[bytes]:
+    """The body as it arrives, a read at a time, checking the overall deadline and the rate between reads."""
+    raw = resp.raw
+    # read1 returns what has arrived (urllib3 >= 2.3): a trickling server cannot hold one read for long
+    read = getattr(raw, "read1", None) or raw.read
+    window_start, window_bytes = time.monotonic(), 0
+    while True:
+        try:
+            data = read(READ, decode_content=True)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:  # what requests' iter_content would wrap
+            if time.monotonic() > end:
+                raise _DeadlinePassed from exc
+            raise _CutShort(f"the stream broke off: {exc}") from exc
+        if not data:
+            return
+        now = time.monotonic()
+        if now > end:
+            raise _DeadlinePassed
+        window_bytes += len(data)
+        if now - window_start >= limits.rate_window_s:
+            rate = window_bytes / (now - window_start)
+            if rate < limits.min_rate:
+                raise _TooSlow(f"the stream ran at {rate:.0f} bytes/s over {now - window_start:.1f} s, below the "
+                               f"minimum of {limits.min_rate:g} bytes/s (G4BUILD_MIN_RATE)")
+            window_start, window_bytes = now, 0
+        yield data
+
+
+def _stream_to(
+    http: requests.Session, url: str, part: Path, progress: ProgressHook | None, *, size: int | None,
+    limits: Limits, end: float,
+) -> _Arrived:
+    """One attempt: stream ``url`` into ``part``; return the sha256 and length of what arrived."""
     h = hashlib.sha256()
-    with _get_with_retries(http, url, stream=True) as resp:
+    left = end - time.monotonic()
+    if left <= 0:
+        raise _DeadlinePassed
+    # each read waits at most until the deadline: a server that stops sending cannot outlive it
+    resp = http.get(url, stream=True, timeout=(min(15.0, left), min(120.0, left)))
+    with resp:
+        if resp.status_code >= 500:
+            raise requests.ConnectionError(f"server answered {resp.status_code}")
         if resp.status_code != 200:
             raise DownloadError(f"download of {url} failed: expected HTTP 200, found {resp.status_code}",
                                 hint="run the command again; it starts from scratch")
-        total = int(resp.headers.get("Content-Length") or 0) or None
+        total = int(resp.headers.get("Content-Length") or 0) or size
         done = 0
         with part.open("wb") as out:
-            for chunk in resp.iter_content(CHUNK):
+            for chunk in _chunks(resp, limits, end):
                 out.write(chunk)
                 h.update(chunk)
                 done += len(chunk)
@@ -220,44 +311,70 @@ def _stream_to(http: requests.Session, url: str, part: Path, progress: ProgressH
                     progress(done, total)
         if total is not None and done != total:
             raise _CutShort(f"the stream ended after {done} of {total} bytes")
-    return h.hexdigest()
+    return _Arrived(sha256=h.hexdigest(), size=done, complete=total is not None)
+
+
+def _deadline_error(url: str, limits: Limits) -> DownloadError:
+    return DownloadError(
+        f"download of {url} did not finish within {limits.deadline_s:g} s (G4BUILD_DOWNLOAD_DEADLINE)",
+        hint="the server or the network is too slow: try a closer mirror (PIP_INDEX_URL), or raise "
+             "G4BUILD_DOWNLOAD_DEADLINE",
+    )
 
 
 def download(
     url: str, dest: Path, sha256: str, *, progress: ProgressHook | None = None, attempts: int = DOWNLOAD_ATTEMPTS,
+    size: int | None = None, limits: Limits | None = None,
 ) -> None:
     """Stream ``url`` to ``dest`` via ``dest.part``; verify sha256, then rename into place.
 
-    A stream that breaks off is fetched again from the start (``attempts`` in all). An interrupted or
-    mismatching download never leaves ``dest`` behind: only a verified file is renamed.
+    A broken stream (cut short, stalled, below the minimum rate, a connection error) is fetched again from the
+    start (``attempts`` in all) until the overall deadline. A sha256 mismatch is called tampering only when the
+    download is known to be whole: its length matched Content-Length (or the index's ``size``), or, with no
+    length to go by, two attempts brought the very same bytes. Only a verified file is renamed into place.
     """
+    limits = limits or Limits.from_env()
+    size = size if isinstance(size, int) and size > 0 else None  # the index's size is only a hint
+    want = sha256.lower()
     part = dest.with_name(dest.name + ".part")
     dest.parent.mkdir(parents=True, exist_ok=True)
     http = requests.Session()
+    end = time.monotonic() + limits.deadline_s
+    seen: set[tuple[str, int]] = set()  # what attempts of unknown length brought
     delay = 1.0
     try:
         for attempt in range(1, attempts + 1):
             try:
-                found = _stream_to(http, url, part, progress)
-                break
+                got = _stream_to(http, url, part, progress, size=size, limits=limits, end=end)
+                if got.sha256 == want:
+                    break
+                if got.complete or (got.sha256, got.size) in seen:
+                    raise IntegrityError(
+                        f"sha256 mismatch for {dest.name}: expected {want}, found {got.sha256} "
+                        f"(a complete download of {got.size} bytes); the download was deleted",
+                        hint="the index or a mirror served other bytes than the pin records; check your index-url",
+                    )
+                seen.add((got.sha256, got.size))
+                raise _CutShort(f"the stream ended after {got.size} bytes with no length to check them against, "
+                                "and they do not hash right")
+            except _DeadlinePassed:
+                raise _deadline_error(url, limits) from None
             except requests.RequestException as exc:
                 part.unlink(missing_ok=True)
-                if attempt == attempts:
+                if time.monotonic() >= end:
+                    raise _deadline_error(url, limits) from exc
+                if attempt == attempts or time.monotonic() + delay > end:
                     raise DownloadError(
-                        f"download of {url} failed {attempts} time(s), last: {exc}",
-                        hint="check the network or the mirror, then run the command again; it starts from scratch",
+                        f"download of {url} failed {attempt} time(s), last: {exc}",
+                        hint="check the network or the mirror, then run the command again; it starts from scratch"
+                             + (" (G4BUILD_MIN_RATE sets the slowest rate accepted)"
+                                if isinstance(exc, _TooSlow) else ""),
                     ) from exc
                 time.sleep(delay)
                 delay *= 2
     except BaseException:
         part.unlink(missing_ok=True)
         raise
-    if found != sha256.lower():
-        part.unlink(missing_ok=True)
-        raise IntegrityError(
-            f"sha256 mismatch for {dest.name}: expected {sha256.lower()}, found {found}; the download was deleted",
-            hint="the index or a mirror served other bytes than the pin records; check your index-url",
-        )
     os.replace(part, dest)
 
 
@@ -297,5 +414,5 @@ def fetch_verified(
                 f"the index publishes sha256 {entry.sha256} for {filename}, the pin expects {sha256}",
                 hint="the pin or the mirror is wrong; nothing was downloaded",
             )
-        download(entry.url, dest, sha256, progress=progress)
+        download(entry.url, dest, sha256, progress=progress, size=entry.size)
         return Fetched(path=dest, sha256=sha256.lower(), cached=False)

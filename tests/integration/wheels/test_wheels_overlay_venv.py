@@ -27,6 +27,12 @@ from g4build.data import patches_dir
 from g4build.errors import ValidationError
 
 
+@pytest.fixture(autouse=True)
+def _cache_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-venv lock files live in the cache: keep them inside the test's folder."""
+    monkeypatch.setenv("G4BUILD_CACHE", str(tmp_path / "cache"))
+
+
 def _venv_with_wheel(tmp_path: Path, wheel: Path) -> Path:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

@@ -58,16 +58,22 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("dist"), "--out", help="Folder for the new wheel and build-manifest.json."),
         venv: Path | None = typer.Option(None, "--venv", file_okay=False, help="Patch this venv's vLLM in place."),
         undo: bool = typer.Option(False, "--undo", help="With --venv: restore the files the overlay changed."),
+        force: bool = typer.Option(False, "--force", help="With --undo: restore even files changed after the overlay."),
         validate: bool = typer.Option(True, "--validate/--no-validate", help="Validate the new wheel."),
         as_json: bool = JSON_OPTION,
     ) -> None:
         """Lay the pin's Python-only series over an existing vLLM wheel or venv, without compiling."""
         if undo and venv is None:
             raise UsageError("--undo needs --venv PATH")
+        if force and not undo:
+            raise UsageError("--force only applies to --undo (it restores files changed after the overlay)")
         if venv is not None and wheel is not None:
             raise UsageError("pass either a WHEEL or --venv PATH, not both")
         if venv is not None:
-            done = undo_venv(venv) if undo else overlay_venv(venv, plan_overlay(load_pins().get(pin), load_all()))
+            if undo:
+                done = undo_venv(venv, force=force)
+            else:
+                done = overlay_venv(venv, plan_overlay(load_pins().get(pin), load_all()))
             if as_json:
                 print_json(done.to_dict())
             else:

@@ -1,14 +1,14 @@
 """The overlay route for an installed vLLM: patch a venv's files in place, with a backup to undo it exactly.
 
-State lives in ``<venv>/.g4build-overlay/``: ``backup/`` holds each touched file as it was (and RECORD),
-``record.json`` lists what was done. The record is written before any installed file changes, so an
-interrupted overlay can still be undone.
+State lives in ``<venv>/.g4build-overlay/``: ``backup/`` holds each touched file as it was (RECORD included),
+``record.json`` is the journal (see ``venvjournal``), written before any installed file changes. One overlay
+or undo runs per venv at a time (a lock); a run killed at any point is finished or rolled back by the next.
+Undo refuses to discard a file changed after the overlay unless forced, and puts symlinks back as symlinks.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -19,12 +19,29 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from g4build.errors import UsageError, ValidationError
+from g4build.fsutil import remove_tree
 from g4build.manifest import MANIFEST_NAME, dumps
-from g4build.wheels.overlay import PROJECT, OverlayPlan, check_version, patch_files, safe_member, touched_by
+from g4build.wheels.overlay import PROJECT, OverlayPlan, check_version, safe_member, touched_by
+from g4build.wheels.patchdir import apply_patches
+from g4build.wheels.venvjournal import (
+    RECORD_JSON,
+    STATE,
+    Entry,
+    Journal,
+    describe,
+    fault,
+    fsync_dir,
+    fsync_file,
+    read_journal,
+    refuse_edits,
+    restore,
+    venv_lock,
+    write_file,
+    write_journal,
+)
 from g4build.wheels.wheelfile import RecordRow, format_record, metadata_fields, parse_record, record_hash
 
-STATE = ".g4build-overlay"
-RECORD_JSON = "record.json"
+__all__ = ["STATE", "Installed", "VenvResult", "find_installed", "overlay_venv", "recover", "undo_venv"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,70 +87,94 @@ def find_installed(venv: Path) -> Installed:
     )
 
 
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".g4build-tmp")
-    tmp.write_bytes(data)
-    if path.exists():
-        shutil.copymode(path, tmp)
-    os.replace(tmp, path)
+def _patch(scratch: Path, read: dict[str, bytes], plan: OverlayPlan, target: str) -> dict[str, bytes | None]:
+    """Patch copies of the touched files in ``scratch`` (inside the state folder); return the changed ones."""
+    scratch.mkdir()
+    for name, data in read.items():
+        dest = scratch / safe_member(name)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(data)
+    apply_patches(scratch, plan.patches, target=target)
+    files: dict[str, bytes | None] = {}
+    for rel in sorted(touched_by(plan)):
+        path = scratch / rel
+        new = path.read_bytes() if path.is_file() else None
+        if new != read.get(rel):
+            files[rel] = new
+    return files
 
 
 def overlay_venv(venv: Path, plan: OverlayPlan) -> VenvResult:
-    state = venv / STATE
-    if (state / RECORD_JSON).is_file():
-        done = json.loads((state / RECORD_JSON).read_text())
-        raise UsageError(
-            f"{venv} already carries a g4build overlay (digest {done.get('digest')}, pin {done.get('pin')})",
-            hint="undo it first: `g4build overlay --venv PATH --undo`",
-        )
-    inst = find_installed(venv)
-    check_version(inst.version, plan.pin, f"the vLLM installed in {venv}")
-    site = inst.site_packages
-    touched = sorted(touched_by(plan))
-    read = {rel: (site / safe_member(rel)).read_bytes() for rel in touched if (site / rel).is_file()}
-    patched = patch_files(read, plan, f"the vLLM installed in {venv}")  # raises before anything is written
-    dist_rel = inst.dist_info.relative_to(site).as_posix()
-    record_path = inst.dist_info / "RECORD"
-    manifest_rel = f"{dist_rel}/{MANIFEST_NAME}"
-    if (site / manifest_rel).exists():
-        raise UsageError(f"{site / manifest_rel} exists: this vLLM was already built or overlaid by g4build")
-    manifest = dumps(plan.manifest({"venv": str(venv)}))
-    changes: dict[str, bytes | None] = {**patched.files, manifest_rel: manifest}
-    rows = parse_record(record_path.read_bytes(), str(record_path)) if record_path.is_file() else None
-    if rows is None:
-        raise ValidationError(f"{record_path} is missing: cannot keep the installed RECORD true")
-    new_rows = _record(rows, changes, site)
+    """Patch the venv's vLLM in place: one run per venv at a time, journaled so a kill can be recovered."""
+    with venv_lock(venv):
+        state = venv / STATE
+        recover(venv)
+        if (state / RECORD_JSON).is_file():
+            done = read_journal(state)
+            raise UsageError(
+                f"{venv} already carries a g4build overlay (digest {done.digest}, pin {done.pin})",
+                hint="undo it first: `g4build overlay --venv PATH --undo`",
+            )
+        inst = find_installed(venv)
+        check_version(inst.version, plan.pin, f"the vLLM installed in {venv}")
+        site = inst.site_packages
+        dist_rel = inst.dist_info.relative_to(site).as_posix()
+        record_path = inst.dist_info / "RECORD"
+        manifest_rel = f"{dist_rel}/{MANIFEST_NAME}"
+        if (site / manifest_rel).exists():
+            raise UsageError(f"{site / manifest_rel} exists: this vLLM was already built or overlaid by g4build")
+        if not record_path.is_file():
+            raise ValidationError(f"{record_path} is missing: cannot keep the installed RECORD true")
+        rows = parse_record(record_path.read_bytes(), str(record_path))
+        try:
+            state.mkdir()
+            read = {rel: (site / safe_member(rel)).read_bytes()
+                    for rel in sorted(touched_by(plan)) if (site / rel).is_file()}
+            changes = _patch(state / "scratch", read, plan, f"the vLLM installed in {venv}")  # raises before writes
+            changes[manifest_rel] = dumps(plan.manifest({"venv": str(venv)}))
+            changes[f"{dist_rel}/RECORD"] = format_record(_record(rows, changes, site))
+            journal = _prepare(state, site, venv, plan, changes)
+        except BaseException:
+            remove_tree(state)  # no installed file was touched yet: leave the venv as it was found
+            raise
+        fault("venv-overlay-after-journal")
+        for n, entry in enumerate(journal.files, 1):
+            data = changes[entry.path]
+            target = site / entry.path
+            if data is None:
+                if target.is_symlink() or target.exists():
+                    target.unlink()
+            else:
+                write_file(state, target, data)
+            fault(f"venv-overlay-after-file-{n}")
+        journal.status = "done"
+        write_journal(state, journal)
+        remove_tree(state / "tmp")
+    return VenvResult(venv=venv, action="overlay", files=tuple(e.path for e in journal.files), digest=plan.digest)
 
+
+def _prepare(state: Path, site: Path, venv: Path, plan: OverlayPlan, changes: dict[str, bytes | None]) -> Journal:
+    """Back up every file the overlay changes, then write the journal: the last step before any installed change."""
+    remove_tree(state / "scratch")
     backup = state / "backup"
-    files = []
+    entries = []
     for rel, data in sorted(changes.items()):
-        before = site / rel
-        if before.is_file():
+        now = describe(site / rel)
+        if now.kind == "file":
             (backup / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(before, backup / rel)
-        files.append({"path": rel, "before": _sha(before) if before.is_file() else None,
-                      "after": hashlib.sha256(data).hexdigest() if data is not None else None})
-    (backup / dist_rel).mkdir(parents=True, exist_ok=True)
-    shutil.copy2(record_path, backup / dist_rel / "RECORD")
+            shutil.copy2(site / rel, backup / rel)
+            fsync_file(backup / rel)
+        entries.append(Entry(path=rel, kind=now.kind, before=now.before, link=now.link,
+                             after=hashlib.sha256(data).hexdigest() if data is not None else None))
+    for folder in sorted({p.parent for p in backup.rglob("*")} | {backup}) if backup.is_dir() else []:
+        fsync_dir(folder)
     # site-packages relative to the venv: undo then works on a moved venv and writes nowhere else
-    record = {"pin": plan.pin.name, "digest": plan.digest, "site_packages": site.relative_to(venv).as_posix(),
-              "record": f"{dist_rel}/RECORD", "files": files,
-              "created_dirs": _dirs_to_create(site, [rel for rel, data in changes.items() if data is not None])}
-    _write(state / RECORD_JSON, json.dumps(record, indent=2).encode())
-
-    for rel, data in changes.items():
-        target = site / rel
-        if data is None:
-            target.unlink(missing_ok=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            _write(target, data)
-    _write(record_path, format_record(new_rows))
-    return VenvResult(venv=venv, action="overlay", files=tuple(sorted(changes)), digest=plan.digest)
+    journal = Journal(status="overlaying", pin=plan.pin.name, digest=plan.digest,
+                      site_packages=site.relative_to(venv).as_posix(), files=entries,
+                      created_dirs=_dirs_to_create(site, [rel for rel, data in changes.items() if data is not None]))
+    write_journal(state, journal)
+    fsync_dir(venv)
+    return journal
 
 
 def _dirs_to_create(site: Path, rels: list[str]) -> list[str]:
@@ -192,29 +233,59 @@ def _site_of(venv: Path, recorded: str) -> Path:
     return venv / safe_member(recorded)
 
 
-def undo_venv(venv: Path) -> VenvResult:
-    """Restore every file the overlay touched (and RECORD) from the backup, then drop the state folder."""
+def recover(venv: Path) -> str | None:
+    """Finish what a killed run left: restore the files of a half-done overlay or undo, sweep a stale state folder.
+
+    Returns the status that was recovered from (None when there was nothing to do). Call with the venv's lock held.
+    """
     state = venv / STATE
+    if not state.exists():
+        return None
     if not (state / RECORD_JSON).is_file():
-        raise UsageError(f"{venv} has no g4build overlay to undo ({state / RECORD_JSON} is missing)")
-    record = json.loads((state / RECORD_JSON).read_text())
-    site = _site_of(venv, str(record["site_packages"]))
-    backup = state / "backup"
-    for entry in record["files"]:
-        rel = safe_member(entry["path"])
-        if entry["before"] is None:
-            (site / rel).unlink(missing_ok=True)
-        else:
-            saved = backup / rel
-            if _sha(saved) != entry["before"]:
-                raise ValidationError(f"the backup of {rel} in {backup} was changed; refusing to restore it")
-            _write(site / rel, saved.read_bytes())
-            shutil.copystat(saved, site / rel)
-    rec = safe_member(record["record"])
-    _write(site / rec, (backup / rec).read_bytes())
-    shutil.copystat(backup / rec, site / rec)
-    for folder in record.get("created_dirs", []):
-        _remove_created_dir(site / safe_member(folder))
-    shutil.rmtree(state)
-    return VenvResult(venv=venv, action="undo", files=tuple(e["path"] for e in record["files"]),
-                      digest=str(record["digest"]))
+        # killed before the journal was written (nothing installed was changed yet) or during undo's final
+        # cleanup (everything was already restored): either way the folder holds nothing needed any more
+        remove_tree(state)
+        return "stale"
+    journal = read_journal(state)
+    if journal.status == "done":
+        return None
+    _restore_all(venv, state, journal)
+    return journal.status
+
+
+def _restore_all(venv: Path, state: Path, journal: Journal) -> None:
+    site = _site_of(venv, journal.site_packages)
+    if journal.status != "undoing":
+        journal.status = "undoing"
+        write_journal(state, journal)
+    for n, entry in enumerate(journal.files, 1):
+        restore(state, site, entry)
+        fault(f"venv-undo-after-file-{n}")
+    for folder in journal.created_dirs:
+        _remove_created_dir(site / folder)
+    fault("venv-undo-before-cleanup")
+    # dropping the journal is the commit point; what is left of the folder after a kill is swept by recover()
+    (state / RECORD_JSON).unlink()
+    fsync_dir(state)
+    fault("venv-undo-during-cleanup")
+    remove_tree(state)
+
+
+def undo_venv(venv: Path, *, force: bool = False) -> VenvResult:
+    """Restore every file the overlay touched (and RECORD), then drop the state folder.
+
+    Refuses when a file changed after the overlay (a user's edit would be lost) unless ``force``.
+    """
+    with venv_lock(venv):
+        state = venv / STATE
+        if (state / RECORD_JSON).is_file():
+            journal = read_journal(state)
+            site = _site_of(venv, journal.site_packages)
+            if journal.status == "done" and not force:
+                refuse_edits(site, journal, venv)
+            _restore_all(venv, state, journal)
+            return VenvResult(venv=venv, action="undo", files=tuple(e.path for e in journal.files),
+                              digest=journal.digest)
+        stale = recover(venv)
+        left = " (removed the state folder an interrupted run left behind)" if stale else ""
+        raise UsageError(f"{venv} has no g4build overlay to undo ({state / RECORD_JSON} is missing){left}")
