@@ -25,7 +25,7 @@ from g4build.recipes import (
 )
 from g4build.recipes.argv import serve_argv
 from g4build.recipes.model import Recipe
-from g4build.recipes.script import wheel_ref
+from g4build.recipes.script import absolute_path_sets, wheel_ref
 from g4build.recipes.vllm_args import SetsCheck, check_sets
 
 recipe_app = typer.Typer(
@@ -146,13 +146,14 @@ def render_cmd(
     """Render a launch script: env, GPU check, optional wheel install, then `vllm serve` with exact arguments."""
     if shell not in SHELLS:
         raise UsageError(f"--shell {shell}: expected one of {', '.join(SHELLS)}")
-    r = load_recipe(name, sets or ())
+    sets = absolute_path_sets(sets or ())  # the script must open the same folders wherever it is started
+    r = load_recipe(name, sets)
     _check_sets(r, sets)
     ctx = gather_context(r, wheel=wheel if wheel is not None and wheel.is_file() else None, ask_transformers=False)
     findings = check_recipe(r, ctx)
     _print_findings(tuple(f for f in findings if f.severity != "info"), stderr=True)
     raise_on_errors(r, findings)
-    text = render(r, shell, wheel=wheel_ref(wheel, out), sets=sets or ())
+    text = render(r, shell, wheel=wheel_ref(wheel, out), sets=sets)
     if out is None:
         typer.echo(text, nl=False)
         return
