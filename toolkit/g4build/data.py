@@ -1,7 +1,8 @@
 """Where g4build's data lives (patches/, recipes/, ci/) and small YAML helpers.
 
-The data folders sit at the repository's top level. An installed copy finds them through
-``G4BUILD_HOME`` or, for an editable/source install, relative to this file.
+The data folders sit at the repository's top level. A command finds them through ``--root``, ``G4BUILD_HOME``,
+the project the working directory is in, or, for an editable/source install, relative to this file; commands
+that write data refuse the copy an installed wheel carries (``writable_root``).
 """
 
 from __future__ import annotations
@@ -10,19 +11,68 @@ import os
 from pathlib import Path
 from typing import Any
 
-from g4build.errors import ConfigError
+from g4build.errors import ConfigError, UsageError
 from g4build.yamlsafe import load_mapping
+
+# A g4build project (the checkout or a copy of its data) is a folder holding both of these.
+MARKERS = (Path("patches") / "pins.yaml", Path("patches") / "series.yaml")
+
+_root_option: Path | None = None
+
+
+def set_root_option(root: Path | None) -> None:
+    """``g4build --root DIR``: the project for this command (set, or cleared, by the root callback)."""
+    global _root_option
+    _root_option = root
+
+
+def is_project(folder: Path) -> bool:
+    return all((folder / marker).is_file() for marker in MARKERS)
+
+
+def find_project(start: Path) -> Path | None:
+    """The nearest folder at or above ``start`` that is a g4build project, as git finds its repository."""
+    here = start.resolve()
+    for folder in (here, *here.parents):
+        if is_project(folder):
+            return folder
+    return None
+
+
+def _installed_data() -> Path:
+    return Path(__file__).resolve().parent / "_data"  # an installed wheel: g4build/_data/{patches,recipes,ci}
 
 
 def project_root() -> Path:
-    """``G4BUILD_HOME``; else the source checkout this module lives in; else the data the wheel carries."""
+    """Where the data is read: ``--root``; ``G4BUILD_HOME``; the project the working directory is in; the source
+    checkout this module lives in (an editable install); else the read-only data the installed wheel carries."""
+    if _root_option is not None:
+        return _root_option
     env = os.environ.get("G4BUILD_HOME")
     if env:
         return Path(env)
+    found = find_project(Path.cwd())
+    if found is not None:
+        return found
     checkout = Path(__file__).resolve().parents[2]  # toolkit/g4build/data.py -> repository root
-    if (checkout / "patches" / "pins.yaml").is_file():
+    if is_project(checkout):
         return checkout
-    return Path(__file__).resolve().parent / "_data"  # an installed wheel: g4build/_data/{patches,recipes,ci}
+    return _installed_data()
+
+
+def writable_root() -> Path:
+    """``project_root()`` for a command that writes project data; never the installed package's own copy.
+
+    Raises UsageError (exit 2) when no project is found: an upgrade would wipe data written into site-packages.
+    """
+    root = project_root()
+    if root.resolve() == _installed_data():
+        raise UsageError(
+            f"no g4build project to write into: expected a folder holding {' and '.join(m.as_posix() for m in MARKERS)}"
+            f" at or above {Path.cwd()}, found none (the installed package's data is read-only)",
+            hint="run this inside your g4build checkout, or pass `g4build --root DIR` / set G4BUILD_HOME",
+        )
+    return root
 
 
 def patches_dir() -> Path:

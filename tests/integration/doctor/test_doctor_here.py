@@ -94,3 +94,20 @@ def test_the_table_prints_what_the_tools_said_as_text(no_engine: None, tmp_path:
                            capture_output=True, text=True, env=env, check=False)
     assert "Traceback" not in table.stderr and table.returncode in (0, 14), table.stderr
     assert "GPU 0: [/x][bold]Odd GPU, SM120 detected" in table.stdout
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_a_path_that_is_not_a_folder_is_refused(tmp_path: Path, kind: str) -> None:
+    # free space of some parent would be a different answer than the one asked for: refuse, exit 2, no report
+    where = tmp_path / "not-yet" / "build"
+    if kind == "file":
+        where = tmp_path / "file.txt"
+        where.write_text("x")
+    env = {**os.environ, "PYTHONPATH": str(TOOLKIT), "COLUMNS": "300"}
+    proc = subprocess.run([sys.executable, "-m", "g4build", "doctor", "--json", "--path", str(where)],
+                          capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 2, proc.stderr
+    error = json.loads(proc.stdout)
+    assert set(error) == {"error", "hint", "exit_code"} and error["exit_code"] == 2
+    assert str(where) in error["error"] and "expected" in error["error"]
+    assert "found nothing there" in proc.stderr if kind == "missing" else "found a file" in proc.stderr

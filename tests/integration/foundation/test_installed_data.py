@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -49,3 +50,41 @@ def test_wheel_ships_every_data_file_and_the_installed_cli_reads_them(tmp_path: 
     recipes = json.loads(g4("recipe", "list", "--json"))
     assert "gemma4-26b-a4b-nvfp4-dflash" in {r["name"] for r in recipes}
     assert "sm120" in g4("ci", "matrix", "--json")
+
+
+@pytest.mark.network  # as above: pip builds the wheel
+def test_installed_cli_writes_into_the_project_it_stands_in_never_into_site_packages(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(REPO)],
+                   check=True, capture_output=True, text=True)
+    (wheel,) = tmp_path.glob("g4build-*.whl")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)
+    env = {k: v for k, v in os.environ.items() if k not in ("G4BUILD_HOME", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(site)
+    installed = sorted(p.relative_to(site) for p in site.rglob("*"))
+
+    def g4(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "g4build", *args], cwd=cwd, env=env, capture_output=True,
+                              text=True, check=False)
+
+    # no project around: refused with what to do, nothing written anywhere
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    refused = g4("ci", "render", cwd=outside)
+    assert refused.returncode == 2, refused.stderr
+    assert "no g4build project to write into" in refused.stderr and "--root" in refused.stderr
+    assert list(outside.iterdir()) == []
+
+    # a checkout of the project's data: found from a subfolder, like git finds its repository
+    project = tmp_path / "project"
+    for folder in ("patches", "recipes", "ci"):
+        shutil.copytree(REPO / folder, project / folder)
+    (project / "sub").mkdir()
+    done = g4("ci", "render", cwd=project / "sub")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (project / ".github" / "workflows").iterdir())
+    # --root names it from anywhere (and `ci render --check` then finds the workflows just written)
+    again = g4("--root", str(project), "ci", "render", "--check", cwd=outside)
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.relative_to(site) for p in site.rglob("*")) == installed  # site-packages untouched

@@ -94,7 +94,7 @@ def test_arch_check_names_the_ptx_only_flash_attention_library(overlaid: Overlai
     done = run_g4build("validate", str(overlaid.result.wheel), "--arch", "sm120", "--pin", PIN, "--json",
                        env=overlaid.env)
     assert done.returncode == 10, done.stderr
-    out = json.loads(done.stdout)
+    (out,) = json.loads(done.stdout)["wheels"]
     checks = {c["name"]: c for c in out["checks"]}
     fa2 = checks["arch sm_120 vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so"]
     assert fa2["ok"] is False
@@ -123,6 +123,6 @@ def test_arch_check_names_the_ptx_only_flash_attention_library(overlaid: Overlai
 def test_arch_check_on_hopper_uses_fa3(overlaid: Overlaid) -> None:
     done = run_g4build("validate", str(overlaid.result.wheel), "--arch", "sm90", "--no-cuobjdump", "--json",
                        env=overlaid.env)
-    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    checks = {c["name"]: c for c in json.loads(done.stdout)["wheels"][0]["checks"]}
     assert checks["arch sm_90 vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so"]["detail"].startswith("sm_90: SASS")
     assert not checks["arch sm_90 vllm/_flashmla_C.abi3.so"]["detail"].startswith("not used")

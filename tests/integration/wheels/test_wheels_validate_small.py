@@ -95,11 +95,16 @@ def test_cli_json_shape_and_exit_code(tmp_path: Path, small_wheel: Path, project
     done = run_g4build("validate", str(small_wheel), "--json")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
-    assert set(out) == {"wheel", "checks", "archs", "ok"} and out["ok"] is True
-    assert {"name", "ok", "detail"} == set(out["checks"][0])
+    # one wheel or two: the same object, a list of reports and the overall verdict
+    assert set(out) == {"wheels", "ok"} and out["ok"] is True
+    (report,) = out["wheels"]
+    assert set(report) == {"wheel", "checks", "archs", "ok"} and report["ok"] is True
+    assert {"name", "ok", "detail"} == set(report["checks"][0])
     done = run_g4build("validate", str(small_wheel), str(bad), "--json")
     assert done.returncode == 10
-    assert [r["ok"] for r in json.loads(done.stdout)] == [True, False]
+    out = json.loads(done.stdout)
+    assert set(out) == {"wheels", "ok"} and out["ok"] is False
+    assert [r["ok"] for r in out["wheels"]] == [True, False]
     assert "1 of 2 wheel(s) failed validation" in done.stderr and "record" in done.stderr
 
 
@@ -125,7 +130,7 @@ def test_archs_of_elf_and_pe_libraries_and_a_malformed_fatbin(tmp_path: Path, pr
                                    "vllm/_broken.so": broken, "vllm/plain.so": elf({".text": b"\x90"})})
     done = run_g4build("validate", str(wheel), "--arch", "sm120", "--no-cuobjdump", "--json")
     assert done.returncode == 10, done.stderr
-    out = json.loads(done.stdout)
+    (out,) = json.loads(done.stdout)["wheels"]
     checks = {c["name"]: c for c in out["checks"]}
     assert checks["record"]["ok"] and checks["arch sm_120 vllm/_C.abi3.so"]["ok"]
     assert checks["arch sm_120 vllm/_fa2.pyd"]["detail"].startswith("PTX-only for sm_120")
@@ -144,7 +149,7 @@ def test_verdict_line_native_unused_and_missing(tmp_path: Path, project: Path) -
                                              "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so": hopper_only})
     done = run_g4build("validate", str(ok_wheel), "--arch", "sm120", "--no-cuobjdump", "--json")
     assert done.returncode == 0, done.stderr
-    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    checks = {c["name"]: c for c in json.loads(done.stdout)["wheels"][0]["checks"]}
     assert checks["verdict sm_120"]["ok"]
     assert checks["verdict sm_120"]["detail"].startswith("runs natively on sm_120")
     assert "not used on sm_120: _vllm_fa3_C.abi3.so" in checks["verdict sm_120"]["detail"]
@@ -153,6 +158,6 @@ def test_verdict_line_native_unused_and_missing(tmp_path: Path, project: Path) -
                                                "vllm/_moe_C.abi3.so": hopper_only})
     done = run_g4build("validate", str(bad_wheel), "--arch", "sm120", "--no-cuobjdump", "--json")
     assert done.returncode == 10
-    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    checks = {c["name"]: c for c in json.loads(done.stdout)["wheels"][0]["checks"]}
     assert not checks["arch sm_120 vllm/_moe_C.abi3.so"]["ok"]
     assert "1 have no code for it (_moe_C.abi3.so" in checks["verdict sm_120"]["detail"]

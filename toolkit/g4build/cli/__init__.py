@@ -10,6 +10,7 @@ import importlib
 import json
 import os
 import sys
+from pathlib import Path
 
 import typer
 from rich.markup import escape
@@ -28,6 +29,7 @@ from g4build.cli import (
     wheel,
 )
 from g4build.cli._common import err_console, json_already_printed, reset_json_printed
+from g4build.data import set_root_option
 from g4build.errors import G4BuildError
 
 app = typer.Typer(
@@ -54,8 +56,14 @@ def _root(
     version: bool = typer.Option(
         False, "--version", "-V", callback=_version_callback, is_eager=True, help="Print the version and exit."
     ),
+    root: Path | None = typer.Option(
+        None, "--root", file_okay=False, exists=True,
+        help="The g4build project (patches/, recipes/, ci/) to read and write; default: the one the working "
+        "directory is in, like git finds its repository (G4BUILD_HOME also sets it).",
+    ),
 ) -> None:
     """g4build: pin → source → patches → build → validate → emit."""
+    set_root_option(root.resolve() if root is not None else None)
 
 
 def _click_exception_types() -> tuple[type[BaseException], ...]:
@@ -85,6 +93,7 @@ def _json_error(argv: list[str] | None, message: str, hint: str | None, code: in
 def main(argv: list[str] | None = None) -> None:
     click_errors = _click_exception_types()
     reset_json_printed()
+    set_root_option(None)  # a --root of an earlier command in this process must not carry over
     try:
         # With standalone_mode=False click hands back typer.Exit's code instead of raising it.
         result = app(args=argv, standalone_mode=False)

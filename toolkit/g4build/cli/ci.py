@@ -21,7 +21,7 @@ from g4build.ci import (
     stale_files,
 )
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
-from g4build.data import project_root
+from g4build.data import project_root, writable_root
 from g4build.errors import ConfigError
 from g4build.pins import load_pins
 
@@ -83,7 +83,7 @@ def render_cmd(
 ) -> None:
     """Regenerate .github/workflows/ from ci/matrix.yaml (or, with --check, prove they agree)."""
     spec = load_matrix()
-    root = project_root()
+    root = project_root() if check else writable_root()  # never write into the installed package
     rendered = render_all(spec)
     stale = stale_files(root, rendered)
     if check:

@@ -10,6 +10,22 @@ from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
 
+
+def _existing_folder(path: str) -> str:
+    """--path as an absolute folder that exists: free space measured at some parent instead would answer a
+    question the user did not ask (a new folder may sit on another mount than its parent)."""
+    from g4build.errors import UsageError
+
+    where = os.path.abspath(path)
+    if not os.path.exists(where):
+        raise UsageError(f"--path {path}: expected an existing folder, found nothing there",
+                         hint=f"create it first (mkdir {where}), or pass the folder the build will run in")
+    if not os.path.isdir(where):
+        raise UsageError(f"--path {path}: expected a folder, found a file",
+                         hint="pass the folder the build will run in")
+    return where
+
+
 _STYLE = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "fail": "[bold red]fail[/]"}
 
 
@@ -24,9 +40,10 @@ def doctor(
     from g4build.errors import DoctorFailed
     from g4build.pins import load_pins
 
+    workdir = _existing_folder(path)
     pin_torch = load_pins().get(pin).torch
     with err_console.status("checking") as live:
-        report = run_doctor(SystemProbe(), python=python, pin_torch=pin_torch, workdir=os.path.abspath(path),
+        report = run_doctor(SystemProbe(), python=python, pin_torch=pin_torch, workdir=workdir,
                             step=lambda name: live.update(f"checking {name}"))
     if json_out:
         print_json(report.to_dict())

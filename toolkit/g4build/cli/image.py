@@ -33,6 +33,10 @@ def extract(
     from g4build.pins import load_pins
 
     chosen = load_pins().get(pin)
+    if out is None:  # the new series goes under the project's patches/: never the installed package
+        from g4build.data import writable_root
+
+        writable_root()
     with err_console.status(f"opening {image}") as live:
 
         def pristine_tree() -> Path:

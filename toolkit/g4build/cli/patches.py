@@ -16,7 +16,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColu
 from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
-from g4build.data import patches_dir
+from g4build.data import writable_root
 from g4build.errors import IntegrityError, UsageError
 from g4build.gittree import pristine_commit
 from g4build.index import ProgressHook, cache_root, fetch_verified
@@ -266,6 +266,7 @@ def refresh_cmd(
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Regenerate a series' patches for a pin from the tree's series commits; bump its version."""
+    writable_root()  # the series is rewritten in place: never in the installed package
     load_pins().get(pin)
     the_series = get_series(series)
     if from_diff:
@@ -289,7 +290,8 @@ def new(
 ) -> None:
     """Start a new series from the tree's uncommitted diff (untracked files included)."""
     load_pins().get(pin)
-    result = new_series(patches_dir(), name=name, pin=pin, patch=diff_patch(tree, pin, title), title=title,
+    patch = diff_patch(tree, pin, title)
+    result = new_series(writable_root() / "patches", name=name, pin=pin, patch=patch, title=title,
                         why=why, refs=ref, python_only=python_only)
     _print_refresh(result, json_out)
 

@@ -24,7 +24,9 @@ from g4build.recipes import (
     write_script,
 )
 from g4build.recipes.argv import serve_argv
-from g4build.recipes.script import wheel_ref
+from g4build.recipes.model import Recipe
+from g4build.recipes.script import absolute_path_sets, wheel_ref
+from g4build.recipes.vllm_args import SetsCheck, check_sets
 
 recipe_app = typer.Typer(
     name="recipe",
@@ -38,6 +40,14 @@ SET_OPTION = typer.Option(
     "speculative.num_speculative_tokens=15, args.quantization=null (removes it).",
 )
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
+
+
+def _check_sets(recipe: Recipe, sets: list[str] | None) -> SetsCheck:
+    """--set names and values against the recipe's pinned vLLM; when that cannot be done, say so on stderr."""
+    result = check_sets(sets or (), recipe.pin)
+    if result.note:
+        err_console.print(f"[yellow]warning:[/] {escape(result.note)}", highlight=False)
+    return result
 
 
 def _print_findings(findings: tuple[Finding, ...], *, stderr: bool) -> None:
@@ -79,6 +89,7 @@ def show_cmd(name: str = typer.Argument(..., help="Recipe name or path to a reci
              sets: list[str] = SET_OPTION, as_json: bool = JSON_OPTION) -> None:
     """Show a recipe after --set, with the exact env and vllm arguments it launches."""
     r = load_recipe(name, sets or ())
+    _check_sets(r, sets)
     data = {**r.to_dict(), "argv": ["vllm", *serve_argv(r)]}
     if as_json:
         print_json(data)
@@ -100,6 +111,7 @@ def check_cmd(
 ) -> None:
     """Apply the rules (exit 11 when one fails); with --model-dir read the checkpoint's and drafter's config."""
     r = load_recipe(name, sets or ())
+    checked = _check_sets(r, sets)
     ctx = gather_context(r, model_dir=model_dir, draft_dir=draft_dir, wheel=wheel)
     findings = check_recipe(r, ctx)
     ok = not any(f.severity == "error" for f in findings)
@@ -107,6 +119,7 @@ def check_cmd(
         print_json({
             "recipe": r.name,
             "ok": ok,
+            "sets": checked.to_dict(),
             "findings": [f.to_dict() for f in findings],
             "model": ctx.target.to_dict() if ctx.target else None,
             "drafter": ctx.drafter.to_dict() if ctx.drafter else None,
@@ -133,12 +146,14 @@ def render_cmd(
     """Render a launch script: env, GPU check, optional wheel install, then `vllm serve` with exact arguments."""
     if shell not in SHELLS:
         raise UsageError(f"--shell {shell}: expected one of {', '.join(SHELLS)}")
-    r = load_recipe(name, sets or ())
+    sets = absolute_path_sets(sets or ())  # the script must open the same folders wherever it is started
+    r = load_recipe(name, sets)
+    _check_sets(r, sets)
     ctx = gather_context(r, wheel=wheel if wheel is not None and wheel.is_file() else None, ask_transformers=False)
     findings = check_recipe(r, ctx)
     _print_findings(tuple(f for f in findings if f.severity != "info"), stderr=True)
     raise_on_errors(r, findings)
-    text = render(r, shell, wheel=wheel_ref(wheel, out), sets=sets or ())
+    text = render(r, shell, wheel=wheel_ref(wheel, out), sets=sets)
     if out is None:
         typer.echo(text, nl=False)
         return

@@ -43,7 +43,8 @@ def run_validation(wheels: list[Path], options: ValidateOptions, *, as_json: boo
         if not as_json:
             show_report(reports[-1])
     if as_json:
-        print_json(reports[0].to_dict() if len(reports) == 1 else [r.to_dict() for r in reports])
+        # one shape whatever the number of wheels, so a script reads it the same way for one or many
+        print_json({"wheels": [r.to_dict() for r in reports], "ok": all(r.ok for r in reports)})
     failed = [r for r in reports if not r.ok]
     if failed:
         names = "; ".join(f"{Path(r.wheel).name}: {', '.join(c.name for c in r.failures())}" for r in failed)

@@ -352,5 +352,10 @@ def load_recipe_data(name_or_path: str, root: Path | None = None) -> tuple[dict[
     path = recipe_path(name_or_path, root)
     data = load_yaml_mapping(path)
     if data.get("name") != path.stem:
-        raise ConfigError(f"{path}.name: expected '{path.stem}' (the file's name), found {data.get('name')!r}")
+        found = data.get("name")
+        # a copied or renamed recipe file: say both ways out (the name is the script's file name too)
+        named = isinstance(found, str) and NAME_RE.match(found)
+        rename = f"rename the file to {found}{path.suffix}, or " if named else ""
+        raise ConfigError(f"{path}.name: expected '{path.stem}' (the file's name), found {found!r}",
+                          hint=f"{rename}set `name: {path.stem}` in {path.name}")
     return data, path

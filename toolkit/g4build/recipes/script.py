@@ -90,7 +90,9 @@ def header_lines(plan: LaunchPlan, shell: Shell) -> list[str]:
     if plan.overrides:
         lines.append("Rendered with --set for: " + ", ".join(comment_lines(", ".join(plan.overrides)) or ["?"]))
     if plan.wheel is not None:
-        where = " (in this script's folder)" if plan.wheel.beside_script else ""
+        where = ""
+        if plan.wheel.beside_script:
+            where = " (relative to this script's folder)" if "/" in plan.wheel.path else " (in this script's folder)"
         lines.append(f"Installs the wheel {' '.join(comment_lines(plan.wheel.path))}{where} before serving.")
     if plan.description:
         lines += ["", *comment_lines(plan.description)]
@@ -100,13 +102,41 @@ def header_lines(plan: LaunchPlan, shell: Shell) -> list[str]:
 
 
 def wheel_ref(wheel: Path | None, out_dir: Path | None) -> WheelRef | None:
-    """``--wheel``: beside the script when it is in ``--out``'s folder, else the path as given."""
+    """``--wheel`` as the script finds it from any working directory.
+
+    A wheel in ``--out``'s folder, or (both typed relative) in a folder beside it (``--out launch --wheel
+    wheelhouse/x.whl``, as CI lays them out) is referenced relative to the script's own folder, so the pair can be
+    moved together; any other wheel by its absolute path, resolved now (a relative path would depend on where
+    the script is started).
+    """
     if wheel is None:
         return None
-    if out_dir is not None and wheel.resolve().parent == out_dir.resolve():
-        return WheelRef(path=wheel.name, beside_script=True)
-    text = str(wheel)
-    return WheelRef(path=text if not text.startswith("-") else os.path.join(".", text), beside_script=False)
+    where = Path(os.path.abspath(wheel))
+    if out_dir is not None:
+        folder = Path(os.path.abspath(out_dir))
+        if where.parent == folder:
+            return WheelRef(path=wheel.name, beside_script=True)
+        if not wheel.is_absolute() and not out_dir.is_absolute() and where.is_relative_to(folder.parent):
+            return WheelRef(path=Path(os.path.relpath(where, folder)).as_posix(), beside_script=True)
+    return WheelRef(path=str(where), beside_script=False)
+
+
+# --set keys whose values are local paths vLLM opens: a relative one is resolved at render time
+PATH_KEYS = ("model", "speculative.model")
+
+
+def absolute_path_sets(sets: Sequence[str]) -> list[str]:
+    """``--set model=./x`` as ``--set model=/abs/x``: the script then serves the same folder wherever it is
+    started. Only values written as a relative path (``./``, ``../``) or naming an existing local path change;
+    anything else (a Hugging Face id such as ``google/gemma-4``) stays as typed."""
+    result = []
+    for item in sets:
+        key, sep, value = item.partition("=")
+        explicit = value.startswith(("./", "../", ".\\", "..\\")) or value in (".", "..")
+        if sep and key in PATH_KEYS and value and not os.path.isabs(value) and (explicit or os.path.exists(value)):
+            item = f"{key}={os.path.abspath(value)}"
+        result.append(item)
+    return result
 
 
 def render_plan(plan: LaunchPlan, shell: str) -> str:
