@@ -24,6 +24,16 @@ from g4build.manifest import MANIFEST_NAME, dumps, make_manifest
 from g4build.pins import Pin
 from g4build.series import Series, stack_digest
 from g4build.wheels.patchdir import PatchFile, apply_patches, touched_paths
+from g4build.wheels.safety import (
+    check_limits,
+    hash_members,
+    inside,
+    member_problems,
+    record_duplicates,
+    record_problems,
+    refuse,
+    wheel_file_problems,
+)
 from g4build.wheels.wheelfile import (
     RecordRow,
     WheelName,
@@ -134,6 +144,26 @@ class OverlayResult:
                 "added": list(self.added), "removed": list(self.removed), "manifest": str(self.manifest)}
 
 
+def verify_source(source: Path, zf: zipfile.ZipFile, wheel: WheelName, dist_info: str) -> None:
+    """Refuse a source wheel that fails validate's own checks, before anything is written: its members are
+    copied raw and get a new RECORD, so a tampered member would come out laundered, relabelled g4."""
+    check_limits(zf.infolist(), source.name)
+    infos = [i for i in zf.infolist() if not i.is_dir()]
+    names = [i.filename for i in infos]
+    rows = parse_record(zf.read(f"{dist_info}/RECORD"), source.name)
+    wheel_raw = zf.read(f"{dist_info}/WHEEL") if f"{dist_info}/WHEEL" in names else None
+    problems = [*(f"unsafe path (an installer would write outside site-packages): {n}"
+                  for n in sorted({*names, *(r.path for r in rows)}) if not inside(n)),
+                *(f"stored twice (one copy shadows the other): {n}" for n in sorted({n for n in names
+                                                                                    if names.count(n) > 1})),
+                *member_problems(zf.infolist()), *wheel_file_problems(wheel_raw, wheel, dist_info),
+                *record_duplicates(rows)]
+    if not problems:
+        problems = record_problems(hash_members(source, infos, min(8, os.cpu_count() or 2)), rows, dist_info)
+    refuse(source.name, "refused to overlay a wheel that fails its own checks (nothing was written)", problems,
+           hint="overlay the wheel as its release published it (`g4build validate WHEEL` lists every problem)")
+
+
 def overlay_wheel(
     source: Path, plan: OverlayPlan, out_dir: Path, *, source_sha256: str | None = None,
 ) -> OverlayResult:
@@ -157,6 +187,7 @@ def overlay_wheel(
                 "files are not the pinned release's",
                 hint="overlay the original release wheel instead",
             )
+        verify_source(source, zf, wheel, old_dist)
         touched = touched_by(plan)
         read = {n: zf.read(n) for n in sorted(touched) if n in by_name}
         patched = patch_files(read, plan, source.name)
