@@ -60,7 +60,9 @@ def zip_bomb(out: Path, name: str, size: int) -> Path:
     digest = hashlib.sha256()
     chunk = b"\0" * (1 << 20)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        with zf.open(zipfile.ZipInfo(name), "w", force_zip64=True) as member:
+        info = zipfile.ZipInfo(name)
+        info.compress_type = zipfile.ZIP_DEFLATED
+        with zf.open(info, "w", force_zip64=True) as member:
             for _ in range(size // len(chunk)):
                 member.write(chunk)
                 digest.update(chunk)
