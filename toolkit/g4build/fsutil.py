@@ -7,7 +7,9 @@ import os
 import shutil
 import stat
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,3 +40,67 @@ def remove_tree(path: str | Path) -> bool:
     else:
         shutil.rmtree(target, onerror=_retry_writable)
     return not target.exists()
+
+
+# Staging folders: outputs are written into a fresh hidden folder beside their destination (one file system, so
+# a rename publishes them whole) and renamed into place only once complete. A kill leaves the folder behind;
+# the next run removes it. A live one is told apart by its lock (flock, released by the kernel when its process
+# dies), never by its age.
+STAGING_PREFIX = ".g4build-"
+STAGING_SUFFIX = ".part"
+
+
+def _lock(path: Path) -> int | None:
+    """An fd holding an exclusive lock on folder ``path``; None when another process holds it (or no flock)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock; leftovers are only named there
+        return None
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+@contextmanager
+def staging_dir(folder: Path) -> Iterator[Path]:
+    """A new, locked, unpredictably named folder in ``folder`` (mkdtemp: never an existing path or a planted
+    link), removed on exit whatever happened; what is to stay must be renamed out of it first."""
+    path = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, suffix=STAGING_SUFFIX, dir=folder))
+    fd = _lock(path)
+    try:
+        yield path
+    finally:
+        remove_tree(path)
+        if fd is not None:
+            os.close(fd)
+
+
+def sweep_staging(folder: Path) -> tuple[list[Path], list[Path]]:
+    """Staging folders that killed runs left in ``folder``: (removed, left because they could not be claimed:
+    another run is using them, or there is no flock on this system)."""
+    removed: list[Path] = []
+    kept: list[Path] = []
+    if not folder.is_dir():
+        return removed, kept
+    for entry in sorted(folder.iterdir()):
+        name = entry.name
+        if not (name.startswith(STAGING_PREFIX) and name.endswith(STAGING_SUFFIX)):
+            continue
+        if entry.is_symlink() or not entry.is_dir():
+            continue  # not one of ours: ours are real folders
+        try:
+            fd = _lock(entry)
+        except OSError:
+            continue  # gone meanwhile (its run finished)
+        if fd is None:
+            kept.append(entry)
+            continue
+        try:
+            (removed if remove_tree(entry) else kept).append(entry)
+        finally:
+            os.close(fd)
+    return removed, kept

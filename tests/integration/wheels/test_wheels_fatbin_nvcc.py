@@ -12,7 +12,7 @@ import pytest
 from tests.unit.wheels.wheelsfactory import PRISTINE, build_wheel, container, elf, entry
 
 from g4build.wheels import cudatools
-from g4build.wheels.fatbin import Arch, library_archs
+from g4build.wheels.fatbin import Arch, elf_sections, library_archs, parse_containers
 from g4build.wheels.validate import ValidateOptions, validate_wheel
 
 pytestmark = pytest.mark.nvcc
@@ -97,3 +97,51 @@ def test_a_library_cuobjdump_cannot_read_fails_with_cuobjdumps_own_message(tmp_p
     check = {c.name: c for c in report.checks}["cuobjdump vllm/_C.abi3.so"]
     assert not check.ok
     assert check.detail.startswith("cuobjdump --list-elf exited ") and "the reader found 1x sass sm_120" in check.detail
+
+
+def _rdc(tmp_path: Path, name: str, *gencode: str, shared: bool = True) -> Path:
+    """Relocatable device code: a device-linked shared library, or (``shared=False``) a relocatable object."""
+    src = tmp_path / "k.cu"
+    src.write_text(KERNEL)
+    out = tmp_path / name
+    flags = ["-shared"] if shared else ["-c"]
+    subprocess.run([_nvcc(), "-rdc=true", *flags, "-Xcompiler", "-fPIC", *gencode, "-o", str(out), str(src)],
+                   check=True, capture_output=True)
+    return out
+
+
+def test_rdc_library_archs_come_from_its_linked_image_as_cuobjdump_lists_them(tmp_path: Path) -> None:
+    lib = _rdc(tmp_path, "librdc.so", *SM120_AND_PTX90)
+    data = lib.read_bytes()
+    assert elf_sections(data, ("__nv_relfatbin",), lib.name)  # nvcc kept the relocatable copy beside
+    archs = library_archs(data, lib.name)
+    # the relocatable copy's compute_90 PTX is never JIT-compiled at load: only the linked sm_120 SASS counts
+    assert archs.names("sass") == ["sm_120"] and archs.names("ptx") == [] and len(archs.fatbins) == 1
+    tool = cudatools.find_cuobjdump()
+    if tool is None:
+        pytest.skip("cuobjdump not found (PATH, CUDA_HOME, or the nvidia-cuda-cuobjdump package)")
+    assert cudatools.list_archs(tool, lib) == cudatools.counts(archs)
+
+
+def test_rdc_library_of_ptx_only_has_no_code_for_sm120(tmp_path: Path, project: Path) -> None:
+    # its __nv_relfatbin carries the device runtime's SASS for sm_75..sm_121: read as the library's own, a
+    # library that cannot run anywhere would pass as native on sm_120
+    lib = _rdc(tmp_path, "libptx.so", "-gencode", "arch=compute_90,code=compute_90")
+    relocatable = [e.arch.sm() for span in elf_sections(lib.read_bytes(), ("__nv_relfatbin",), lib.name)
+                   for f in parse_containers(lib.read_bytes(), span, lib.name) for e in f.entries]
+    assert "sm_120" in relocatable
+    archs = library_archs(lib.read_bytes(), lib.name)
+    assert archs.verdict(Arch.parse("sm120")).verdict == "none"
+    wheel = build_wheel(tmp_path / "w", {**PRISTINE, "vllm/_rdc_C.abi3.so": lib.read_bytes()})
+    report = validate_wheel(wheel, ValidateOptions(archs=(Arch.parse("sm120"),), cuobjdump=cudatools.find_cuobjdump()))
+    failed = {c.name: c.detail for c in report.failures()}
+    assert "no code for sm_120" in failed["arch sm_120 vllm/_rdc_C.abi3.so"], failed
+    assert "cuobjdump vllm/_rdc_C.abi3.so" not in failed  # the reader and cuobjdump agree
+
+
+def test_relocatable_object_archs_are_read_from_nv_relfatbin(tmp_path: Path) -> None:
+    obj = _rdc(tmp_path, "k.o", *SM120_AND_PTX90, shared=False)
+    data = obj.read_bytes()
+    assert not elf_sections(data, (".nv_fatbin",), obj.name)
+    archs = library_archs(data, obj.name)
+    assert archs.names("sass") == ["sm_120"] and archs.names("ptx") == ["compute_90"]

@@ -119,13 +119,16 @@ def test_wheel_already_holding_a_build_manifest_is_refused(tmp_path: Path, proje
     assert not (tmp_path / "out").exists()
 
 
-def test_cli_deletes_an_overlaid_wheel_that_fails_validation(tmp_path: Path, project: Path) -> None:
-    bad_row = "vllm/version.py,sha256=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA,22"
-    src = build_wheel(tmp_path / "in", record_override={"vllm/version.py": bad_row})
+def test_cli_never_writes_an_overlaid_wheel_that_fails_validation(tmp_path: Path, project: Path) -> None:
+    # a sound source whose overlaid wheel lacks a fingerprint the series now asks for (a tampered source is
+    # refused before anything is written: test_wheels_hostile)
+    meta = project / "patches" / "beta" / "series.yaml"
+    meta.write_text(meta.read_text().replace("LIMIT = 16", "LIMIT = 32"))
+    src = build_wheel(tmp_path / "in")
     done = run_g4build("overlay", str(src), "--pin", "vllm-0.21.0", "--out", str(tmp_path / "out"), "--json")
-    assert done.returncode != 0
-    assert "failed validation and was deleted" in done.stderr and "vllm/version.py: RECORD says" in done.stderr
-    assert list((tmp_path / "out").iterdir()) == []
+    assert done.returncode == 10, done.stderr
+    assert "failed validation and was not written" in done.stderr and "lacks 'LIMIT = 32'" in done.stderr
+    assert not (tmp_path / "out").exists()  # it did not exist before
 
 
 def test_overlay_is_reproducible_and_honours_source_date_epoch(tmp_path: Path, project: Path,

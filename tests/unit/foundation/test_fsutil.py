@@ -12,7 +12,7 @@ from typing import Any
 import git
 import pytest
 
-from g4build.fsutil import remove_tree
+from g4build.fsutil import remove_tree, staging_dir, sweep_staging
 
 
 @pytest.fixture
@@ -57,3 +57,24 @@ def test_remove_tree_deletes_read_only_files(tmp_path: Path, windows_unlink: lis
     single.write_text("x")
     os.chmod(single, stat.S_IREAD)
     assert remove_tree(single) is True and not single.exists()
+
+
+@pytest.mark.skipif(os.name == "nt", reason="flock: POSIX (Windows only names leftovers)")
+def test_sweep_removes_dead_staging_keeps_live_ones_and_never_follows_links(tmp_path: Path) -> None:
+    folder = tmp_path / "out"
+    folder.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("keep\n")
+    (folder / ".g4build-planted.part").symlink_to(outside, target_is_directory=True)
+    dead = folder / ".g4build-dead.part"
+    (dead / "sub").mkdir(parents=True)
+    (dead / "sub" / "big.whl").write_bytes(b"x" * 1000)
+    (folder / "other.part").mkdir()  # not our name
+    with staging_dir(folder) as live:
+        assert live.name.startswith(".g4build-") and live.name.endswith(".part")
+        removed, kept = sweep_staging(folder)  # the live one is locked by this open staging_dir
+        assert (removed, kept) == ([dead], [live]) and live.is_dir()
+    assert not live.exists()
+    assert (outside / "precious.txt").read_text() == "keep\n" and (folder / ".g4build-planted.part").is_symlink()
+    assert (folder / "other.part").is_dir()

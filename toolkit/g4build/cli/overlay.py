@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import sys
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
-from g4build.cli._common import JSON_OPTION, console, print_json
+from g4build.cli._common import JSON_OPTION, console, err_console, print_json
 from g4build.cli.validate import show_report
 from g4build.errors import UsageError, ValidationError
 from g4build.index import Fetched, cache_root, fetch_verified
 from g4build.pins import Pin, load_pins
 from g4build.series import load_all
 from g4build.wheels.overlay import PROJECT, overlay_wheel, plan_overlay
-from g4build.wheels.validate import ValidateOptions, validate_wheel
+from g4build.wheels.validate import ValidateOptions, ValidationReport, validate_wheel
 from g4build.wheels.venvoverlay import overlay_venv, undo_venv
 
 
@@ -86,20 +87,33 @@ def register(app: typer.Typer) -> None:
         if wheel is None:
             got = fetch_pin_wheel(the_pin, quiet=as_json)
             wheel, sha = got.path, got.sha256
-        with console.status(f"overlaying {wheel.name}", spinner="dots") if not as_json else nullcontext():
-            result = overlay_wheel(wheel, plan, out, source_sha256=sha)
-        data = result.to_dict()
-        if validate:
+        reports: list[ValidationReport] = []
+
+        def check(staged: Path) -> None:
+            """Validate the finished wheel before it is renamed into --out: a failing one never appears there."""
             with console.status("validating", spinner="dots") if not as_json else nullcontext():
-                report = validate_wheel(result.wheel, ValidateOptions(pin=the_pin.name))
+                report = validate_wheel(staged, ValidateOptions(pin=the_pin.name))
             if not as_json:
                 show_report(report)
             if not report.ok:
-                result.wheel.unlink(missing_ok=True)  # never leave a wheel that failed its own checks,
-                result.manifest.unlink(missing_ok=True)  # nor a manifest describing it
                 failed = ", ".join(f"{c.name}: {c.detail}" for c in report.failures())
-                raise ValidationError(f"the overlaid wheel failed validation and was deleted ({failed})")
-            data["validation"] = report.to_dict()
+                raise ValidationError(f"the overlaid wheel failed validation and was not written ({failed})")
+            reports.append(report)
+
+        try:
+            with console.status(f"overlaying {wheel.name}", spinner="dots") if not as_json else nullcontext():
+                result = overlay_wheel(wheel, plan, out, source_sha256=sha, check=check if validate else None)
+        except KeyboardInterrupt as exc:
+            # typer turns KeyboardInterrupt into a silent exit 130; Abort reaches main(), which says "aborted"
+            raise typer.Abort() from exc
+        for path in result.leftovers_removed:
+            err_console.print(f"removed {path}: left by an interrupted overlay", markup=False, highlight=False)
+        for path in result.leftovers_kept:
+            err_console.print(f"left {path} in place: another overlay may be using it (remove it when none runs)",
+                              markup=False, highlight=False)
+        data = result.to_dict()
+        if reports:
+            data["validation"] = replace(reports[0], wheel=str(result.wheel)).to_dict()
         if as_json:
             print_json(data)
         else:

@@ -1,7 +1,10 @@
 """CUDA fatbins read straight from native libraries: which GPU archs a library carries as SASS or PTX.
 
-nvcc embeds one fatbin *container* per translation unit: in ELF files in the ``.nv_fatbin`` section (or
-``__nv_relfatbin`` for relocatable device code), in Windows PE files in the ``.nv_fatb`` section.
+nvcc embeds one fatbin *container* per translation unit: in ELF files in the ``.nv_fatbin`` section, in
+Windows PE files in the ``.nv_fatb`` section. Relocatable device code (``-rdc=true``) sits in ``__nv_relfatbin``;
+a linked library keeps it there beside its device-linked ``.nv_fatbin``, which alone is what the runtime loads
+(the relocatable copy also holds the device runtime's objects, SASS for every arch, and PTX that is never
+JIT-compiled), so that section is read only from an ELF file without ``.nv_fatbin`` (a relocatable object).
 A container is a 16-byte header (magic ``0xBA55ED50``, version, header size, payload size) followed by
 entries, each with its own header: kind (1 = PTX, 2 = ELF/SASS), header size, payload size, the target
 arch (e.g. 120) and flags (arch-specific ``a`` / family ``f`` targets, LZ4 or zstd compression).
@@ -28,7 +31,8 @@ FLAG_FAMILY = 0x200000  # sm_120f
 FLAG_LZ4 = 0x2000
 FLAG_ZSTD = 0x8000
 
-ELF_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
+ELF_LINKED = ".nv_fatbin"
+ELF_RELOCATABLE = "__nv_relfatbin"
 PE_SECTION_PREFIX = b".nv_fat"
 
 
@@ -245,7 +249,7 @@ def is_native(name: str) -> bool:
 def library_archs(data: bytes, where: str) -> LibraryArchs:
     """All fatbin containers of an ELF or PE library (none for a library without CUDA code)."""
     if data[:4] == b"\x7fELF":
-        sections = elf_sections(data, ELF_SECTIONS, where)
+        sections = elf_sections(data, (ELF_LINKED,), where) or elf_sections(data, (ELF_RELOCATABLE,), where)
     elif data[:2] == b"MZ":
         sections = pe_sections(data, where)
     else:

@@ -2,12 +2,16 @@
 
 Only the files the patches touch are extracted and patched (in a scratch folder, all patches first); the
 new wheel copies every other member's compressed bytes as they are, renames the dist-info folder for the
-new version, rewrites METADATA's Version, adds build-manifest.json and regenerates RECORD. It is written
-to a temporary file and renamed into place, so a refusal or a crash leaves nothing behind.
+new version, rewrites METADATA's Version, adds build-manifest.json and regenerates RECORD. The source wheel
+is verified first (every member against RECORD, safety's checks), since its members are copied raw under a
+new RECORD. Wheel and manifest are written into a locked staging folder in the destination, checked there
+(``check``: the CLI validates) and only then renamed into place, so a refusal, a failed check, Ctrl-C or a
+kill leaves no wheel behind; a kill leaves the staging folder, which the next overlay into the folder removes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import tempfile
@@ -20,10 +24,22 @@ from typing import Any, BinaryIO
 from packaging.version import Version
 
 from g4build.errors import UnsafeArchiveError, UsageError, ValidationError
+from g4build.faults import fault
+from g4build.fsutil import staging_dir, sweep_staging
 from g4build.manifest import MANIFEST_NAME, dumps, make_manifest
 from g4build.pins import Pin
 from g4build.series import Series, stack_digest
 from g4build.wheels.patchdir import PatchFile, apply_patches, touched_paths
+from g4build.wheels.safety import (
+    check_limits,
+    hash_members,
+    inside,
+    member_problems,
+    record_duplicates,
+    record_problems,
+    refuse,
+    wheel_file_problems,
+)
 from g4build.wheels.wheelfile import (
     RecordRow,
     WheelName,
@@ -128,16 +144,42 @@ class OverlayResult:
     added: tuple[str, ...]
     removed: tuple[str, ...]
     manifest: Path
+    leftovers_removed: tuple[Path, ...] = ()  # staging folders of killed runs, removed
+    leftovers_kept: tuple[Path, ...] = ()  # ... and those in use by another run (or not claimable here)
 
     def to_dict(self) -> dict[str, Any]:
         return {"wheel": str(self.wheel), "version": self.version, "changed": list(self.changed),
-                "added": list(self.added), "removed": list(self.removed), "manifest": str(self.manifest)}
+                "added": list(self.added), "removed": list(self.removed), "manifest": str(self.manifest),
+                "leftovers_removed": [str(p) for p in self.leftovers_removed],
+                "leftovers_kept": [str(p) for p in self.leftovers_kept]}
+
+
+def verify_source(source: Path, zf: zipfile.ZipFile, wheel: WheelName, dist_info: str) -> None:
+    """Refuse a source wheel that fails validate's own checks, before anything is written: its members are
+    copied raw and get a new RECORD, so a tampered member would come out laundered, relabelled g4."""
+    check_limits(zf.infolist(), source.name)
+    infos = [i for i in zf.infolist() if not i.is_dir()]
+    names = [i.filename for i in infos]
+    rows = parse_record(zf.read(f"{dist_info}/RECORD"), source.name)
+    wheel_raw = zf.read(f"{dist_info}/WHEEL") if f"{dist_info}/WHEEL" in names else None
+    problems = [*(f"unsafe path (an installer would write outside site-packages): {n}"
+                  for n in sorted({*names, *(r.path for r in rows)}) if not inside(n)),
+                *(f"stored twice (one copy shadows the other): {n}" for n in sorted({n for n in names
+                                                                                    if names.count(n) > 1})),
+                *member_problems(zf.infolist()), *wheel_file_problems(wheel_raw, wheel, dist_info),
+                *record_duplicates(rows)]
+    if not problems:
+        problems = record_problems(hash_members(source, infos, min(8, os.cpu_count() or 2)), rows, dist_info)
+    refuse(source.name, "refused to overlay a wheel that fails its own checks (nothing was written)", problems,
+           hint="overlay the wheel as its release published it (`g4build validate WHEEL` lists every problem)")
 
 
 def overlay_wheel(
     source: Path, plan: OverlayPlan, out_dir: Path, *, source_sha256: str | None = None,
+    check: Callable[[Path], None] | None = None,
 ) -> OverlayResult:
-    """Write the overlaid wheel into ``out_dir``; nothing is written when any check or patch fails."""
+    """Write the overlaid wheel into ``out_dir``; nothing is written when any check or patch fails. ``check``
+    gets the finished wheel (under its final name, in the staging folder); raising there leaves no wheel."""
     wheel = WheelName.parse(source.name)
     if wheel.project != PROJECT:
         raise UsageError(f"{source.name} is a wheel of {wheel.name}, not of {PROJECT}")
@@ -157,6 +199,7 @@ def overlay_wheel(
                 "files are not the pinned release's",
                 hint="overlay the original release wheel instead",
             )
+        verify_source(source, zf, wheel, old_dist)
         touched = touched_by(plan)
         read = {n: zf.read(n) for n in sorted(touched) if n in by_name}
         patched = patch_files(read, plan, source.name)
@@ -173,24 +216,27 @@ def overlay_wheel(
 
         new_rows = _record(rows, patched, rename, metadata=(f"{new_dist}/METADATA", metadata),
                            manifest=(f"{new_dist}/{MANIFEST_NAME}", manifest_bytes), record=f"{new_dist}/RECORD")
-        out_dir.mkdir(parents=True, exist_ok=True)
         target = out_dir / wheel.with_version(new_version)
-        fd, part = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=out_dir)
+        made_out = not out_dir.exists()
+        out_dir.mkdir(parents=True, exist_ok=True)
         try:
-            with os.fdopen(fd, "wb") as out, source.open("rb") as raw:
+            swept, kept = sweep_staging(out_dir)
+            with staging_dir(out_dir) as stage, (stage / target.name).open("xb") as out, source.open("rb") as raw:
                 _write_members(RawZipWriter(out), raw, zf, patched, rename, old_dist=old_dist,
                                metadata=metadata, extra=[(f"{new_dist}/{MANIFEST_NAME}", manifest_bytes),
                                                          (f"{new_dist}/RECORD", format_record(new_rows))])
-            manifest_out = out_dir / MANIFEST_NAME
-            manifest_out.with_name(MANIFEST_NAME + ".part").write_bytes(manifest_bytes)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(part, 0o666 & ~umask)
-            os.replace(part, target)
-            os.replace(manifest_out.with_name(MANIFEST_NAME + ".part"), manifest_out)
+                out.close()
+                fault("after-wheel-write")
+                (stage / MANIFEST_NAME).write_bytes(manifest_bytes)
+                if check is not None:
+                    check(stage / target.name)
+                fault("before-publish")
+                os.replace(stage / target.name, target)  # the wheel first: a manifest never describes a wheel
+                os.replace(stage / MANIFEST_NAME, out_dir / MANIFEST_NAME)  # that is not there
         except BaseException:
-            Path(part).unlink(missing_ok=True)
-            (out_dir / (MANIFEST_NAME + ".part")).unlink(missing_ok=True)
+            if made_out:
+                with contextlib.suppress(OSError):
+                    out_dir.rmdir()  # --out as it was: absent
             raise
     return OverlayResult(
         wheel=target, version=new_version,
@@ -198,6 +244,7 @@ def overlay_wheel(
         added=tuple(n for n, d in patched.files.items() if d is not None and n not in by_name),
         removed=tuple(n for n, d in patched.files.items() if d is None),
         manifest=out_dir / MANIFEST_NAME,
+        leftovers_removed=tuple(swept), leftovers_kept=tuple(kept),
     )
 
 

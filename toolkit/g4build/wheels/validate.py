@@ -1,20 +1,11 @@
-"""Wheel validation: each check is a pure function of what was read from the wheel; one pass reads it.
-
-The reading pass decompresses every member once (in threads: zlib and sha256 release the GIL), hashes
-it for RECORD, reads fatbin headers from native libraries and keeps only the few files the series
-fingerprints need.
-"""
+"""Wheel validation: each check is a pure function of what was read from the wheel; one pass reads it
+(g4build.wheels.reading)."""
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
-import threading
 import zipfile
-import zlib
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,14 +14,14 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from g4build.errors import ValidationError
-from g4build.manifest import MANIFEST_NAME, loads
+from g4build.manifest import MANIFEST_NAME
 from g4build.pins import load_pins
 from g4build.series import load_all
 from g4build.wheels import cudatools
-from g4build.wheels.fatbin import Arch, FatbinFormatError, LibraryArchs, is_native, library_archs
-from g4build.wheels.wheelfile import WheelName, metadata_fields, parse_record, record_hash, tags_fit_target
-
-SIGNATURES = ("RECORD.jws", "RECORD.p7s")
+from g4build.wheels.fatbin import Arch
+from g4build.wheels.reading import Contents, read_wheel
+from g4build.wheels.safety import Hashed, inside, record_duplicates, record_problems, wheel_file_problems
+from g4build.wheels.wheelfile import WheelName, metadata_fields, parse_record, tags_fit_target
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,110 +74,6 @@ class ValidateOptions:
     cuobjdump: Path | None = None  # cross-check fatbins with this tool (None: skip)
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Member:
-    name: str
-    hash: str
-    size: int
-    error: str | None = None  # the member could not be read (CRC, inflate)
-    fatbin_error: str | None = None  # a native library whose fatbin headers are malformed
-    fatbins: LibraryArchs | None = None
-    cuobjdump: dict[str, int] | None = None
-    cuobjdump_error: str | None = None  # cuobjdump could not list the library
-    text: bytes | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Contents:
-    dist_info: str | None
-    metadata: bytes | None
-    record: bytes | None
-    manifest: dict[str, Any] | None
-    members: dict[str, _Member]
-    duplicates: tuple[str, ...] = ()  # member names stored more than once (one would shadow the other)
-
-
-def _dist_info(names: list[str]) -> str | None:
-    tops = sorted({n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info") and "/" in n})
-    return tops[0] if len(tops) == 1 else None
-
-
-def fingerprint_paths(manifest: dict[str, Any] | None) -> set[str]:
-    if not manifest:
-        return set()
-    pin_name = str(manifest.get("pin", {}).get("name", ""))
-    wanted = {str(s.get("name")) for s in manifest["series"]}
-    paths: set[str] = set()
-    for s in load_all():
-        variant = s.variant(pin_name)
-        if s.name in wanted and variant is not None:
-            paths.update(variant.fingerprints)
-    return paths
-
-
-def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: int | None = None) -> _Contents:
-    """One pass over every member: sha256 + size, fatbin headers, and the bytes of ``keep`` + dist-info."""
-    with zipfile.ZipFile(path) as zf:
-        infos = [i for i in zf.infolist() if not i.is_dir()]
-        names = [i.filename for i in infos]
-        dist = _dist_info(names)
-        small = {n: zf.read(n) for n in names if dist and n.startswith(dist + "/") and
-                 n.rsplit("/", 1)[-1] in ("METADATA", "RECORD", MANIFEST_NAME)}
-    manifest = None
-    if dist and f"{dist}/{MANIFEST_NAME}" in small:
-        manifest = loads(small[f"{dist}/{MANIFEST_NAME}"], path.name)
-    keep = keep | fingerprint_paths(manifest)
-    local = threading.local()
-    tmp = tempfile.TemporaryDirectory(prefix="g4build-validate-") if cuobjdump else None
-
-    def one(info: zipfile.ZipInfo) -> _Member:
-        zf = getattr(local, "zf", None)
-        if zf is None:
-            zf = local.zf = zipfile.ZipFile(path)
-        try:
-            data = zf.read(info)
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
-            return _Member(name=info.filename, hash="", size=-1, error=f"unreadable: {exc}")
-        member = _Member(name=info.filename, hash=record_hash(data), size=len(data),
-                         text=data if info.filename in keep else None)
-        if not is_native(info.filename) or (data[:4] != b"\x7fELF" and data[:2] != b"MZ"):
-            return member
-        try:
-            archs = library_archs(data, info.filename)
-        except FatbinFormatError as exc:
-            return _Member(name=member.name, hash=member.hash, size=member.size, text=member.text,
-                           fatbin_error=str(exc))
-        listed, failed = None, None
-        if tmp is not None and archs.fatbins and cuobjdump:
-            target = Path(tmp.name) / f"{len(info.filename)}-{os.path.basename(info.filename)}"
-            target.write_bytes(data)
-            del data
-            try:
-                listed = cudatools.list_archs(cuobjdump, target)
-            except cudatools.CuobjdumpFailed as exc:
-                failed = str(exc)
-            target.unlink()
-        return _Member(name=member.name, hash=member.hash, size=member.size, text=member.text,
-                       fatbins=archs, cuobjdump=listed, cuobjdump_error=failed)
-
-    try:
-        with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 2)) as pool:
-            # biggest first, so the long ones do not start last
-            ordered = sorted(infos, key=lambda i: -i.compress_size)
-            members = {m.name: m for m in pool.map(one, ordered)}
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
-    return _Contents(
-        dist_info=dist,
-        metadata=small.get(f"{dist}/METADATA"),
-        record=small.get(f"{dist}/RECORD"),
-        manifest=manifest,
-        members=members,
-        duplicates=tuple(sorted({n for n in names if names.count(n) > 1})),
-    )
-
-
 def _same_version(text: str, version: Version) -> bool:
     try:
         return Version(text) == version
@@ -199,7 +86,7 @@ def check_filename(wheel: WheelName) -> Check:
     return Check(name="filename", ok=ok, detail=f"{wheel.name} {wheel.version}: {detail}")
 
 
-def check_metadata(wheel: WheelName, c: _Contents, pin_version: str | None) -> Check:
+def check_metadata(wheel: WheelName, c: Contents, pin_version: str | None) -> Check:
     if c.dist_info is None:
         return Check(name="metadata", ok=False, detail="expected exactly one *.dist-info folder, found none or several")
     if c.metadata is None:
@@ -232,47 +119,36 @@ def check_metadata(wheel: WheelName, c: _Contents, pin_version: str | None) -> C
     return Check(name="metadata", ok=True, detail=f"{name} {version} (local label: {label or 'none'})")
 
 
-def _inside(name: str) -> bool:
-    """A member or RECORD path that stays inside the install folder (wheels use '/' only)."""
-    parts = name.split("/")
-    return not (name.startswith("/") or "\\" in name or ".." in parts or name[1:2] == ":")  # C:...
-
-
-def check_record(c: _Contents, where: str) -> Check:
+def check_record(c: Contents, where: str) -> Check:
     if c.record is None or c.dist_info is None:
         return Check(name="record", ok=False, detail="RECORD is missing")
     try:
         rows = parse_record(c.record, where)
     except ValidationError as exc:
         return Check(name="record", ok=False, detail=exc.message)
-    listed = {r.path: r for r in rows}
-    record_name = f"{c.dist_info}/RECORD"
-    unlisted_ok = {record_name, *(f"{c.dist_info}/{s}" for s in SIGNATURES)}
-    missing = sorted(p for p in listed if p not in c.members)
-    extra = sorted(n for n in c.members if n not in listed and n not in unlisted_ok)
-    bad = []
-    for name, m in sorted(c.members.items()):
-        row = listed.get(name)
-        if m.error:
-            bad.append(f"{name}: {m.error}")
-        elif row is None or name == record_name:
-            continue
-        elif row.hash != m.hash or row.size != str(m.size):
-            bad.append(f"{name}: RECORD says {row.hash or 'no hash'} size {row.size or '?'}, file has {m.hash} "
-                       f"size {m.size}")
-    unsafe = sorted(n for n in {*c.members, *listed} if not _inside(n))
+    hashed = [Hashed(name=m.name, hash=m.hash, size=m.size, error=m.error) for m in c.members.values()]
+    unsafe = sorted(n for n in {*c.members, *(r.path for r in rows)} if not inside(n))
     problems = [*(f"unsafe path (absolute, '..' or '\\'; an installer would write outside site-packages): {p}"
                   for p in unsafe),
                 *(f"stored twice (one copy shadows the other): {p}" for p in c.duplicates),
-                *(f"missing (in RECORD, not in wheel): {p}" for p in missing),
-                *(f"extra (in wheel, not in RECORD): {p}" for p in extra), *bad]
+                *record_duplicates(rows), *record_problems(hashed, rows, c.dist_info)]
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
         return Check(name="record", ok=False, detail=shown)
     return Check(name="record", ok=True, detail=f"{len(c.members)} files, every sha256 and size matches RECORD")
 
 
-def check_series(c: _Contents, pin_name: str | None) -> Check:
+def check_members(wheel: WheelName, c: Contents) -> Check:
+    """What pip refuses or what is unsafe to install: links, mangled names, a WHEEL file that disagrees."""
+    problems = [*c.unsafe, *(wheel_file_problems(c.wheel_file, wheel, c.dist_info) if c.dist_info else [])]
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        return Check(name="members", ok=False, detail=shown)
+    return Check(name="members", ok=True, detail="regular files only, names safe on Windows and case-insensitive "
+                 "file systems, WHEEL 1.x with the filename's tags")
+
+
+def check_series(c: Contents, pin_name: str | None) -> Check:
     if c.manifest is None:
         return Check(name="series", ok=True, detail=f"no {MANIFEST_NAME}: the wheel claims no series")
     claimed_pin = str(c.manifest.get("pin", {}).get("name", ""))
@@ -339,7 +215,7 @@ def arch_verdict(target: Arch, reports: list[LibraryReport], skipped: list[str])
                         f"g4build wheel --arch {sm.replace('_', '')}")
 
 
-def check_archs(c: _Contents, targets: tuple[Arch, ...]) -> tuple[list[Check], list[LibraryReport]]:
+def check_archs(c: Contents, targets: tuple[Arch, ...]) -> tuple[list[Check], list[LibraryReport]]:
     checks, reports = [], []
     skipped: dict[str, list[str]] = {t.sm(): [] for t in targets}
     for name, m in sorted(c.members.items()):
@@ -393,7 +269,7 @@ def validate_wheel(
     except zipfile.BadZipFile as exc:
         raise ValidationError(f"{path}: not a readable zip file ({exc})") from exc
     checks = [check_filename(wheel), check_metadata(wheel, contents, pin_version), check_record(contents, path.name),
-              check_series(contents, options.pin)]
+              check_members(wheel, contents), check_series(contents, options.pin)]
     arch_checks, reports = check_archs(contents, options.archs)
     checks.extend(arch_checks)
     if options.smoke:

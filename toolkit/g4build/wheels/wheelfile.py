@@ -139,3 +139,8 @@ def extend_local_label(version: Version, digest: str) -> str:
     """``0.21.0+cu132`` -> ``0.21.0+cu132.g4.<digest>``; ``0.21.0`` -> ``0.21.0+g4.<digest>``."""
     label = f"{version.local}.g4.{digest}" if version.local else f"g4.{digest}"
     return f"{version.public}+{label}"
+
+
+def record_hash_of(sha256: bytes) -> str:
+    """RECORD's form of a sha256 digest computed elsewhere (chunk by chunk): urlsafe base64, no padding."""
+    return "sha256=" + base64.urlsafe_b64encode(sha256).rstrip(b"=").decode()
