@@ -27,7 +27,8 @@ from g4build.data import project_root
 ROOT = project_root()
 
 STUB = """#!/usr/bin/env bash
-# records its argv (one JSON array per line) and fakes the files the real commands leave behind
+# records its argv (one JSON array per line) and fakes the files the real build commands leave behind;
+# `recipe list` runs the real g4build
 python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$G4_TEST_LOG"
 case "$1 $2" in
   "wheel --arch")
@@ -35,7 +36,7 @@ case "$1 $2" in
     : > wheelhouse/vllm-0.21.0+cu130.g4.abcdef-cp38-abi3-linux_x86_64.whl
     echo '{}' > wheelhouse/build-manifest.json
     echo '{"ok": true}' ;;
-  "recipe list") echo '[{"name": "gemma4-26b-dflash"}, {"name": "gemma4-baseline"}]' ;;
+  "recipe list") exec "$G4_TEST_PYTHON" -m g4build "$@" ;;  # the real command: it only reads recipes/
   "recipe render") mkdir -p launch && : > "launch/$3.sh" ;;
   *) echo '{"ok": true}' ;;
 esac
@@ -78,7 +79,8 @@ def _run_steps(
     (work / "dist" / "wheelhouse" / "vllm-0.21.0+cu130.g4.abcdef-cp38-abi3-win_amd64.whl").touch()
     log = tmp_path / "argv.jsonl"
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", G4_TEST_LOG=str(log),
-               GITHUB_OUTPUT=str(tmp_path / "out"), GITHUB_STEP_SUMMARY=str(tmp_path / "summary"))
+               GITHUB_OUTPUT=str(tmp_path / "out"), GITHUB_STEP_SUMMARY=str(tmp_path / "summary"),
+               G4_TEST_PYTHON=sys.executable, PYTHONPATH=str(ROOT / "toolkit"))
     env.update({k: _fill(v, entry, outputs) for k, v in job["env"].items()})
     steps = {s["name"]: s for s in job["steps"]}
     for name in names:
@@ -102,10 +104,14 @@ def test_build_cell_runs_the_command_ci_matrix_reports(tmp_path: Path, cell_id: 
     assert calls[1] == ["validate", "--arch", "sm120", "--pin", "vllm-0.21.0", "--json", wheel]
     assert calls[2] == ["recipe", "list", "--json"]
     shell = "powershell" if cell.os == "windows" else "bash"
+    # one render per recipe file the project ships, named as `recipe list` printed them
+    shipped = sorted(p.stem for p in (ROOT / "recipes").glob("*.yaml"))
+    assert {"gemma4-26b-a4b-nvfp4-dflash", "gemma4-26b-a4b-nvfp4-mtp", "gemma4-31b-dflash"} <= set(shipped)
     assert calls[3:] == [
-        ["recipe", "render", name, "--shell", shell, "--out", "launch", "--wheel", wheel]
-        for name in ("gemma4-26b-dflash", "gemma4-baseline")
+        ["recipe", "render", name, "--shell", shell, "--out", "launch", "--wheel", wheel] for name in shipped
     ]
+    listed = json.loads((tmp_path / "work" / "recipes.json").read_text(encoding="utf-8"))
+    assert [r["name"] for r in listed] == shipped
 
 
 def test_check_cell_runs_the_command_ci_matrix_reports(tmp_path: Path) -> None:

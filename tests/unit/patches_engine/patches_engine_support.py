@@ -59,6 +59,18 @@ TEN = replace_line(BASE, "line 10", "line 10 patched")
 TWENTY = replace_line(TEN, "line 20", "line 20 patched")
 
 
+def middle_upstream_series(home: Home, mkdiff: Diff) -> tuple[str, str]:
+    """Three patches on one file; patch 3's context holds patch 2's line. Returns (tree text, all applied)."""
+    one = replace_line(BASE, "line 10", "line 10 patched")
+    two = replace_line(one, "line 20", "line 20 patched")
+    three = replace_line(two, "line 22", "line 22 patched")
+    home.add_series("s", [("ten", mkdiff({"m.py": BASE}, {"m.py": one})),
+                          ("twenty", mkdiff({"m.py": one}, {"m.py": two})),
+                          ("twenty-two", mkdiff({"m.py": two}, {"m.py": three}))])
+    # upstream took patch 2 only
+    return replace_line(BASE, "line 20", "line 20 patched"), three
+
+
 def make_tree(path: Path, files: dict[str, str], *, repo: bool = True) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     for rel, text in files.items():

@@ -14,6 +14,7 @@ from tests.unit.patches_engine.patches_engine_support import (
     Home,
     git,
     make_tree,
+    middle_upstream_series,
     replace_line,
     snapshot,
 )
@@ -146,3 +147,18 @@ def test_status_flags_outdated_series(home: Home, mkdiff: Diff, tmp_path: Path) 
     meta.write_text(meta.read_text().replace("version: 1", "version: 2"))
     states = {s.name: s.state for s in tree_status(tree, home.stack()).series}
     assert states == {"a": "current", "b": "outdated"}
+
+
+def test_apply_and_status_skip_only_the_middle_patch_that_is_upstream(
+    home: Home, mkdiff: Diff, tmp_path: Path,
+) -> None:
+    upstream_text, all_three = middle_upstream_series(home, mkdiff)
+    tree = make_tree(tmp_path / "t", {"m.py": upstream_text})
+    result = apply_stack(tree, home.stack(), pin=PIN, version="1.0.0")
+    assert [a.file for a in result.applied] == [f"{PIN}/0001-p1.patch", f"{PIN}/0003-p3.patch"]
+    assert [s["file"] for s in result.to_dict()["skipped"]] == [f"{PIN}/0002-p2.patch"]
+    assert (tree / "m.py").read_text() == all_three
+    assert git(tree, "log", "--format=%s", "-2").splitlines() == ["twenty-two", "ten"]
+    (s,) = tree_status(tree, home.stack()).series
+    assert (s.state, s.not_committed) == ("current", (f"{PIN}/0002-p2.patch",))
+    assert [c.patch for c in s.commits] == [f"{PIN}/0001-p1.patch", f"{PIN}/0003-p3.patch"]

@@ -12,6 +12,7 @@ from tests.unit.patches_engine.patches_engine_support import (
     Home,
     git,
     make_tree,
+    middle_upstream_series,
     replace_line,
     snapshot,
 )
@@ -180,3 +181,22 @@ def test_check_at_the_pristine_commit_ignores_later_commits(home: Home, mkdiff: 
     at_root = check_stack(tree, home.stack(), variant_pin=PIN, version="1.0.0", at_commit=root)
     assert at_root.series[0].status == "needed"
     assert at_root.tree.endswith(f"@{root[:12]}")
+
+
+def test_only_the_middle_patch_upstream_is_found_by_its_own_reverse_check(
+    home: Home, mkdiff: Diff, tmp_path: Path,
+) -> None:
+    # The series as a whole does not reverse-apply here (patches 1 and 3 are not in the tree), so the
+    # whole-series fallback cannot be what finds patch 2: only the per-patch reverse dry run can.
+    upstream_text, _ = middle_upstream_series(home, mkdiff)
+    tree = make_tree(tmp_path / "t", {"m.py": upstream_text})
+    report = _check(home, tree)
+    assert report.ok, report.to_dict()
+    (s,) = report.series
+    assert [(p.file, p.status) for p in s.patches] == [
+        (f"{PIN}/0001-p1.patch", "applies"), (f"{PIN}/0002-p2.patch", "upstream"), (f"{PIN}/0003-p3.patch", "applies"),
+    ]
+    assert s.patches[1].detail == "already in the tree (reverse-applies cleanly)"
+    assert [p.detail for p in (s.patches[0], s.patches[2])] == ["applies cleanly", "applies cleanly"]
+    assert s.status == "partial"
+    assert (tree / "m.py").read_text() == upstream_text
