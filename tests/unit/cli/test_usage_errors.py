@@ -101,3 +101,25 @@ def test_json_error_after_an_earlier_command_in_the_same_process(capsys: pytest.
         cli.main(["pins", "show", "nosuch", "--json"])
     assert second.value.code == 2
     assert json.loads(capsys.readouterr().out)["exit_code"] == 2
+
+
+def test_ctrl_c_in_any_command_says_aborted_and_exits_130(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A real SIGINT while a command runs: typer turns the KeyboardInterrupt into a silent Exit(130), and main()
+    must still say what happened (the overlay's own handling is not the only place that does)."""
+    import os
+    import signal
+    import time
+
+    import g4build.cli.pins as pins_cli
+
+    def interrupted() -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # delivered to this (main) thread: KeyboardInterrupt below
+        time.sleep(10)
+        raise AssertionError("SIGINT was not delivered")
+
+    monkeypatch.setattr(pins_cli, "load_pins", interrupted)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["pins", "list"])
+    assert exit_info.value.code == 130
+    assert "aborted" in capsys.readouterr().err

@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         # With standalone_mode=False click hands back typer.Exit's code instead of raising it.
         result = app(args=argv, standalone_mode=False)
+        if result == 130:  # typer turns Ctrl-C into a silent Exit(130), which click hands back as 130
+            err_console.print("aborted")
         if isinstance(result, int) and result:
             sys.exit(result)
     except G4BuildError as exc:
