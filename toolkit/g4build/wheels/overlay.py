@@ -118,22 +118,27 @@ def touched_by(plan: OverlayPlan) -> set[str]:
     return {p for patch in plan.patches for p in touched_paths(patch.path.read_bytes())}
 
 
+def patch_into(root: Path, read: dict[str, bytes], plan: OverlayPlan, target: str) -> dict[str, bytes | None]:
+    """Write ``read`` (path -> bytes) into the empty folder ``root``, apply every patch there, and return the
+    changed files (``None``: removed)."""
+    for name, data in read.items():
+        dest = root / safe_member(name)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(data)
+    apply_patches(root, plan.patches, target=target)
+    files: dict[str, bytes | None] = {}
+    for rel in sorted(touched_by(plan)):
+        path = root / rel
+        new = path.read_bytes() if path.is_file() else None
+        if new != read.get(rel):
+            files[rel] = new
+    return files
+
+
 def patch_files(read: dict[str, bytes], plan: OverlayPlan, target: str) -> Patched:
-    """Write ``read`` (path -> bytes) to a scratch folder, apply every patch there, collect the changes."""
+    """``patch_into`` a scratch folder of its own (the wheel route)."""
     with tempfile.TemporaryDirectory(prefix="g4build-overlay-") as tmp:
-        root = Path(tmp)
-        for name, data in read.items():
-            dest = root / safe_member(name)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(data)
-        apply_patches(root, plan.patches, target=target)
-        files: dict[str, bytes | None] = {}
-        for rel in sorted(touched_by(plan)):
-            path = root / rel
-            new = path.read_bytes() if path.is_file() else None
-            if new != read.get(rel):
-                files[rel] = new
-    return Patched(files=files)
+        return Patched(files=patch_into(Path(tmp), read, plan, target))
 
 
 @dataclass(frozen=True, kw_only=True)

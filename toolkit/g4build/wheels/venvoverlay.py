@@ -21,8 +21,7 @@ from packaging.version import InvalidVersion, Version
 from g4build.errors import UsageError, ValidationError
 from g4build.fsutil import remove_tree
 from g4build.manifest import MANIFEST_NAME, dumps
-from g4build.wheels.overlay import PROJECT, OverlayPlan, check_version, safe_member, touched_by
-from g4build.wheels.patchdir import apply_patches
+from g4build.wheels.overlay import PROJECT, OverlayPlan, check_version, patch_into, safe_member, touched_by
 from g4build.wheels.venvjournal import (
     RECORD_JSON,
     STATE,
@@ -90,18 +89,7 @@ def find_installed(venv: Path) -> Installed:
 def _patch(scratch: Path, read: dict[str, bytes], plan: OverlayPlan, target: str) -> dict[str, bytes | None]:
     """Patch copies of the touched files in ``scratch`` (inside the state folder); return the changed ones."""
     scratch.mkdir()
-    for name, data in read.items():
-        dest = scratch / safe_member(name)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(data)
-    apply_patches(scratch, plan.patches, target=target)
-    files: dict[str, bytes | None] = {}
-    for rel in sorted(touched_by(plan)):
-        path = scratch / rel
-        new = path.read_bytes() if path.is_file() else None
-        if new != read.get(rel):
-            files[rel] = new
-    return files
+    return patch_into(scratch, read, plan, target)
 
 
 def overlay_venv(venv: Path, plan: OverlayPlan) -> VenvResult:
