@@ -214,6 +214,8 @@ def read_release(release: str, given: Given, pinset: PinSet) -> Proposal:
     except tarfile.TarError as exc:
         raise UnsafeArchiveError(f"{got.path.name}: not a readable tar archive: {exc}",
                                  hint="expected a .tar.gz sdist: delete the cached file and run again") from exc
+    # Per-OS bases are forks of other projects (e.g. the Windows fork): no upstream release records them.
+    unread["bases"] = "per-OS fork bases are not part of the upstream release; add one by hand where an OS needs it"
     pin = Pin(name=name, version=str(version), upstream=GitRef(remote=remote, commit=commit),
               sdist=FileRef(file=sdist.filename, sha256=sdist.sha256.lower()), torch=torch, cuda=cuda,
               flashinfer=flashinfer, wheels=wheels)
