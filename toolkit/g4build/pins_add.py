@@ -369,27 +369,28 @@ def insert_entry(text: str, pin: Pin, pinset: PinSet) -> str:
     if indent is None or [k for _, k in keys] != list(pinset.pins):
         raise ConfigError(f"{where}: could not find each pin's key line under 'pins:'",
                           hint="keep one 'name:' line per pin at one indentation, as the shipped pins.yaml does")
-    block = render_entry(pin, indent)
+    newline = "\r\n" if lines[start].endswith("\r\n") else "\n"  # a file saved on Windows keeps its line ends
+    block = render_entry(pin, indent).replace("\n", newline)
     after = [(n, k) for n, k in keys if pinset.pins[k].parsed_version > pin.parsed_version]
     if after:
         at = after[0][0]
         while at - 1 > start and lines[at - 1].startswith(indent + "#"):  # a comment belongs to the pin below it
             at -= 1
-        new = [*lines[:at], block, "\n", *lines[at:]]
+        new = [*lines[:at], block, newline, *lines[at:]]
     else:
         last = end
         while last - 1 > start and not lines[last - 1].strip():
             last -= 1
         tail = lines[last - 1]
-        sep = "" if tail.endswith("\n") else "\n"
-        new = [*lines[:last - 1], tail + sep, "\n", block, *lines[last:]]
+        sep = "" if tail.endswith("\n") else newline
+        new = [*lines[:last - 1], tail + sep, newline, block, *lines[last:]]
     return "".join(new)
 
 
 def write_pin(pin: Pin, pinset: PinSet) -> Path:
     """Add ``pin`` to ``pinset``'s file atomically; the result is loaded and checked before it replaces the file."""
     path = pinset.source
-    text = path.read_text(encoding="utf-8")
+    text = path.read_bytes().decode("utf-8")  # not read_text: it would turn CRLF line ends into LF
     new_text = insert_entry(text, pin, pinset)
     fd, tmp_name = tempfile.mkstemp(prefix=".pins-", suffix=".yaml.tmp", dir=path.parent)
     tmp = Path(tmp_name)

@@ -96,6 +96,14 @@ def test_reinserting_a_cut_pin_gives_back_the_file_byte_for_byte(tmp_path: Path)
     assert sorted(p.name for p in path.parent.iterdir()) == ["pins.yaml", "series.yaml"]  # no temp file left
 
 
+def test_a_file_with_windows_line_ends_keeps_them(tmp_path: Path) -> None:
+    crlf = PINS_TEXT.replace("\n", "\r\n")
+    path = _project(tmp_path, "") / "patches" / "pins.yaml"
+    path.write_bytes(_without(PINS_TEXT, "vllm-0.33.0").replace("\n", "\r\n").encode())
+    write_pin(REAL.get("vllm-0.33.0"), load_pins(path))
+    assert path.read_bytes() == crlf.encode()
+
+
 def test_a_pin_goes_in_version_order_and_comments_stay_with_their_pin(tmp_path: Path) -> None:
     text = PINS_TEXT.replace("  vllm-0.33.0:\n", "  # the newest release\n  vllm-0.33.0:\n")
     path = _project(tmp_path, text) / "patches" / "pins.yaml"
