@@ -8,6 +8,7 @@ registry wheel from the index page. What the release does not record is asked fo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -21,7 +22,7 @@ from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sd
 from packaging.version import InvalidVersion, Version
 
 from g4build.errors import ConfigError, DownloadError, IntegrityError, UnsafeArchiveError, UsageError
-from g4build.index import IndexFile, cache_root, fetch_verified, index_url, project_files
+from g4build.index import IndexFile, cache_lock, cache_root, fetch_verified, index_url, project_files
 from g4build.pins import PIN_NAME_RE, FileRef, GitRef, Pin, PinSet, load_pins
 
 PROJECT = "vllm"
@@ -388,24 +389,35 @@ def insert_entry(text: str, pin: Pin, pinset: PinSet) -> str:
 
 
 def write_pin(pin: Pin, pinset: PinSet) -> Path:
-    """Add ``pin`` to ``pinset``'s file atomically; the result is loaded and checked before it replaces the file."""
+    """Add ``pin`` to ``pinset``'s file atomically; the result is loaded and checked before it replaces the file.
+
+    The file is read again under a lock: a pin another run added since ``pinset`` was loaded is kept, and the
+    same name added meanwhile is refused.
+    """
     path = pinset.source
-    text = path.read_bytes().decode("utf-8")  # not read_text: it would turn CRLF line ends into LF
-    new_text = insert_entry(text, pin, pinset)
-    fd, tmp_name = tempfile.mkstemp(prefix=".pins-", suffix=".yaml.tmp", dir=path.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(new_text)
-        check = load_pins(tmp)
-        want = {n: p.to_dict() for n, p in pinset.pins.items()} | {pin.name: pin.to_dict()}
-        got = {n: p.to_dict() for n, p in check.pins.items()}
-        if got != want or check.default != pinset.default:
-            raise ConfigError(f"{path}: the file with the new pin does not read back as the pins plus {pin.name}; "
-                              "nothing was written", hint="report this; add the entry by hand meanwhile")
-        os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:24]
+    with cache_lock(cache_root() / "locks" / f"pins-{key}"):  # the lock file stays out of the user's project
+        current = load_pins(path)
+        if pin.name in current.pins:
+            raise UsageError(f"pin '{pin.name}' was added to {path} meanwhile; nothing was written",
+                             hint=f"see it with `g4build pins show {pin.name}`, or pass another --name")
+        text = path.read_bytes().decode("utf-8")  # not read_text: it would turn CRLF line ends into LF
+        new_text = insert_entry(text, pin, current)
+        fd, tmp_name = tempfile.mkstemp(prefix=".pins-", suffix=".yaml.tmp", dir=path.parent)
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+                fh.write(new_text)
+            check = load_pins(tmp)
+            want = {n: p.to_dict() for n, p in current.pins.items()} | {pin.name: pin.to_dict()}
+            got = {n: p.to_dict() for n, p in check.pins.items()}
+            if got != want or check.default != current.default:
+                raise ConfigError(f"{path}: the file with the new pin does not read back as the pins plus "
+                                  f"{pin.name}; nothing was written",
+                                  hint="report this; add the entry by hand meanwhile")
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     return path

@@ -15,13 +15,14 @@ import subprocess
 import sys
 import tarfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 from tests.support.index_server import LocalIndex, serve_index
 
-from g4build.errors import ConfigError
+from g4build.errors import ConfigError, UsageError
 from g4build.index import cache_root, fetch_verified
 from g4build.pins import Pin, load_pins
 from g4build.pins_add import wheel_key, write_pin
@@ -94,6 +95,23 @@ def test_reinserting_a_cut_pin_gives_back_the_file_byte_for_byte(tmp_path: Path)
     write_pin(REAL.get("vllm-0.33.0"), cut)
     assert path.read_text(encoding="utf-8") == PINS_TEXT
     assert sorted(p.name for p in path.parent.iterdir()) == ["pins.yaml", "series.yaml"]  # no temp file left
+
+
+def test_a_pin_added_meanwhile_is_kept_and_its_name_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("G4BUILD_CACHE", str(tmp_path / "cache"))
+    text = _without(PINS_TEXT, "vllm-0.21.0").replace("default: vllm-0.21.0", "default: vllm-0.33.0")
+    path = _project(tmp_path, text) / "patches" / "pins.yaml"
+    stale = load_pins(path)  # loaded before another run adds vllm-0.21.0
+    p21 = replace(REAL.get("vllm-0.21.0"), bases={})  # `pins add` never writes bases
+    write_pin(p21, stale)
+    assert list(load_pins(path).pins) == ["vllm-0.21.0", "vllm-0.33.0"]
+    before = path.read_bytes()
+    with pytest.raises(UsageError, match=r"added to .* meanwhile"):
+        write_pin(p21, stale)
+    assert path.read_bytes() == before
+    write_pin(replace(REAL.get("vllm-0.33.0"), name="vllm-0.33.0-again"), stale)
+    assert list(load_pins(path).pins) == ["vllm-0.21.0", "vllm-0.33.0", "vllm-0.33.0-again"]  # nothing dropped
+    assert not any(p.name.endswith(".lock") for p in path.parent.iterdir())  # the lock lives in the cache
 
 
 def test_a_file_with_windows_line_ends_keeps_them(tmp_path: Path) -> None:
