@@ -310,7 +310,7 @@ def _wheels(files: list[IndexFile], chosen: tuple[str, ...]) -> tuple[dict[str, 
 # --- writing pins.yaml -----------------------------------------------------------------------------------
 
 
-def _scalar(value: str, *, quote: bool = False) -> str:
+def scalar(value: str, *, quote: bool = False) -> str:
     """``value`` as YAML text that reads back as this very string (quoted where plain text would not)."""
     if not quote and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+/:@-]*", value):
         try:
@@ -326,21 +326,21 @@ def render_entry(pin: Pin, indent: str = "  ") -> str:
     i1, i2, i3, i4 = indent, indent * 2, indent * 3, indent * 4
     lines = [
         f"{i1}{pin.name}:",
-        f"{i2}version: {_scalar(pin.version, quote=True)}",
+        f"{i2}version: {scalar(pin.version, quote=True)}",
         f"{i2}upstream:",
-        f"{i3}remote: {_scalar(pin.upstream.remote)}",
-        f"{i3}commit: {_scalar(pin.upstream.commit)}",
+        f"{i3}remote: {scalar(pin.upstream.remote)}",
+        f"{i3}commit: {scalar(pin.upstream.commit)}",
         f"{i2}sdist:",
-        f"{i3}file: {_scalar(pin.sdist.file)}",
-        f"{i3}sha256: {_scalar(pin.sdist.sha256)}",
-        f"{i2}torch: {_scalar(pin.torch, quote=True)}",
-        f"{i2}cuda: {_scalar(pin.cuda, quote=True)}",
-        f"{i2}flashinfer: {_scalar(pin.flashinfer, quote=True)}",
+        f"{i3}file: {scalar(pin.sdist.file)}",
+        f"{i3}sha256: {scalar(pin.sdist.sha256)}",
+        f"{i2}torch: {scalar(pin.torch, quote=True)}",
+        f"{i2}cuda: {scalar(pin.cuda, quote=True)}",
+        f"{i2}flashinfer: {scalar(pin.flashinfer, quote=True)}",
     ]
     if pin.wheels:
         lines.append(f"{i2}wheels:")
         for key, ref in pin.wheels.items():
-            lines += [f"{i3}{key}:", f"{i4}file: {_scalar(ref.file)}", f"{i4}sha256: {_scalar(ref.sha256)}"]
+            lines += [f"{i3}{key}:", f"{i4}file: {scalar(ref.file)}", f"{i4}sha256: {scalar(ref.sha256)}"]
     else:
         lines.append(f"{i2}wheels: {{}}")
     lines.append(f"{i2}bases: {{}}")
