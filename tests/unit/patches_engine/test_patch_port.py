@@ -64,6 +64,31 @@ def test_a_series_that_has_the_target_variant_is_refused(tmp_path: Path) -> None
     assert _digest(root / "patches") == before
 
 
+def test_from_a_pin_the_series_has_no_variant_for_is_refused(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    proc = _g4build(tmp_path, "--root", str(root), "patches", "port", "mm-prefix-fa", "--to", COPY,
+                    "--from", COPY, "--tree", str(tmp_path))
+    assert proc.returncode == 2, proc.stderr
+    assert f"--from {COPY}: series mm-prefix-fa has no variant for it" in proc.stderr
+
+
+@pytest.mark.network
+def test_all_ports_only_the_series_without_a_variant_and_stops_at_a_conflict(tmp_path: Path) -> None:
+    tree = sdist_tree("vllm-0.33.0")
+    root = _project(tmp_path)
+    args = ("--root", str(root), "patches", "port", "--all", "--to", COPY, "--tree", str(tree), "--json")
+    first = _g4build(tmp_path, "--root", str(root), "patches", "port", "gemma4-backend-decoupling", "--to", COPY,
+                     "--tree", str(tree))
+    assert first.returncode == 0, first.stderr
+    before = _digest(root / "patches")
+    proc = _g4build(tmp_path, *args, "--from", "vllm-0.21.0", "--dry-run")
+    assert proc.returncode == 8, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [s["series"] for s in out["series"]] == ["dflash-batched-verification"]  # gemma4-… is laid down only
+    assert out["not_tried"] == ["mm-prefix-fa"] and "not tried after it: mm-prefix-fa" in proc.stderr
+    assert _digest(root / "patches") == before
+
+
 @pytest.mark.network
 def test_porting_to_the_same_release_gives_the_same_patches(tmp_path: Path) -> None:
     tree = sdist_tree("vllm-0.33.0")

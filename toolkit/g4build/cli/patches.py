@@ -318,9 +318,17 @@ def port_cmd(
     pinset = load_pins()
     target = pinset.get(to)
     stack = load_all()
-    chosen = [s.name for s in stack] if all_series else [get_series(str(series)).name]
+    # --all ports the series that have no variant for --to yet; the others are laid down as they are
+    chosen = [s.name for s in stack if s.variant(to) is None] if all_series else [get_series(str(series)).name]
+    if not chosen:
+        raise UsageError(f"every series already has a variant for {to}: nothing to port",
+                         hint=f"change one with `g4build patches refresh SERIES --pin {to} --tree …`")
     if from_pin is not None:
         pinset.get(from_pin)
+        lacking = [s.name for s in stack if s.name in chosen and s.variant(from_pin) is None]
+        if lacking:
+            raise UsageError(f"--from {from_pin}: series {', '.join(lacking)} has no variant for it",
+                             hint="pass a pin the series has patches for (`g4build patches list`), or drop --from")
     from_pins = {s.name: from_pin or from_pin_for(s, to, pinset) for s in stack if s.name in chosen}
     pristine = None
     if tree is None:
@@ -328,8 +336,10 @@ def port_cmd(
             tree = fetch_source(target, "sdist", progress=hook).path
         pristine = pristine_commit(tree)  # the cached tree may carry applied patches on top
     ports = port(stack, chosen, to=to, from_pins=from_pins, tree=tree, dry_run=dry_run, at_commit=pristine)
+    not_tried = [n for n in chosen if n not in {p.series for p in ports}]
     if json_out:
-        print_json({"to": to, "ok": all(p.ok for p in ports), "series": [p.to_dict() for p in ports]})
+        print_json({"to": to, "ok": all(p.ok for p in ports), "series": [p.to_dict() for p in ports],
+                    "not_tried": not_tried})
     else:
         for p in ports:
             state = "written" if p.written else ("would be written" if p.ok else "not written")
@@ -342,7 +352,7 @@ def port_cmd(
     if bad:
         raise PatchConflictError(
             f"series {bad[0].series} does not port from {bad[0].from_pin} to {to}: a patch conflicts; "
-            f"nothing of it was written",
+            f"nothing of it was written" + (f"; not tried after it: {', '.join(not_tried)}" if not_tried else ""),
             hint=f"the report names file, hunk and line: make the change on a tree of {to} and record it with "
                  f"`g4build patches refresh {bad[0].series} --pin {to} --tree PATH --from-diff`",
         )
