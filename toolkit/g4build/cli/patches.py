@@ -1,4 +1,4 @@
-"""`g4build patches list|check|apply|status|refresh|new`: the patch series on a vLLM source tree."""
+"""`g4build patches list|check|apply|status|refresh|new|port`: the patch series on a vLLM source tree."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
 from g4build.data import writable_root
-from g4build.errors import IntegrityError, UsageError
+from g4build.errors import IntegrityError, PatchConflictError, UsageError
 from g4build.gittree import pristine_commit
 from g4build.index import ProgressHook, cache_root, fetch_verified
 from g4build.patch_apply import apply_stack
@@ -294,6 +294,68 @@ def new(
     result = new_series(writable_root() / "patches", name=name, pin=pin, patch=patch, title=title,
                         why=why, refs=ref, python_only=python_only)
     _print_refresh(result, json_out)
+
+
+@patches_app.command("port")
+def port_cmd(
+    series: str | None = typer.Argument(None, help="Series to port (or --all)."),
+    all_series: bool = typer.Option(False, "--all", help="Port every series of the order."),
+    to: str = typer.Option(..., "--to", help="Pin to port to (add it first: `g4build pins add`)."),
+    from_pin: str | None = typer.Option(None, "--from", help="Pin to port from (default: the nearest one below)."),
+    tree: Path | None = typer.Option(None, "--tree", help="The --to pin's source tree (default: its sdist).",
+                                     file_okay=False, exists=True),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Report what would be written; write nothing."),
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """Carry series from one pin to another: applying patches are rewritten for the new tree, conflicts stop."""
+    from g4build.patch_port import from_pin_for, port
+
+    if (series is None) == (not all_series):
+        raise UsageError("pass a series name or --all (one of them)",
+                         hint="e.g. `g4build patches port mm-prefix-fa --to vllm-0.34.0`")
+    if not dry_run:
+        writable_root()  # series are written in place: never into the installed package
+    pinset = load_pins()
+    target = pinset.get(to)
+    stack = load_all()
+    # --all ports the series that have no variant for --to yet; the others are laid down as they are
+    chosen = [s.name for s in stack if s.variant(to) is None] if all_series else [get_series(str(series)).name]
+    if not chosen:
+        raise UsageError(f"every series already has a variant for {to}: nothing to port",
+                         hint=f"change one with `g4build patches refresh SERIES --pin {to} --tree …`")
+    if from_pin is not None:
+        pinset.get(from_pin)
+        lacking = [s.name for s in stack if s.name in chosen and s.variant(from_pin) is None]
+        if lacking:
+            raise UsageError(f"--from {from_pin}: series {', '.join(lacking)} has no variant for it",
+                             hint="pass a pin the series has patches for (`g4build patches list`), or drop --from")
+    from_pins = {s.name: from_pin or from_pin_for(s, to, pinset) for s in stack if s.name in chosen}
+    pristine = None
+    if tree is None:
+        with _download_progress(target.sdist.file, json_out) as hook:
+            tree = fetch_source(target, "sdist", progress=hook).path
+        pristine = pristine_commit(tree)  # the cached tree may carry applied patches on top
+    ports = port(stack, chosen, to=to, from_pins=from_pins, tree=tree, dry_run=dry_run, at_commit=pristine)
+    not_tried = [n for n in chosen if n not in {p.series for p in ports}]
+    if json_out:
+        print_json({"to": to, "ok": all(p.ok for p in ports), "series": [p.to_dict() for p in ports],
+                    "not_tried": not_tried})
+    else:
+        for p in ports:
+            state = "written" if p.written else ("would be written" if p.ok else "not written")
+            console.print(f"[bold]{p.series}[/] {p.from_pin} -> {p.to_pin}: {state}", highlight=False)
+            for r in p.results:
+                console.print(f"  {_paint(r.status)} {r.file}: {r.detail}", highlight=False)
+            for rel, texts in p.lost_fingerprints.items():
+                console.print(f"  [yellow]fingerprint lost[/] {rel}: {', '.join(texts)}", highlight=False)
+    bad = [p for p in ports if not p.ok]
+    if bad:
+        raise PatchConflictError(
+            f"series {bad[0].series} does not port from {bad[0].from_pin} to {to}: a patch conflicts; "
+            f"nothing of it was written" + (f"; not tried after it: {', '.join(not_tried)}" if not_tried else ""),
+            hint=f"the report names file, hunk and line: make the change on a tree of {to} and record it with "
+                 f"`g4build patches refresh {bad[0].series} --pin {to} --tree PATH --from-diff`",
+        )
 
 
 def register(app: typer.Typer) -> None:

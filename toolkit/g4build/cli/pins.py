@@ -1,4 +1,4 @@
-"""`g4build pins list|show`: the pinned upstream releases."""
+"""`g4build pins list|show|add`: the pinned upstream releases."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import typer
 from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, print_json
+from g4build.data import writable_root
 from g4build.pins import load_pins
+from g4build.pins_add import Given, read_release, render_entry, write_pin
 
 pins_app = typer.Typer(help="The pinned upstream vLLM releases.", no_args_is_help=True)
 
@@ -43,6 +45,44 @@ def show_pin(name: str = typer.Argument(..., help="Pin name, e.g. vllm-0.21.0.")
             value = "\n".join(f"{k}: {v}" for k, v in value.items()) or "-"
         table.add_row(key, str(value))
     console.print(table)
+
+
+@pins_app.command("add")
+def add_pin(
+    release: str = typer.Option(..., "--release", help="Upstream vLLM version on the package index, e.g. 0.33.0."),
+    name: str | None = typer.Option(None, "--name", help="Pin name (default: vllm-X.Y.Z)."),
+    commit: str | None = typer.Option(None, "--commit", help="Full upstream commit; must start with the sdist's id."),
+    remote: str | None = typer.Option(None, "--remote", help="Upstream git remote (default: the existing pins')."),
+    torch: str | None = typer.Option(None, "--torch", help="torch version, where the release records none."),
+    cuda: str | None = typer.Option(None, "--cuda", help="CUDA X.Y, where the release records none."),
+    flashinfer: str | None = typer.Option(None, "--flashinfer", help="FlashInfer version, where none is recorded."),
+    wheel: list[str] = typer.Option([], "--wheel", help="Wheel file to pin where the index has several builds."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the entry; write nothing."),
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """Pin an upstream release, read from the package index and its sdist, into patches/pins.yaml."""
+    # A dry run may read the installed data; a write needs the user's own project (never site-packages).
+    path = None if dry_run else writable_root() / "patches" / "pins.yaml"
+    pinset = load_pins(path)
+    given = Given(name=name, commit=commit, remote=remote, torch=torch, cuda=cuda, flashinfer=flashinfer,
+                  wheels=tuple(wheel))
+    proposal = read_release(release, given, pinset)
+    written = None if dry_run else write_pin(proposal.pin, pinset)
+    if json_out:
+        print_json(proposal.to_dict() | {"file": str(pinset.source), "written": written is not None})
+        return
+    console.print(render_entry(proposal.pin), end="", markup=False, highlight=False)
+    for key, where in proposal.sources.items():
+        console.print(f"[dim]{key}: {where}[/]", highlight=False)
+    for key, why in proposal.unread.items():
+        console.print(f"[yellow]not read[/] {key}: {why}", highlight=False)
+    for line in proposal.skipped:
+        console.print(f"[dim]not pinned: {line}[/]", highlight=False)
+    if written is None:
+        console.print(f"dry run: nothing written to {pinset.source}", highlight=False)
+    else:
+        console.print(f"added pin {proposal.pin.name} to {written}; next: `g4build patches check --pin "
+                      f"{proposal.pin.name}` (the series must be ported before the pin is usable)", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
