@@ -52,7 +52,7 @@ def test_plan_for_each_combination(pin21: Pin, os_name: str, arch: str, cuda: st
     assert vllm.cwd == plan.layout.src and "--no-build-isolation" in vllm.command
     if os_name == "windows":
         # the Windows base: the fork's changes forward-ported onto the pin by `source fetch --os windows`
-        assert names[:2] == ["source", "patches"]
+        assert names[:3] == ["python", "source", "patches"]  # the interpreter is checked before anything
         assert plan.step("source").command[1:-1] == ("source", "fetch", "--pin", "vllm-0.21.0", "--os", "windows",
                                                      "--dest")
         assert plan.step("source").fresh == plan.layout.src == plan.step("source").command[-1]

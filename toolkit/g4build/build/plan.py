@@ -112,6 +112,7 @@ class Options:
     launcher: str | None = None  # "ccache" / "sccache" when found
     g4build: tuple[str, ...] = ("g4build",)
     python: tuple[str, ...] = ("python",)
+    python_exe: str | None = None  # --python-exe: an interpreter named by path (no active venv needed)
     recipes: tuple[str, ...] = ()  # launch recipes to render beside the wheels (--recipes)
 
 
@@ -213,13 +214,14 @@ def build_env(target: Target, pin: Pin | None, version: str, layout: Layout, opt
 
 def vllm_steps(
     *, pin: Pin, target: Target, layout: Layout, opts: Options, source: tuple[Step, ...], extra: tuple[Step, ...],
-    version: str,
+    version: str, pre: tuple[Step, ...] = (),
 ) -> tuple[Step, ...]:
     g4b, py, src, out = opts.g4build, opts.python, layout.src, layout.out
     arch = target.arch.name
     # this build's wheel only: an --out folder may still hold wheels of earlier builds (other series versions)
     wheel = layout.sep.join([out, f"vllm-{version}-*.whl"])
     steps: list[Step] = [
+        *pre,
         *source,
         Step(name="patches", title="apply the series", command=(*g4b, "patches", "apply", "--pin", pin.name,
              "--tree", src), cwd=layout.root),
@@ -265,6 +267,22 @@ def vllm_steps(
                             "--wheel", wheel), cwd=layout.root)
               for name in opts.recipes]
     return tuple(steps)
+
+
+def python_check(version: str, *, need_venv: bool) -> str:
+    """A one-line Python program (single quotes only, for PowerShell) that exits non-zero unless it runs on
+    Python ``version`` and, with ``need_venv``, inside a virtual environment, saying what it found."""
+    want = "a virtual environment with Python" if need_venv else "Python"
+    venv_ok = "sys.prefix != sys.base_prefix" if need_venv else "True"
+    return (
+        "import sys; "
+        "v = '%d.%d' % sys.version_info[:2]; "
+        f"venv = {venv_ok}; "
+        f"sys.exit(0 if v == '{version}' and venv else "
+        f"'expected {want} {version}, found ' + sys.executable + ' (Python ' + v + "
+        "('' if venv else ', not a virtual environment') + "
+        f"'): create a venv with Python {version}, activate it and rerun, or pass --python-exe PATH')"
+    )
 
 
 def torch_check(torch: str, cuda: str) -> str:

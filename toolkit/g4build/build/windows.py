@@ -19,7 +19,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from g4build.build.plan import Layout, Step, Target
+from g4build.build.plan import Layout, Step, Target, python_check
 from g4build.errors import BuildError, UsageError
 from g4build.pins import Pin
 
@@ -43,8 +43,30 @@ def default_layout(pin: Pin, target: Target) -> Layout:
     return Layout(root=root, out=f"{ROOT}\\wheels", cache=f"{ROOT}\\deps", sep="\\")
 
 
-def python_cmd(version: str) -> tuple[str, ...]:
-    return ("py", f"-{version}")
+def python_cmd(exe: str | None) -> tuple[str, ...]:
+    # not `py -3.12`: the launcher with a version picks the global install past an active venv, so every
+    # install would land there; `python` is the active venv's own interpreter (first on PATH once activated)
+    return (exe,) if exe else ("python",)
+
+
+def venv_lines(python: str, *, explicit: bool) -> tuple[str, ...]:
+    """Script lines that stop before anything runs when no venv is active (unless an interpreter was named)."""
+    if explicit:
+        return ()
+    v = python
+    return (
+        "if (-not $env:VIRTUAL_ENV) {",
+        f"  throw ('no virtual environment is active: expected one with Python {v}, so the build does not install '"
+        f" + 'into the global Python. Create and activate one, then run this script again: py -{v} -m venv '"
+        f" + '{ROOT}\\venv; {ROOT}\\venv\\Scripts\\Activate.ps1 (or plan with --python-exe PATH)')",
+        "}",
+    )
+
+
+def python_step(target: Target, layout: Layout, python: tuple[str, ...], *, explicit: bool) -> Step:
+    """First step: the interpreter is Python X.Y and (unless named explicitly) a virtual environment's."""
+    return Step(name="python", title=f"check the build's Python {target.python}", resumable=False,
+                command=(*python, "-c", python_check(target.python, need_venv=not explicit)), cwd=layout.root)
 
 
 def check_layout(layout: Layout) -> None:
@@ -69,10 +91,11 @@ def env(target: Target, layout: Layout) -> dict[str, str]:
     return extra
 
 
-def setup_lines(target: Target) -> tuple[str, ...]:
+def setup_lines(target: Target, *, explicit_python: bool = False) -> tuple[str, ...]:
     cuda_var = "CUDA_PATH_V" + target.cuda.replace(".", "_")
     args = " ".join(f"'{a}'" for a in _VSWHERE_ARGS)
     return (
+        *venv_lines(target.python, explicit=explicit_python),
         f'$vs = & "{VSWHERE}" {args}',
         "if (-not $vs) { throw 'Visual Studio with the C++ x64 tools was not found (vswhere)' }",
         "cmd /c \"`\"$vs\\VC\\Auxiliary\\Build\\vcvars64.bat`\" >nul && set\" | ForEach-Object {",
@@ -92,9 +115,10 @@ def source_steps(pin: Pin, layout: Layout, g4build: tuple[str, ...]) -> tuple[St
                  cwd=layout.root, fresh=layout.src),)
 
 
-def extra_steps(target: Target, layout: Layout, g4build: tuple[str, ...]) -> tuple[Step, ...]:
+def extra_steps(target: Target, layout: Layout, g4build: tuple[str, ...], python: tuple[str, ...],
+                ) -> tuple[Step, ...]:
     steps = [Step(name="windows-requirements", title="install the fork's Windows requirements",
-                  command=(*python_cmd(target.python), "-m", "pip", "install", "-r", "requirements/windows.txt"),
+                  command=(*python, "-m", "pip", "install", "-r", "requirements/windows.txt"),
                   cwd=layout.src)]
     if needs_align_shim(target.cuda):
         steps.append(Step(name="cuda-shim", title="cuda.h with MSVC-safe alignment",
