@@ -173,7 +173,7 @@ def test_max_jobs_from_ram_and_cores(mem: float, cores: int, threads: int, jobs:
 @pytest.mark.parametrize(("fake", "ok", "found"), [
     (None, False, "found no torch"),
     ("2.11.0+cpu", False, "found 2.11.0+cpu without CUDA"),
-    ("2.13.0+cu130", False, "found 2.13.0+cu130:"),
+    ("2.13.0+cu130", False, "found 2.13.0+cu130 built for CUDA 13.0:"),
     ("2.11.0+cu130", True, ""),
 ])
 def test_torch_step_runs_and_says_what_to_install(

@@ -4,13 +4,14 @@ order, and the one-line Python programs of the plan run for real."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from g4build.build.plan import Options, python_check
+from g4build.build.plan import Options, python_check, torch_check
 from g4build.build.planner import default_layout, make_plan
 from g4build.build.script import render_powershell
 from g4build.cli import main
@@ -90,3 +91,57 @@ def test_emitted_script_stops_without_an_active_venv(pin21: Pin) -> None:
     named = _windows_plan(pin21, Options(jobs=4, python=("C:\\v\\Scripts\\python.exe",),
                                          python_exe="C:\\v\\Scripts\\python.exe"))
     assert not [g for g in ps_tree.guards(ps_tree.parse(render_powershell(named))) if "VIRTUAL_ENV" in g.condition]
+
+
+# --- 2. the CUDA torch of the pin's CUDA line first -----------------------------------------------------------
+
+
+def test_torch_is_installed_and_checked_before_anything_that_needs_it(pin21: Pin,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _cli(["wheel", "--arch", "sm120", "--os", "windows", "--dry-run", "--json", "--torch-index",
+                         "https://torch.example.invalid/whl/{cu}"], capsys)
+    assert code == 0
+    steps = json.loads(out)["steps"]
+    names = [s["name"] for s in steps]
+    assert names.index("torch-install") < names.index("torch") < names.index("windows-requirements")
+    assert names.index("torch") < names.index("use-existing-torch") < names.index("windows-requirements")
+    assert names.index("windows-requirements") < names.index("build-requirements") < names.index("torch-kept") \
+        < names.index("vllm")
+    install = steps[names.index("torch-install")]["command"]
+    assert install[1:] == ["-m", "pip", "install", f"torch=={pin21.torch}", "--index-url",
+                           "https://torch.example.invalid/whl/cu130"]
+    code, out, _ = _cli(["wheel", "--arch", "sm120", "--os", "windows", "--dry-run"], capsys)
+    # the order is visible in the printed plan too
+    assert out.index(" torch ") < out.index("windows-requirements") < out.index("torch-kept")
+
+
+def _torch_standin(folder: Path, version: str, cuda: str | None) -> Path:
+    """A module named torch answering what the check reads (``__version__``, ``version.cuda``) as torch does."""
+    pkg = folder / "torch"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        f"import types\n__version__ = {version!r}\nversion = types.SimpleNamespace(cuda={cuda!r})\n")
+    return folder
+
+
+def test_torch_check_wants_the_pins_cuda_line(tmp_path: Path) -> None:
+    code = torch_check("2.11.0", "13.0")
+
+    def run(path: Path | None) -> subprocess.CompletedProcess[str]:
+        env = {"PATH": os.environ.get("PATH", ""), **({"PYTHONPATH": str(path)} if path else {})}
+        return subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=False,
+                              env=env)
+
+    assert run(_torch_standin(tmp_path / "a", "2.11.0+cu130", "13.0.2")).returncode == 0
+    older = run(_torch_standin(tmp_path / "b", "2.11.0+cu129", "12.9"))
+    assert older.returncode == 1 and "built for CUDA 12.9" in older.stderr and "cu130 wheel index" in older.stderr
+    other = run(_torch_standin(tmp_path / "c", "2.10.0+cu130", "13.0"))
+    assert other.returncode == 1 and "expected torch 2.11.0 built for CUDA 13.0" in other.stderr
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.version.cuda is None:  # the test venv's real CPU torch: what PyPI gives on Windows
+        cpu = subprocess.run([sys.executable, "-c", torch_check(torch.__version__.split("+")[0], "13.0")],
+                             capture_output=True, text=True, check=False)
+        assert cpu.returncode == 1 and "without CUDA (a CPU build)" in cpu.stderr

@@ -112,6 +112,7 @@ class Options:
     launcher: str | None = None  # "ccache" / "sccache" when found
     g4build: tuple[str, ...] = ("g4build",)
     python: tuple[str, ...] = ("python",)
+    torch_index: str | None = None  # --torch-index: install the pin's torch from it first ({cu}: cu130 ...)
     python_exe: str | None = None  # --python-exe: an interpreter named by path (no active venv needed)
     recipes: tuple[str, ...] = ()  # launch recipes to render beside the wheels (--recipes)
 
@@ -228,15 +229,24 @@ def vllm_steps(
         Step(name="prefetch", title="prefetch CMake dependencies",
              command=(*g4b, "prefetch", "--tree", src, "--cache", layout.cache, "--write", layout.deps_file),
              cwd=layout.root),
-        *extra,
-        Step(name="torch", title="check the installed torch", resumable=False,
-             command=(*py, "-c", torch_check(pin.torch, target.cuda)), cwd=layout.root),
     ]
-    if opts.existing_torch:  # first, so the build requirements below do not replace the installed torch
+    # torch before anything that depends on it: the fork's requirements/windows.txt (xformers wants torch >= 2.10)
+    # would otherwise pull PyPI's torch, which on Windows is the CPU build
+    if opts.torch_index:
+        steps.append(Step(name="torch-install", title=f"install torch {pin.torch} for CUDA {target.cuda}",
+                          command=(*py, "-m", "pip", "install", f"torch=={pin.torch}", "--index-url",
+                                   torch_index_url(opts.torch_index, target.cuda)), cwd=layout.root))
+    check = (*py, "-c", torch_check(pin.torch, target.cuda))
+    steps.append(Step(name="torch", title=f"check torch {pin.torch} for CUDA {target.cuda}", resumable=False,
+                      command=check, cwd=layout.root))
+    if opts.existing_torch:  # strips torch from requirements/*.txt, so no requirements below replace it
         steps.append(Step(name="use-existing-torch", title="build against the installed torch",
                           command=(*py, "use_existing_torch.py"), cwd=src))
+    steps += extra
     steps.append(Step(name="build-requirements", title="install build requirements",
                       command=(*py, "-m", "pip", "install", "-r", "requirements/build/cuda.txt"), cwd=src))
+    steps.append(Step(name="torch-kept", title="check the requirements kept that torch", resumable=False,
+                      command=check, cwd=layout.root))
     steps.append(wheel_step("vllm", "build the vLLM wheel", opts, src, out))
     if opts.flashinfer and target.os != "windows":
         fi = layout.join("flashinfer")
@@ -285,18 +295,27 @@ def python_check(version: str, *, need_venv: bool) -> str:
     )
 
 
+def torch_index_url(index: str, cuda: str) -> str:
+    """A PyTorch package index URL for ``cuda``: ``{cu}`` in it stands for ``cu130``, ``cu129`` ..."""
+    return index.replace("{cu}", "cu" + cuda.replace(".", ""))
+
+
 def torch_check(torch: str, cuda: str) -> str:
     """A one-line Python program (single quotes only, for PowerShell) that exits non-zero unless the
-    interpreter has torch ``torch`` built for CUDA, saying what it found and what to install."""
+    interpreter has torch ``torch`` built for CUDA ``cuda`` (its CUDA line: 13.0 for 13.0.x), saying what it
+    found and what to install."""
     cu = "cu" + cuda.replace(".", "")
     return (
         "import importlib.util, sys; "
         "t = __import__('torch') if importlib.util.find_spec('torch') else None; "
         "v = t.__version__ if t else 'no torch'; "
-        f"sys.exit(0 if t and v.split('+')[0] == '{torch}' and t.version.cuda else "
-        f"'expected torch {torch} built for CUDA in ' + sys.executable + ', found ' + "
-        f"(v if t is None or t.version.cuda else v + ' without CUDA') + "
-        f"': install torch=={torch} from the PyTorch {cu} wheel index into that Python, then rerun')"
+        "c = t.version.cuda if t else None; "  # None in a CPU build
+        "line = '.'.join(str(c).split('.')[:2]) if c else None; "
+        f"sys.exit(0 if t and v.split('+')[0] == '{torch}' and line == '{cuda}' else "
+        f"'expected torch {torch} built for CUDA {cuda} in ' + sys.executable + ', found ' + "
+        f"(v if t is None else v + (' built for CUDA ' + str(c) if c else ' without CUDA (a CPU build)')) + "
+        f"': install torch=={torch} from the PyTorch {cu} wheel index into that Python first "
+        f"(g4build wheel --torch-index URL does it), then rerun')"
     )
 
 

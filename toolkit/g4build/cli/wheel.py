@@ -142,6 +142,11 @@ def register(app: typer.Typer) -> None:
         executor: str = typer.Option("native", "--executor", help="native or docker."),
         out: str | None = typer.Option(None, "--out", help="Folder for the wheels (docker: default ./wheelhouse)."),
         root: str | None = typer.Option(None, "--root", help="Build root (source, logs, resume state)."),
+        torch_index: str | None = typer.Option(
+            None, "--torch-index", envvar="G4BUILD_TORCH_INDEX",
+            help="PyTorch package index for CUDA builds ({cu} stands for cu130, cu129): the pin's torch is "
+                 "installed from it before anything else (default: only checked).",
+        ),
         jobs: int | None = typer.Option(None, "--jobs", min=1, help="MAX_JOBS (default: RAM/5GB, <= cores)."),
         no_flashinfer: bool = typer.Option(False, "--no-flashinfer", help="Leave FlashInfer out."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; run nothing."),
@@ -168,7 +173,8 @@ def register(app: typer.Typer) -> None:
         if python_exe is not None:
             python_exe = checked_python_exe(python_exe, target)
         opts = Options(jobs=jobs or default_jobs, flashinfer=not no_flashinfer, launcher=launcher,
-                       python=python_cmd(target, python_exe), python_exe=python_exe, recipes=recipe_list)
+                       python=python_cmd(target, python_exe), python_exe=python_exe, recipes=recipe_list,
+                       torch_index=torch_index or None)
         plan = make_plan(pin, series_for(pin), target, layout=layout, opts=opts, cuda_home=cuda_home)
         if emit_script is not None:
             from g4build.build.script import render
