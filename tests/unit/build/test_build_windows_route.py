@@ -145,3 +145,30 @@ def test_torch_check_wants_the_pins_cuda_line(tmp_path: Path) -> None:
         cpu = subprocess.run([sys.executable, "-c", torch_check(torch.__version__.split("+")[0], "13.0")],
                              capture_output=True, text=True, check=False)
         assert cpu.returncode == 1 and "without CUDA (a CPU build)" in cpu.stderr
+
+
+# --- 10. CUDA_HOME, CUDA_PATH and PATH name one CUDA -----------------------------------------------------------
+
+
+def test_script_sets_cuda_home_cuda_path_and_path(pin21: Pin) -> None:
+    tree = ps_tree.parse(render_powershell(_windows_plan(pin21)))
+    sets = {a.target: a for a in ps_tree.assignments(tree)}
+    assert sets["$env:CUDA_HOME"].value == "$env:CUDA_PATH_V13_0"
+    assert sets["$env:CUDA_PATH"].value == "$env:CUDA_HOME"
+    assert sets["$env:PATH"].value == "(Join-Path $env:CUDA_HOME 'bin') + ';' + $env:PATH"  # the toolkit's bin first
+    vcvars = next(st.index for st in ps_tree.statements(tree) if "vcvars64.bat" in st.text)
+    home_known = max(g.index for g in ps_tree.guards(tree) if "nvcc.exe" in g.message)
+    # after vcvars64 (it puts its own folders first) and after CUDA_HOME is known to hold nvcc
+    assert vcvars < home_known < sets["$env:CUDA_PATH"].index <= sets["$env:PATH"].index
+    assert sets["$env:PATH"].index < _first(ps_tree.commands(tree), "Invoke-Step")
+
+
+def test_native_windows_environment_names_one_cuda() -> None:
+    from g4build.build.windows import cuda_env, parse_set_output
+
+    # the shape vcvars64's `set` leaves: Windows spells it Path
+    vc = parse_set_output("Path=C:\\VS\\VC\\bin;C:\\Windows\\system32\r\nINCLUDE=C:\\VS\\include\r\n")
+    env = cuda_env(vc, "C:\\CUDA\\v13.0\\")
+    assert env["CUDA_HOME"] == env["CUDA_PATH"] == "C:\\CUDA\\v13.0\\"
+    assert env["PATH"].split(";") == ["C:\\CUDA\\v13.0\\bin", "C:\\VS\\VC\\bin", "C:\\Windows\\system32"]
+    assert "Path" not in env and env["INCLUDE"] == "C:\\VS\\include"

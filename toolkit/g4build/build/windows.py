@@ -103,7 +103,24 @@ def setup_lines(target: Target, *, explicit_python: bool = False) -> tuple[str, 
         "}",
         f"if (-not $env:CUDA_HOME) {{ $env:CUDA_HOME = $env:{cuda_var} }}",
         f"if (-not $env:CUDA_HOME) {{ throw 'CUDA {target.cuda} not found: set CUDA_HOME or install it' }}",
+        "if (-not (Test-Path -PathType Leaf (Join-Path $env:CUDA_HOME 'bin\\nvcc.exe'))) {",
+        "  throw \"no bin\\nvcc.exe under CUDA_HOME=$env:CUDA_HOME: expected the CUDA toolkit's install folder\"",
+        "}",
+        # CMake's FindCUDAToolkit and torch read CUDA_PATH, and nvcc is found on PATH: all three name one CUDA,
+        # its bin first on PATH (after vcvars64, which puts its own folders first)
+        "$env:CUDA_PATH = $env:CUDA_HOME",
+        "$env:PATH = (Join-Path $env:CUDA_HOME 'bin') + ';' + $env:PATH",
     )
+
+
+def cuda_env(env: dict[str, str], cuda_home: str) -> dict[str, str]:
+    """``env`` with CUDA_HOME, CUDA_PATH naming ``cuda_home`` and its ``bin`` first on PATH (as the script)."""
+    path = env.get("PATH") or env.get("Path") or ""
+    rest = [p for p in path.split(";") if p]
+    bin_dir = cuda_home.rstrip("\\") + "\\bin"
+    out = {k: v for k, v in env.items() if k != "Path"}
+    out.update(CUDA_HOME=cuda_home, CUDA_PATH=cuda_home, PATH=";".join([bin_dir, *rest]))
+    return out
 
 
 def source_steps(pin: Pin, layout: Layout, g4build: tuple[str, ...]) -> tuple[Step, ...]:
@@ -187,5 +204,4 @@ def msvc_environment(cuda: str) -> dict[str, str]:
     if not cuda_home:
         raise BuildError(f"CUDA {cuda} not found: neither CUDA_HOME nor {cuda_var} is set",
                          hint=f"install CUDA {cuda} or set CUDA_HOME")
-    env["CUDA_HOME"] = cuda_home
-    return env
+    return cuda_env(env, cuda_home)
