@@ -172,3 +172,22 @@ def test_native_windows_environment_names_one_cuda() -> None:
     assert env["CUDA_HOME"] == env["CUDA_PATH"] == "C:\\CUDA\\v13.0\\"
     assert env["PATH"].split(";") == ["C:\\CUDA\\v13.0\\bin", "C:\\VS\\VC\\bin", "C:\\Windows\\system32"]
     assert "Path" not in env and env["INCLUDE"] == "C:\\VS\\include"
+
+
+# --- 6. Visual Studio 2022, not the newest one ----------------------------------------------------------------
+
+
+def test_script_selects_visual_studio_2022_or_stops(pin21: Pin) -> None:
+    tree = ps_tree.parse(render_powershell(_windows_plan(pin21)))
+    [vswhere] = [c for c in ps_tree.commands(tree) if c.name.endswith("vswhere.exe")]
+    args = vswhere.args
+    assert args[args.index("-version") + 1] == "[17.0,18.0)"
+    assert args[args.index("-requires") + 1] == "Microsoft.VisualStudio.Component.VC.Tools.x86.x64"
+    [absent] = [g for g in ps_tree.guards(tree) if g.condition == "-not $vs"]
+    assert absent.index == vswhere.index + 1
+    assert absent.message.startswith("Visual Studio 2022 (17.x) with the C++ x64 tools was not found")
+    assert "'Desktop development with C++' workload" in absent.message  # the quotes survive PowerShell quoting
+    [no_installer] = [g for g in ps_tree.guards(tree) if "Test-Path" in g.condition and "vswhere" in g.condition]
+    assert no_installer.index < vswhere.index and "vswhere.exe not found" in no_installer.message
+    vcvars = next(st.index for st in ps_tree.statements(tree) if "vcvars64.bat" in st.text)
+    assert absent.index < vcvars

@@ -17,7 +17,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from g4build.build.plan import Layout, Step, Target, python_check
 from g4build.errors import BuildError, UsageError
@@ -28,8 +28,27 @@ SCRIPT = "powershell"
 ROOT = "C:\\g4b"
 MAX_ROOT_CHARS = 24  # vLLM's deepest object paths add ~200 characters below the source tree
 VSWHERE = "${env:ProgramFiles(x86)}\\Microsoft Visual Studio\\Installer\\vswhere.exe"
-_VSWHERE_ARGS = ("-latest", "-products", "*", "-requires",
-                 "Microsoft.VisualStudio.Component.VC.Tools.x86.x64", "-property", "installationPath")
+# CUDA 12.8-13.0 support the MSVC of Visual Studio 2022 (17.x); a newer one makes nvcc refuse the host compiler,
+# so `-latest` alone could pick the wrong one where both are installed. The range takes the newest 2022.
+VS_VERSION_RANGE = "[17.0,18.0)"
+VC_TOOLS = "Microsoft.VisualStudio.Component.VC.Tools.x86.x64"  # the C++ x64 tools of the C++ workload
+_VSWHERE_ARGS = ("-latest", "-products", "*", "-version", VS_VERSION_RANGE, "-requires", VC_TOOLS,
+                 "-property", "installationPath")
+NO_VS2022 = ("Visual Studio 2022 (17.x) with the C++ x64 tools was not found: CUDA 13.0 supports the MSVC of "
+             "Visual Studio 2022 only, a newer one breaks nvcc. Install Visual Studio 2022 Build Tools with the "
+             "'Desktop development with C++' workload (a newer Visual Studio may stay beside it), then rerun")
+
+
+def _ps_quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def is_vs2022(version: str) -> bool:
+    """``installationVersion`` of a Visual Studio 2022 instance (vswhere's -version [17.0,18.0))."""
+    try:
+        return Version("17.0") <= Version(version) < Version("18.0")
+    except InvalidVersion:
+        return False
 
 
 def needs_align_shim(cuda: str) -> bool:
@@ -96,8 +115,11 @@ def setup_lines(target: Target, *, explicit_python: bool = False) -> tuple[str, 
     args = " ".join(f"'{a}'" for a in _VSWHERE_ARGS)
     return (
         *venv_lines(target.python, explicit=explicit_python),
+        f'if (-not (Test-Path -PathType Leaf "{VSWHERE}")) {{',
+        "  throw " + _ps_quote(f"vswhere.exe not found: expected the Visual Studio Installer. {NO_VS2022}"),
+        "}",
         f'$vs = & "{VSWHERE}" {args}',
-        "if (-not $vs) { throw 'Visual Studio with the C++ x64 tools was not found (vswhere)' }",
+        f"if (-not $vs) {{ throw {_ps_quote(NO_VS2022)} }}",
         "cmd /c \"`\"$vs\\VC\\Auxiliary\\Build\\vcvars64.bat`\" >nul && set\" | ForEach-Object {",
         "  if ($_ -match '^([^=]+)=(.*)$') { Set-Item -Path \"env:$($Matches[1])\" -Value $Matches[2] }",
         "}",
@@ -191,8 +213,8 @@ def msvc_environment(cuda: str) -> dict[str, str]:
     found = subprocess.run([str(vswhere), *_VSWHERE_ARGS], capture_output=True, text=True, check=False)
     vs = found.stdout.strip().splitlines()[0] if found.stdout.strip() else ""
     if not vs:
-        raise BuildError("Visual Studio has no C++ x64 tools (vswhere found none)",
-                         hint="add the 'MSVC v143 x64/x86 build tools' component")
+        message, _, hint = NO_VS2022.partition(". Install")
+        raise BuildError(message, hint="install" + hint)
     vcvars = Path(vs) / "VC" / "Auxiliary" / "Build" / "vcvars64.bat"
     out = subprocess.run(f'cmd /c ""{vcvars}" >nul && set"', capture_output=True, text=True, check=False,
                          shell=True)

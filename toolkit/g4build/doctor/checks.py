@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
+from g4build.build.windows import VC_TOOLS, VS_VERSION_RANGE, is_vs2022
 from g4build.doctor.probe import CommandResult, Probe
 
 Status = Literal["ok", "warn", "fail"]
@@ -315,21 +316,38 @@ def check_git(probe: Probe) -> list[Finding]:
 
 
 def check_msvc(probe: Probe) -> list[Finding]:
+    """Visual Studio 2022 (17.x) with the C++ x64 tools, picked as the build picks it: CUDA 13.0 supports that
+    MSVC only, so a newer Visual Studio alone fails, and one beside a 2022 is fine (the build takes the 2022)."""
     program_files = probe.env("ProgramFiles(x86)") or r"C:\Program Files (x86)"
-    res = probe.run([program_files.rstrip("\\") + "\\" + VSWHERE, "-latest", "-products", "*", "-requires",
-                     "Microsoft.VisualStudio.Component.VC.Tools.x86.x64", "-format", "json", "-utf8"])
+    # every instance (no -latest): which one the build takes is decided below, by version
+    res = probe.run([program_files.rstrip("\\") + "\\" + VSWHERE, "-products", "*", "-requires", VC_TOOLS,
+                     "-format", "json", "-utf8"])
     instances = parse_vswhere(res.stdout) if res is not None and res.returncode == 0 else []
+    install = "install Visual Studio 2022 Build Tools with the 'Desktop development with C++' workload"
     if not instances:
         return [Finding(check="msvc", status="fail", summary="no Visual Studio with the C++ x64 tools",
-                        fix="install Visual Studio 2022 Build Tools with 'Desktop development with C++'")]
-    vs = instances[0]
-    name, version = str(vs.get("displayName", "Visual Studio")), str(vs.get("installationVersion", "?"))
-    detail = {"name": name, "version": version, "path": vs.get("installationPath")}
-    if version.startswith("17."):
-        return [Finding(check="msvc", status="ok", summary=f"{name} {version}", detail=detail)]
-    return [Finding(check="msvc", status="warn", summary=f"{name} {version}: CUDA 12.8-13.0 list Visual Studio 2022",
-                    fix="install Visual Studio 2022 (17.x) Build Tools, or pass -allow-unsupported-compiler to nvcc",
-                    detail=detail)]
+                        fix=install)]
+
+    def version(vs: dict[str, Any]) -> str:
+        return str(vs.get("installationVersion", "?"))
+
+    def describe(vs: dict[str, Any]) -> str:
+        return f"{vs.get('displayName', 'Visual Studio')} {version(vs)}"
+
+    vs2022 = sorted((vs for vs in instances if is_vs2022(version(vs))), key=lambda vs: Version(version(vs)))
+    if vs2022:
+        vs = vs2022[-1]
+        others = [describe(o) for o in instances if not is_vs2022(version(o))]
+        detail = {"name": vs.get("displayName"), "version": version(vs), "path": vs.get("installationPath"),
+                  "ignored": others}
+        return [Finding(check="msvc", status="ok", summary=describe(vs)
+                        + (f" (the build uses it, not {', '.join(others)})" if others else ""), detail=detail)]
+    found = ", ".join(describe(vs) for vs in instances)
+    return [Finding(check="msvc", status="fail",
+                    summary=f"{found}: CUDA 12.8-13.0 support the MSVC of Visual Studio 2022 (vswhere -version "
+                            f"{VS_VERSION_RANGE}) only",
+                    fix=install + " (the other Visual Studio may stay)",
+                    detail={"found": [version(vs) for vs in instances]})]
 
 
 def check_long_paths(probe: Probe) -> list[Finding]:
