@@ -3,6 +3,7 @@ order, and the one-line Python programs of the plan run for real."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -191,3 +192,53 @@ def test_script_selects_visual_studio_2022_or_stops(pin21: Pin) -> None:
     assert no_installer.index < vswhere.index and "vswhere.exe not found" in no_installer.message
     vcvars = next(st.index for st in ps_tree.statements(tree) if "vcvars64.bat" in st.text)
     assert absent.index < vcvars
+
+
+# --- 7. MAX_JOBS from the real RAM on Windows ------------------------------------------------------------------
+
+
+def test_memorystatusex_layout_gives_the_installed_ram() -> None:
+    import ctypes
+
+    from g4build.doctor.probe import MemoryStatusEx, total_physical
+
+    lines = (Path(__file__).parent / "fixtures" / "memorystatusex-64gib.hex").read_text().splitlines()
+    raw = bytes.fromhex(lines[-1])
+    assert ctypes.sizeof(MemoryStatusEx) == 64  # what GlobalMemoryStatusEx checks dwLength against
+    assert total_physical(raw) == 68_542_193_664
+    assert total_physical(raw[:40]) is None
+    assert total_physical(b"\x20" + raw[1:]) is None  # dwLength not 64: not a filled MEMORYSTATUSEX
+
+
+def test_windows_host_facts_use_the_machines_ram(tmp_path: Path) -> None:
+    from tests.unit.doctor.recorded import RecordedProbe
+
+    from g4build.build.host import mem_gb, probe
+    from g4build.build.plan import max_jobs
+    from g4build.cli.wheel import machine_choices
+
+    windows = RecordedProbe("windows-5090-cuda129")  # 64 GiB, 32 logical cores, as GlobalMemoryStatusEx said
+    assert windows.system == "windows"
+    assert mem_gb(windows) == pytest.approx(68.72, abs=0.01)
+    facts = probe(str(tmp_path), windows)
+    assert facts.cores == 32 and facts.mem_gb == pytest.approx(68.72, abs=0.01)
+    here = dataclasses.replace(facts, os="windows")  # as if this machine were that one
+    jobs, _, _ = machine_choices(target("windows"), here)
+    assert jobs == max_jobs(mem_gb=68.72, cores=32) == 13  # ~5 GB per nvcc job, not the 3 of an assumed 16 GB
+
+
+def test_script_counts_max_jobs_on_the_machine_it_runs_on(pin21: Pin, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    tree = ps_tree.parse(render_powershell(_windows_plan(pin21)))
+    [block] = [st for st in ps_tree.statements(tree) if st.text.startswith("if (-not $env:MAX_JOBS)")]
+    sets = {a.target: a.value for a in ps_tree.assignments(tree) if a.index == block.index}
+    assert "Win32_ComputerSystem" in sets["$ram"] and "TotalPhysicalMemory" in sets["$ram"]
+    assert sets["$byRam"] == "[Math]::Floor($ram / 5000000000)"  # GB_PER_NVCC_JOB GB per job
+    assert "[Environment]::ProcessorCount" in sets["$env:MAX_JOBS"] and "[Math]::Max(1," in sets["$env:MAX_JOBS"]
+    # --jobs is kept as given (a MAX_JOBS set in the shell still wins)
+    ps1 = tmp_path / "b.ps1"
+    assert _cli(["wheel", "--arch", "sm120", "--os", "windows", "--jobs", "3", "--emit-script", str(ps1)],
+                capsys)[0] == 0
+    fixed = ps_tree.parse(ps1.read_text(encoding="utf-8"))
+    assert not [st for st in ps_tree.statements(fixed) if "TotalPhysicalMemory" in st.text]
+    assert [a.value for a in ps_tree.assignments(fixed) if a.target == "$env:MAX_JOBS"] == ["'3'"]

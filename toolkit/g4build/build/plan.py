@@ -106,6 +106,7 @@ class Layout:
 @dataclass(frozen=True, kw_only=True)
 class Options:
     jobs: int  # MAX_JOBS (already chosen from RAM/cores or --jobs)
+    jobs_given: bool = False  # --jobs: the script keeps it; else a Windows script counts its own machine's RAM
     nvcc_threads: int = 1
     flashinfer: bool = True
     existing_torch: bool = True
@@ -127,6 +128,7 @@ class BuildPlan:
     setup: tuple[str, ...]  # shell lines a script runs first (e.g. MSVC activation on Windows)
     steps: tuple[Step, ...]
     notes: tuple[str, ...] = ()
+    jobs_from_machine: bool = False  # a script computes MAX_JOBS on the machine it runs on (unless set there)
 
     @property
     def identity(self) -> str:

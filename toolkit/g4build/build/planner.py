@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from g4build.build import linux, windows
 from g4build.build.plan import (
+    GB_PER_NVCC_JOB,
     BuildPlan,
     Layout,
     Options,
@@ -71,5 +72,9 @@ def make_plan(
         notes.append(f"compiler launcher: {opts.launcher} (vLLM's setup.py picks it up from PATH)")
     steps = vllm_steps(pin=pin, target=target, layout=layout, opts=opts, source=source, extra=extra,
                        version=version, pre=pre)
+    jobs_from_machine = target.os == "windows" and not opts.jobs_given
+    if jobs_from_machine:
+        notes.append(f"MAX_JOBS: the script counts the RAM of the machine it runs on (~{GB_PER_NVCC_JOB:g} GB per "
+                     f"nvcc job, at most its cores); {opts.jobs} here. Set MAX_JOBS or plan with --jobs to fix it")
     return BuildPlan(target=target, pin=pin.name, version=version, layout=layout, env=env, setup=setup,
-                     steps=steps, notes=tuple(notes))
+                     steps=steps, notes=tuple(notes), jobs_from_machine=jobs_from_machine)

@@ -172,7 +172,8 @@ def register(app: typer.Typer) -> None:
         default_jobs, launcher, cuda_home = machine_choices(target, host)
         if python_exe is not None:
             python_exe = checked_python_exe(python_exe, target)
-        opts = Options(jobs=jobs or default_jobs, flashinfer=not no_flashinfer, launcher=launcher,
+        opts = Options(jobs=jobs or default_jobs, jobs_given=jobs is not None, flashinfer=not no_flashinfer,
+                       launcher=launcher,
                        python=python_cmd(target, python_exe), python_exe=python_exe, recipes=recipe_list,
                        torch_index=torch_index or None)
         plan = make_plan(pin, series_for(pin), target, layout=layout, opts=opts, cuda_home=cuda_home)
