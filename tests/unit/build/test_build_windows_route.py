@@ -242,3 +242,27 @@ def test_script_counts_max_jobs_on_the_machine_it_runs_on(pin21: Pin, tmp_path: 
     fixed = ps_tree.parse(ps1.read_text(encoding="utf-8"))
     assert not [st for st in ps_tree.statements(fixed) if "TotalPhysicalMemory" in st.text]
     assert [a.value for a in ps_tree.assignments(fixed) if a.target == "$env:MAX_JOBS"] == ["'3'"]
+
+
+# --- 8. no sccache on Windows unless asked for -----------------------------------------------------------------
+
+
+def test_no_sccache_on_windows_unless_asked(pin21: Pin) -> None:
+    found = _windows_plan(pin21, Options(jobs=4, launcher="sccache"))  # sccache on this machine's PATH
+    assert found.env["VLLM_DISABLE_SCCACHE"] == "1"
+    assert any(n.startswith("sccache: off on Windows") and "--sccache" in n for n in found.notes)
+    tree = ps_tree.parse(render_powershell(found))
+    assert [a.value for a in ps_tree.assignments(tree) if a.target == "$env:VLLM_DISABLE_SCCACHE"] == ["'1'"]
+    asked = _windows_plan(pin21, Options(jobs=4, launcher=None, sccache=True))
+    assert "VLLM_DISABLE_SCCACHE" not in asked.env and "sccache: on (--sccache)" in asked.notes
+    t = target("linux")  # elsewhere a launcher found is still used
+    linux = make_plan(pin21, [], t, layout=default_layout(pin21, t, base="/home/u/.cache/g4build"),
+                      opts=Options(jobs=4, launcher="sccache"))
+    assert "VLLM_DISABLE_SCCACHE" not in linux.env
+
+
+def test_sccache_option_reaches_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _cli(["wheel", "--arch", "sm120", "--os", "windows", "--dry-run", "--json", "--sccache"], capsys)
+    assert code == 0 and "VLLM_DISABLE_SCCACHE" not in json.loads(out)["env"]
+    code, out, _ = _cli(["wheel", "--arch", "sm120", "--os", "windows", "--dry-run"], capsys)
+    assert code == 0 and "sccache: off on Windows" in " ".join(out.split())

@@ -111,6 +111,7 @@ class Options:
     flashinfer: bool = True
     existing_torch: bool = True
     launcher: str | None = None  # "ccache" / "sccache" when found
+    sccache: bool = False  # --sccache: on Windows a compiler launcher is used only when asked for
     g4build: tuple[str, ...] = ("g4build",)
     python: tuple[str, ...] = ("python",)
     torch_index: str | None = None  # --torch-index: install the pin's torch from it first ({cu}: cu130 ...)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from g4build.build import linux, windows
@@ -43,9 +44,15 @@ def make_plan(
 ) -> BuildPlan:
     """The whole vLLM build for ``target``; raises UsageError/BuildError for what is wrong before any step."""
     check_target(target, pin, flashinfer=opts.flashinfer)
+    notes: list[str] = []
+    if target.os == "windows":
+        # cl.exe has been seen crashing under sccache, with CUDA 13 at high parallelism: off unless asked for
+        opts = dataclasses.replace(opts, launcher="sccache" if opts.sccache else None)
+        notes.append("sccache: on (--sccache)" if opts.sccache else
+                     "sccache: off on Windows (cl.exe crashes under it with CUDA 13 at high parallelism); "
+                     "--sccache turns it on")
     version = wheel_version(pin, series, target.cuda, target.os)
     env = build_env(target, pin, version, layout, opts)
-    notes: list[str] = []
     pre: tuple[Step, ...]
     if target.os == "windows":
         windows.check_layout(layout)
@@ -68,7 +75,7 @@ def make_plan(
         pre = ()
         source = linux.source_steps(pin, layout, opts.g4build)
         extra = ()
-    if opts.launcher:
+    if opts.launcher and target.os != "windows":
         notes.append(f"compiler launcher: {opts.launcher} (vLLM's setup.py picks it up from PATH)")
     steps = vllm_steps(pin=pin, target=target, layout=layout, opts=opts, source=source, extra=extra,
                        version=version, pre=pre)

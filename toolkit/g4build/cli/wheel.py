@@ -149,6 +149,11 @@ def register(app: typer.Typer) -> None:
         ),
         jobs: int | None = typer.Option(None, "--jobs", min=1, help="MAX_JOBS (default: RAM/5GB, <= cores)."),
         no_flashinfer: bool = typer.Option(False, "--no-flashinfer", help="Leave FlashInfer out."),
+        sccache: bool = typer.Option(
+            False, "--sccache",
+            help="Windows: compile through sccache (off by default: cl.exe crashes under it with CUDA 13 at high "
+                 "parallelism). Elsewhere sccache or ccache is used when found.",
+        ),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; run nothing."),
         emit_script: Path | None = typer.Option(None, "--emit-script", help="Write the plan as PowerShell/bash."),
         clean: bool = typer.Option(False, "--clean", help="Run every step, even ones finished before."),
@@ -173,7 +178,7 @@ def register(app: typer.Typer) -> None:
         if python_exe is not None:
             python_exe = checked_python_exe(python_exe, target)
         opts = Options(jobs=jobs or default_jobs, jobs_given=jobs is not None, flashinfer=not no_flashinfer,
-                       launcher=launcher,
+                       launcher=launcher, sccache=sccache,
                        python=python_cmd(target, python_exe), python_exe=python_exe, recipes=recipe_list,
                        torch_index=torch_index or None)
         plan = make_plan(pin, series_for(pin), target, layout=layout, opts=opts, cuda_home=cuda_home)
