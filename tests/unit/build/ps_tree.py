@@ -131,6 +131,7 @@ class Assignment:
     index: int
     target: str
     value: str
+    literal: str | None  # the value of a single-quoted right side
 
 
 def assignments(tree: Any) -> list[Assignment]:
@@ -140,5 +141,5 @@ def assignments(tree: Any) -> list[Assignment]:
             if node.type == "assignment_expression":
                 left = node.children[0]
                 right = node.children[-1]
-                out.append(Assignment(st.index, _text(left), _text(right)))
+                out.append(Assignment(st.index, _text(left), _text(right), string_value(right)))
     return out

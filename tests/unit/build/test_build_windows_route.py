@@ -266,3 +266,28 @@ def test_sccache_option_reaches_the_plan(capsys: pytest.CaptureFixture[str]) -> 
     assert code == 0 and "VLLM_DISABLE_SCCACHE" not in json.loads(out)["env"]
     code, out, _ = _cli(["wheel", "--arch", "sm120", "--os", "windows", "--dry-run"], capsys)
     assert code == 0 and "sccache: off on Windows" in " ".join(out.split())
+
+
+# --- 5. long paths before the first clone -----------------------------------------------------------------------
+
+
+def test_script_requires_long_paths_before_the_first_clone(pin21: Pin) -> None:
+    tree = ps_tree.parse(render_powershell(_windows_plan(pin21)))
+    [read] = [c for c in ps_tree.commands(tree) if c.name == "Get-ItemPropertyValue"]
+    assert read.args[:4] == ("-Path", "HKLM:\\SYSTEM\\CurrentControlSet\\Control\\FileSystem", "-Name",
+                             "LongPathsEnabled")
+    [git] = [c for c in ps_tree.commands(tree) if c.name == "git"]
+    assert git.args == ("config", "--global", "--get", "core.longpaths")
+    [stop] = [g for g in ps_tree.guards(tree) if g.condition == "$fixes"]
+    assert read.index < stop.index and git.index < stop.index
+    assert stop.index < _first(ps_tree.commands(tree), "Invoke-Step")  # the source step clones: it comes after
+    assert "long paths are off" in stop.message and "then open a new PowerShell" in stop.message
+    # each fix the script prints is a command PowerShell reads as one call with exactly these arguments
+    fixes = [a.literal for a in ps_tree.assignments(tree) if a.target == "$fixes" and a.literal]
+    assert len(fixes) == 2
+    parsed = [ps_tree.commands(ps_tree.parse(f)) for f in fixes]
+    assert [(c.name, c.args) for [c] in parsed] == [
+        ("reg", ("add", "HKLM\\SYSTEM\\CurrentControlSet\\Control\\FileSystem", "/v", "LongPathsEnabled", "/t",
+                 "REG_DWORD", "/d", "1", "/f")),
+        ("git", ("config", "--global", "core.longpaths", "true")),
+    ]

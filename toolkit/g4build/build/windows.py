@@ -39,6 +39,31 @@ NO_VS2022 = ("Visual Studio 2022 (17.x) with the C++ x64 tools was not found: CU
              "'Desktop development with C++' workload (a newer Visual Studio may stay beside it), then rerun")
 
 
+LONG_PATHS_KEY = r"HKLM\SYSTEM\CurrentControlSet\Control\FileSystem"
+# the exact fixes, each a command that works in PowerShell and cmd alike; the first needs an administrator
+LONG_PATHS_FIX = rf"reg add {LONG_PATHS_KEY} /v LongPathsEnabled /t REG_DWORD /d 1 /f"
+GIT_LONG_PATHS_FIX = "git config --global core.longpaths true"
+
+
+def long_paths_lines() -> tuple[str, ...]:
+    """Script lines that stop before the first clone unless Windows and git both allow paths past 260
+    characters (vLLM's CMake dependencies and the fork's tree have them), printing the commands that fix it."""
+    hive, _, key = LONG_PATHS_KEY.partition("\\")
+    return (
+        "$fixes = @()",
+        f"$longPaths = Get-ItemPropertyValue -Path {_ps_quote(hive + ':' + chr(92) + key)} -Name 'LongPathsEnabled' "
+        "-ErrorAction SilentlyContinue",
+        f"if ($longPaths -ne 1) {{ $fixes += {_ps_quote(LONG_PATHS_FIX)} }}",
+        f"if ((git config --global --get core.longpaths) -ne 'true') {{ $fixes += {_ps_quote(GIT_LONG_PATHS_FIX)} }}",
+        "if ($fixes) {",
+        "  throw ('long paths are off: expected Windows LongPathsEnabled=1 and git core.longpaths=true (CUTLASS, '"
+        " + 'FlashAttention and the fork have paths past 260 characters). Run (reg in a PowerShell run as '"
+        " + 'administrator):' + \"`n  \" + ($fixes -join \"`n  \")"
+        " + \"`n\" + 'then open a new PowerShell and run this script again')",
+        "}",
+    )
+
+
 def _ps_quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -115,6 +140,7 @@ def setup_lines(target: Target, *, explicit_python: bool = False) -> tuple[str, 
     args = " ".join(f"'{a}'" for a in _VSWHERE_ARGS)
     return (
         *venv_lines(target.python, explicit=explicit_python),
+        *long_paths_lines(),
         f'if (-not (Test-Path -PathType Leaf "{VSWHERE}")) {{',
         "  throw " + _ps_quote(f"vswhere.exe not found: expected the Visual Studio Installer. {NO_VS2022}"),
         "}",

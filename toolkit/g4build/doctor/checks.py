@@ -16,7 +16,14 @@ from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
-from g4build.build.windows import VC_TOOLS, VS_VERSION_RANGE, is_vs2022
+from g4build.build.windows import (
+    GIT_LONG_PATHS_FIX,
+    LONG_PATHS_FIX,
+    LONG_PATHS_KEY,
+    VC_TOOLS,
+    VS_VERSION_RANGE,
+    is_vs2022,
+)
 from g4build.doctor.probe import CommandResult, Probe
 
 Status = Literal["ok", "warn", "fail"]
@@ -31,7 +38,6 @@ DISK_WARN_GIB = 50
 PYTHON_RANGE = (Version("3.10"), Version("3.15"))  # vLLM's requires-python: >=3.10,<3.15 (0.33 wants 3.11+)
 WSL_NVIDIA_SMI = "/usr/lib/wsl/lib/nvidia-smi"
 LINUX_NVCC = "/usr/local/cuda/bin/nvcc"
-LONG_PATHS_KEY = r"HKLM\SYSTEM\CurrentControlSet\Control\FileSystem"
 VSWHERE = r"Microsoft Visual Studio\Installer\vswhere.exe"  # under %ProgramFiles(x86)%
 TORCH_SCRIPT = """\
 import json, sys
@@ -308,10 +314,10 @@ def check_git(probe: Probe) -> list[Finding]:
     if windows:
         longpaths = probe.run(["git", "config", "--global", "--get", "core.longpaths"])
         if longpaths is None or longpaths.stdout.strip().lower() != "true":
-            findings.append(Finding(
-                check="git-longpaths", status="warn",
+            findings.append(Finding(  # a fail: the Windows build script stops on it before the first clone
+                check="git-longpaths", status="fail",
                 summary="git core.longpaths is off: CUTLASS and FlashInfer checkouts have paths past 260 characters",
-                fix="git config --global core.longpaths true"))
+                fix=GIT_LONG_PATHS_FIX))
     return findings
 
 
@@ -354,9 +360,9 @@ def check_long_paths(probe: Probe) -> list[Finding]:
     value = probe.registry_dword(LONG_PATHS_KEY, "LongPathsEnabled")
     if value == 1:
         return [Finding(check="long-paths", status="ok", summary="long paths are enabled")]
-    return [Finding(check="long-paths", status="warn", summary="long paths are disabled (260-character limit)",
-                    fix=rf"as administrator: reg add {LONG_PATHS_KEY} /v LongPathsEnabled /t REG_DWORD /d 1 /f; "
-                        r"and build from a short folder such as C:\b")]
+    # a fail: the Windows build script stops on it before the first clone
+    return [Finding(check="long-paths", status="fail", summary="long paths are disabled (260-character limit)",
+                    fix=f"as administrator: {LONG_PATHS_FIX}; and build from a short folder such as C:\\b")]
 
 
 def check_platform(probe: Probe, workdir: str) -> tuple[list[Finding], bool]:
