@@ -32,6 +32,7 @@ STUB = """#!/usr/bin/env bash
 python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$G4_TEST_LOG"
 case "$1 $2" in
   "wheel --arch")
+    printf '%s' "${G4BUILD_PYTHON_EXE:-}" > wheel-python-exe.txt  # the interpreter the build is told to run
     mkdir -p wheelhouse
     : > wheelhouse/vllm-0.21.0+cu130.g4.abcdef-cp38-abi3-linux_x86_64.whl
     echo '{}' > wheelhouse/build-manifest.json
@@ -112,6 +113,11 @@ def test_build_cell_runs_the_command_ci_matrix_reports(tmp_path: Path, cell_id: 
     ]
     listed = json.loads((tmp_path / "work" / "recipes.json").read_text(encoding="utf-8"))
     assert [r["name"] for r in listed] == shipped
+    # the runner's Python has no venv: the build names it (a Windows build would refuse without an active venv)
+    exe = (tmp_path / "work" / "wheel-python-exe.txt").read_text(encoding="utf-8")
+    assert exe and Path(exe).is_file()
+    ran = subprocess.run([exe, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True, check=True)
+    assert ran.stdout.strip() == exe
 
 
 def test_check_cell_runs_the_command_ci_matrix_reports(tmp_path: Path) -> None:
