@@ -20,8 +20,11 @@ def test_matrix_json_lists_every_cell_with_what_it_builds(run_g4build: RunG4, wi
     assert gb10["role"] == "build" and gb10["runner"] == "ubuntu-24.04-arm" and gb10["required"] is False
     assert gb10["cache_key"] == "g4build-vllm-0.21.0-sm121-cu13.0-linux"
     assert gb10["command"][:2] == ["g4build", "wheel"] and "sm121" in gb10["builds"]
-    win = cells["windows-sm120-cu13.0-py3.10"]
-    assert win["role"] == "check" and win["required"] is True and win["artifact"] == "g4build-windows-sm120-cu13.0"
+    check = cells["linux-sm120-cu13.0-py3.10"]
+    assert check["role"] == "check" and check["required"] is True and check["artifact"] == "g4build-linux-sm120-cu13.0"
+    win = cells["windows-sm120-cu13.0"]  # a cp312 wheel: no check cells of other Pythons
+    assert win["role"] == "build" and win["required"] is True and "cp312 wheels" in win["builds"]
+    assert not any(i.startswith("windows-sm120-cu13.0-py") for i in cells)
     assert not any(i.startswith(("windows-sm121", "windows-sm100")) for i in cells)
     assert len(out["excluded"]) == 2 and out["left_out"] == []
 
@@ -56,7 +59,8 @@ def test_matrix_for_an_unpinned_release(run_g4build: RunG4) -> None:
 
 def test_matrix_table_and_bad_arch(run_g4build: RunG4, with_windows_base: Path) -> None:
     table = run_g4build("ci", "matrix", home=with_windows_base)
-    assert table.returncode == 0 and "windows-sm120-cu13.0-py3.13" in table.stdout
+    assert table.returncode == 0 and "linux-sm120-cu13.0-py3.13" in table.stdout
+    assert "windows-sm120-cu13.0" in table.stdout and "windows-sm120-cu13.0-py" not in table.stdout
     bad = run_g4build("ci", "matrix", "--arch", "sm89")
     assert bad.returncode == 2 and "unknown arch selection 'sm89'" in bad.stderr
 

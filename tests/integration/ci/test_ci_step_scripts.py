@@ -32,6 +32,7 @@ STUB = """#!/usr/bin/env bash
 python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$G4_TEST_LOG"
 case "$1 $2" in
   "wheel --arch")
+    printf '%s' "${G4BUILD_PYTHON_EXE:-}" > wheel-python-exe.txt  # the interpreter the build is told to run
     mkdir -p wheelhouse
     : > wheelhouse/vllm-0.21.0+cu130.g4.abcdef-cp38-abi3-linux_x86_64.whl
     echo '{}' > wheelhouse/build-manifest.json
@@ -76,7 +77,7 @@ def _run_steps(
     stub.chmod(0o755)
     work = tmp_path / "work"
     (work / "dist" / "wheelhouse").mkdir(parents=True)  # what the check job downloads from the build's artifact
-    (work / "dist" / "wheelhouse" / "vllm-0.21.0+cu130.g4.abcdef-cp38-abi3-win_amd64.whl").touch()
+    (work / "dist" / "wheelhouse" / "vllm-0.21.0+cu130.g4.abcdef-cp38-abi3-linux_x86_64.whl").touch()
     log = tmp_path / "argv.jsonl"
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", G4_TEST_LOG=str(log),
                GITHUB_OUTPUT=str(tmp_path / "out"), GITHUB_STEP_SUMMARY=str(tmp_path / "summary"),
@@ -112,15 +113,20 @@ def test_build_cell_runs_the_command_ci_matrix_reports(tmp_path: Path, cell_id: 
     ]
     listed = json.loads((tmp_path / "work" / "recipes.json").read_text(encoding="utf-8"))
     assert [r["name"] for r in listed] == shipped
+    # the runner's Python has no venv: the build names it (a Windows build would refuse without an active venv)
+    exe = (tmp_path / "work" / "wheel-python-exe.txt").read_text(encoding="utf-8")
+    assert exe and Path(exe).is_file()
+    ran = subprocess.run([exe, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True, check=True)
+    assert ran.stdout.strip() == exe
 
 
 def test_check_cell_runs_the_command_ci_matrix_reports(tmp_path: Path) -> None:
     target = Target(release="0.21.0", pin="vllm-0.21.0")
-    calls = _run_steps(tmp_path, target, "windows-sm120-cu13.0-py3.10",
+    calls = _run_steps(tmp_path, target, "linux-sm120-cu13.0-py3.10",
                        ["install the wheel in a fresh venv and import it"], job_id="check")
-    cell = next(c for c in expand(load_matrix()) if c.id == "windows-sm120-cu13.0-py3.10")
+    cell = next(c for c in expand(load_matrix()) if c.id == "linux-sm120-cu13.0-py3.10")
     expected = list(cell.command(target)[1:])
-    expected[-1] = "dist/wheelhouse/vllm-0.21.0+cu130.g4.abcdef-cp38-abi3-win_amd64.whl"  # the glob, expanded
+    expected[-1] = "dist/wheelhouse/vllm-0.21.0+cu130.g4.abcdef-cp38-abi3-linux_x86_64.whl"  # the glob, expanded
     assert calls == [expected]
 
 
@@ -193,7 +199,7 @@ def _artifact(dist: Path, cell: str, wheel: str, content: bytes) -> None:
 def test_publish_stages_every_cell_and_refuses_clashing_wheels(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
     _artifact(dist, "linux-sm120-cu13.0", "vllm-0.21.0+cu130.g4.ab-cp38-abi3-linux_x86_64.whl", b"linux")
-    _artifact(dist, "windows-sm120-cu13.0", "vllm-0.21.0+cu130.g4.ab-cp38-abi3-win_amd64.whl", b"windows")
+    _artifact(dist, "windows-sm120-cu13.0", "vllm-0.21.0+cu130.g4.ab-cp312-cp312-win_amd64.whl", b"windows")
     (dist / "drift-report").mkdir()
     (dist / "drift-report" / "drift.json").write_text("{}", encoding="utf-8")
     script = _step("publish", "stage the release files")["run"]
@@ -203,7 +209,7 @@ def test_publish_stages_every_cell_and_refuses_clashing_wheels(tmp_path: Path) -
     assert staged == [
         "build-manifest-linux-sm120-cu13.0.json", "build-manifest-windows-sm120-cu13.0.json", "drift.json",
         "launch-linux-sm120-cu13.0.zip", "launch-windows-sm120-cu13.0.zip",
-        "vllm-0.21.0+cu130.g4.ab-cp38-abi3-linux_x86_64.whl", "vllm-0.21.0+cu130.g4.ab-cp38-abi3-win_amd64.whl",
+        "vllm-0.21.0+cu130.g4.ab-cp312-cp312-win_amd64.whl", "vllm-0.21.0+cu130.g4.ab-cp38-abi3-linux_x86_64.whl",
     ]
     with zipfile.ZipFile(tmp_path / "release" / "launch-windows-sm120-cu13.0.zip") as zf:
         assert zf.read("serve.sh") == b"# windows-sm120-cu13.0\n"

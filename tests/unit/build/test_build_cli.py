@@ -32,8 +32,8 @@ def test_readme_main_job_dry_run_works_anywhere(capsys: pytest.CaptureFixture[st
     data = json.loads(out)
     assert data["target"]["os"] == "windows" and data["target"]["arch"] == "sm120"
     assert data["env"]["TORCH_CUDA_ARCH_LIST"] == "12.0f"
-    assert [s["name"] for s in data["steps"]][:2] == ["source", "patches"]
-    assert data["steps"][0]["command"][-6:-2] == ["--pin", "vllm-0.21.0", "--os", "windows"]
+    assert [s["name"] for s in data["steps"]][:3] == ["python", "source", "patches"]
+    assert data["steps"][1]["command"][-6:-2] == ["--pin", "vllm-0.21.0", "--os", "windows"]
     code, out, _ = _run(["wheel", "--arch", "sm_120", "--os", "windows", "--dry-run"], capsys)
     assert code == 0 and "vcvars" not in out and "TORCH_CUDA_ARCH_LIST" in out
 

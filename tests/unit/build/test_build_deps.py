@@ -105,3 +105,21 @@ def test_prefetch_waits_for_another_builds_lock_and_says_so(tmp_path: Path, monk
     with other, pytest.raises(LockTimeoutError, match="still held by another g4build run"):
         prefetch(dep, cache, remote="/nonexistent", git=lambda argv, cwd: calls.append(argv))
     assert calls == []  # nothing touched the half-made copy of the other build
+
+
+def test_prefetch_clones_with_long_paths_on(tmp_path: Path) -> None:
+    from g4build.build.deps import _git as real_git
+
+    remote = _repo(tmp_path / "remote", {"include/lib.h": "// v1.2.3\n"}, "v1.2.3")
+    (dep,) = parse_cmake(CMAKE, "x.cmake")
+    calls: list[list[str]] = []
+
+    def git(argv: list[str], cwd: Path | None) -> None:
+        calls.append(argv)
+        if argv[2:4] != ["submodule", "update"]:  # the test remote has none of the CMake file's submodules
+            real_git(argv, cwd)
+
+    got = prefetch(dep, tmp_path / "cache", remote=str(remote), git=git)
+    assert (got / "include" / "lib.h").read_text() == "// v1.2.3\n"  # real git took the -c option
+    assert [c[2] for c in calls] == ["init", "remote", "fetch", "checkout", "submodule"]
+    assert all(c[:2] == ["-c", "core.longpaths=true"] for c in calls)

@@ -52,7 +52,7 @@ def test_plan_for_each_combination(pin21: Pin, os_name: str, arch: str, cuda: st
     assert vllm.cwd == plan.layout.src and "--no-build-isolation" in vllm.command
     if os_name == "windows":
         # the Windows base: the fork's changes forward-ported onto the pin by `source fetch --os windows`
-        assert names[:2] == ["source", "patches"]
+        assert names[:3] == ["python", "source", "patches"]  # the interpreter is checked before anything
         assert plan.step("source").command[1:-1] == ("source", "fetch", "--pin", "vllm-0.21.0", "--os", "windows",
                                                      "--dest")
         assert plan.step("source").fresh == plan.layout.src == plan.step("source").command[-1]
@@ -173,7 +173,7 @@ def test_max_jobs_from_ram_and_cores(mem: float, cores: int, threads: int, jobs:
 @pytest.mark.parametrize(("fake", "ok", "found"), [
     (None, False, "found no torch"),
     ("2.11.0+cpu", False, "found 2.11.0+cpu without CUDA"),
-    ("2.13.0+cu130", False, "found 2.13.0+cu130:"),
+    ("2.13.0+cu130", False, "found 2.13.0+cu130 built for CUDA 13.0:"),
     ("2.11.0+cu130", True, ""),
 ])
 def test_torch_step_runs_and_says_what_to_install(

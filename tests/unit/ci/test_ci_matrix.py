@@ -39,10 +39,11 @@ def test_default_selection_builds_sm120_only_on_both_oses() -> None:
     cells = expand(spec)
     assert {c.arch for c in cells} == {"sm120"}
     builds = [c for c in cells if c.role == "build"]
-    # one build per (os, cuda); every other Python checks that build's abi3 wheel
+    # one build per (os, cuda); every other Python checks a Linux build's abi3 wheel, a Windows wheel is cpXY-cpXY
     assert _ids(builds) == ["linux-sm120-cu12.9", "linux-sm120-cu13.0", "windows-sm120-cu12.9", "windows-sm120-cu13.0"]
     assert all(c.python == spec.build_python for c in builds)
-    assert len(cells) == len(builds) * len(spec.axes["python"])
+    linux = [c for c in cells if c.os == "linux"]
+    assert len(linux) == 2 * len(spec.axes["python"]) and len(cells) == len(linux) + 2
     assert len(set(_ids(cells))) == len(cells)
 
 
@@ -77,12 +78,12 @@ def test_runner_override_sends_gb10_to_an_arm_runner() -> None:
 
 
 def test_exclusion_on_one_python_removes_only_that_check(matrix_data: dict[str, Any], spec_from: SpecFrom) -> None:
-    matrix_data["exclude"].append({"match": {"os": "windows", "python": "3.10"}, "why": "test"})
-    cells = expand(spec_from(matrix_data))
-    windows = {c.python for c in cells if c.os == "windows"}
-    linux = {c.python for c in cells if c.os == "linux"}
-    assert windows == {"3.11", "3.12", "3.13"}
-    assert linux == {"3.10", "3.11", "3.12", "3.13"}
+    matrix_data["exclude"].append({"match": {"os": "linux", "arch": "sm120", "python": "3.10"}, "why": "test"})
+    cells = expand(spec_from(matrix_data), ("sm120", "sm100"))
+    sm120 = {c.python for c in cells if c.os == "linux" and c.arch == "sm120"}
+    sm100 = {c.python for c in cells if c.os == "linux" and c.arch == "sm100"}
+    assert sm120 == {"3.11", "3.12", "3.13"}
+    assert sm100 == {"3.10", "3.11", "3.12", "3.13"}
 
 
 def test_excluding_the_build_python_alone_is_refused(matrix_data: dict[str, Any], spec_from: SpecFrom) -> None:
@@ -250,7 +251,7 @@ def test_windows_cells_need_the_pin_to_name_a_windows_base(tmp_path: Path) -> No
     assert kept == cells and notes == ()
     newest = Target(release="0.33.0", pin="vllm-0.33.0")
     kept, notes = buildable(spec, cells, newest, pins)
-    assert {c.os for c in kept} == {"linux"} and len(kept) == len(cells) // 2
+    assert kept == tuple(c for c in cells if c.os == "linux")
     assert notes == ("windows: left out: pin vllm-0.33.0 names no windows base tree "
                      "(patches/pins.yaml: pins.vllm-0.33.0.bases.windows)",)
     kept, notes = buildable(spec, cells, Target(release="0.40.1", pin=None), pins)
@@ -263,4 +264,33 @@ def test_windows_cells_need_the_pin_to_name_a_windows_base(tmp_path: Path) -> No
 def test_needs_base_must_name_an_os(matrix_data: dict[str, Any], spec_from: SpecFrom) -> None:
     matrix_data["needs_base"] = ["macos"]
     with pytest.raises(ConfigError, match="needs_base names 'macos'"):
+        spec_from(matrix_data)
+
+
+def test_windows_wheel_is_checked_on_its_own_python_only() -> None:
+    spec = load_matrix()
+    assert spec.wheel_abi == {"linux": "abi3", "windows": "cpython"}
+    cells = expand(spec, select_archs(spec, "all"))
+    windows = [c for c in cells if c.os == "windows"]
+    # `pip wheel` on Windows makes cp312-cp312-win_amd64: a py3.10/3.11/3.13 cell could never install it
+    assert {(c.role, c.python) for c in windows} == {("build", spec.build_python)}
+    assert [c.id for c in windows if c.required] == ["windows-sm120-cu13.0"]
+    assert "cp312 wheels (vLLM) for sm120" in windows[0].builds(PIN)
+    linux = next(c for c in cells if c.id == "linux-sm120-cu13.0")
+    assert "abi3 wheels (vLLM + FlashInfer AOT)" in linux.builds(PIN)
+    checks = {c.python for c in cells if c.os == "linux" and c.build_id == "linux-sm120-cu13.0" and c.role == "check"}
+    assert checks == set(spec.axes["python"]) - {spec.build_python}
+    out = github_outputs(spec, PIN, expand(spec))
+    assert not any(e["os"] == "windows" for e in json.loads(out["check_matrix"])["include"])
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d["wheel_abi"].pop("windows"), r"wheel_abi\.windows: expected one of abi3, cpython, found None"),
+    (lambda d: d["wheel_abi"].update(linux="abi4"), r"wheel_abi\.linux: expected one of abi3, cpython, found 'abi4'"),
+    (lambda d: d.pop("wheel_abi"), "wheel_abi"),
+])
+def test_wheel_abi_is_checked(matrix_data: dict[str, Any], spec_from: SpecFrom, edit: Callable[[dict[str, Any]], Any],
+                              message: str) -> None:
+    edit(matrix_data)
+    with pytest.raises(ConfigError, match=message):
         spec_from(matrix_data)

@@ -33,7 +33,7 @@ def test_windows_rtx5090_with_cuda_12_9() -> None:
                                 workdir=r"C:\b\g4build")
     assert _status(found) == {
         "platform": "ok", "gpu": "ok", "driver": "warn", "cuda": "ok", "flashinfer-cuda": "warn", "git": "ok",
-        "msvc": "ok", "long-paths": "warn", "python": "ok", "torch": "ok", "memory": "ok", "disk": "ok", "docker": "ok",
+        "msvc": "ok", "long-paths": "fail", "python": "ok", "torch": "ok", "memory": "ok", "disk": "ok", "docker": "ok",
     }
     assert found["gpu"].summary == "GPU 0: NVIDIA GeForce RTX 5090, SM120 detected"
     assert found["driver"].summary == "driver 576.88 runs CUDA 12.x builds only"
@@ -43,8 +43,8 @@ def test_windows_rtx5090_with_cuda_12_9() -> None:
     assert "LongPathsEnabled /t REG_DWORD /d 1" in found["long-paths"].fix
     assert found["memory"].summary == "64 GiB RAM: use MAX_JOBS=13"
     assert "msvc-alignas" not in found  # only CUDA 13.0-13.2
-    assert not report.failed
-    assert ("run", r"C:\Program Files (x86)\Microsoft Visual Studio\Installer\vswhere.exe", "-latest", "-products",
+    assert {f.check for f in report.failed} == {"long-paths"}  # the build script stops on it before cloning
+    assert ("run", r"C:\Program Files (x86)\Microsoft Visual Studio\Installer\vswhere.exe", "-products",
             "*", "-requires", "Microsoft.VisualStudio.Component.VC.Tools.x86.x64", "-format", "json",
             "-utf8") in probe.calls
     assert ("run", r"C:\venvs\g4\Scripts\python.exe", "-c", TORCH_SCRIPT) in probe.calls
@@ -54,7 +54,7 @@ def test_windows_cuda_13_0_vs2019_no_torch_little_disk() -> None:
     report, found, _ = _run("windows-cuda130-vs2019", python="python")
     assert _status(found) == {
         "platform": "ok", "gpu": "ok", "driver": "ok", "cuda": "ok", "flashinfer-cuda": "warn",
-        "msvc-alignas": "warn", "git": "ok", "git-longpaths": "warn", "msvc": "warn", "long-paths": "ok",
+        "msvc-alignas": "warn", "git": "ok", "git-longpaths": "fail", "msvc": "fail", "long-paths": "ok",
         "python": "ok", "torch": "fail",
         "memory": "ok", "disk": "fail", "docker": "warn",
     }
@@ -63,7 +63,8 @@ def test_windows_cuda_13_0_vs2019_no_torch_little_disk() -> None:
     assert found["msvc"].summary.startswith("Visual Studio Community 2019 16.11")
     assert "No module named 'torch'" in found["torch"].summary and "2.11.0" in found["torch"].fix
     assert found["disk"].summary.startswith("12 GiB free")
-    assert {f.check for f in report.failed} == {"torch", "disk"}
+    # the build takes VS 2022 only and stops without git's long paths
+    assert {f.check for f in report.failed} == {"torch", "disk", "msvc", "git-longpaths"}
     assert found["git-longpaths"].fix == "git config --global core.longpaths true"
     assert "CreateFile" in found["docker"].summary and "start Docker" in found["docker"].fix
 
@@ -138,3 +139,17 @@ def test_every_finding_that_is_not_ok_says_the_fix(scenario: str) -> None:
     report, _, _ = _run(scenario)
     for f in report.findings:
         assert f.status == "ok" or f.fix, f"{f.check} is {f.status} without a fix"
+
+
+def test_msvc_takes_visual_studio_2022_beside_a_newer_one() -> None:
+    from g4build.doctor.checks import check_msvc
+
+    [both] = check_msvc(RecordedProbe("windows-vs2026-beside-2022"))
+    assert both.status == "ok" and both.detail["version"] == "17.14.36310.24"
+    assert both.summary == ("Visual Studio Build Tools 2022 17.14.36310.24 (the build uses it, not Visual Studio "
+                            "Community 2026 18.0.11222.15)")
+    [newer] = check_msvc(RecordedProbe("windows-vs2026-only"))
+    assert newer.status == "fail"
+    assert newer.summary.startswith("Visual Studio Community 2026 18.0.11222.15: CUDA 12.8-13.0 support the MSVC "
+                                    "of Visual Studio 2022")
+    assert "Visual Studio 2022 Build Tools" in newer.fix and "Desktop development with C++" in newer.fix

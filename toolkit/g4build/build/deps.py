@@ -112,12 +112,16 @@ def initial_cache(entries: Iterable[tuple[CMakeDep, Path]]) -> str:
 
 
 Runner = Callable[[list[str], Path | None], None]
+# CUTLASS and FlashInfer checkouts hold paths past Windows' 260 characters: every git call (and, through git's
+# GIT_CONFIG_PARAMETERS, the submodule clones it starts) runs with long paths on, whatever the user's config
+LONG_PATHS = ("-c", "core.longpaths=true")
 
 
 def _git(argv: list[str], cwd: Path | None) -> None:
     proc = subprocess.run(["git", *argv], cwd=cwd, capture_output=True, text=True, check=False)
     if proc.returncode:
-        raise BuildError(f"git {' '.join(argv)} failed: {proc.stderr.strip()[-500:]}",
+        shown = argv[len(LONG_PATHS):] if tuple(argv[:len(LONG_PATHS)]) == LONG_PATHS else argv
+        raise BuildError(f"git {' '.join(shown)} failed: {proc.stderr.strip()[-500:]}",
                          hint="check the network (or mirror) for the dependency's repository")
 
 
@@ -136,14 +140,18 @@ def _clone_once(dep: CMakeDep, dest: Path, *, remote: str | None, git: Runner) -
     tmp = dest.with_name(dest.name + ".tmp")
     remove_tree(tmp)
     tmp.mkdir(parents=True)
-    git(["init", "-q"], tmp)
-    git(["remote", "add", "origin", remote or dep.repository], tmp)
-    git(["fetch", "-q", "--depth", "1", "origin", dep.tag], tmp)
-    git(["checkout", "-q", "--detach", "FETCH_HEAD"], tmp)
+
+    def run(*argv: str) -> None:
+        git([*LONG_PATHS, *argv], tmp)
+
+    run("init", "-q")
+    run("remote", "add", "origin", remote or dep.repository)
+    run("fetch", "-q", "--depth", "1", "origin", dep.tag)
+    run("checkout", "-q", "--detach", "FETCH_HEAD")
     if dep.submodules:
-        git(["submodule", "update", "--init", "--depth", "1", "--", *dep.submodules], tmp)
+        run("submodule", "update", "--init", "--depth", "1", "--", *dep.submodules)
     else:
-        git(["submodule", "update", "--init", "--recursive", "--depth", "1"], tmp)
+        run("submodule", "update", "--init", "--recursive", "--depth", "1")
     (tmp / ".g4build-prefetched").write_text(f"{dep.repository} {dep.tag}\n")
     remove_tree(dest)
     tmp.rename(dest)

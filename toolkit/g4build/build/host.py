@@ -13,6 +13,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from g4build.build.plan import BuildPlan
+from g4build.doctor.probe import Probe, SystemProbe
 from g4build.errors import BuildError
 
 MIN_FREE_GB = 30.0  # vLLM's build tree, objects and wheels for one arch, with room to spare
@@ -44,11 +45,14 @@ def host_os() -> str:
     return plat
 
 
-def _mem_gb() -> float:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
-    except (ValueError, OSError, AttributeError):
-        return 16.0
+UNKNOWN_MEM_GB = 16.0  # when the machine does not say: 3 jobs, slow but safe
+
+
+def mem_gb(system: Probe) -> float:
+    """Installed RAM in GB as the machine reports it (sysconf; GlobalMemoryStatusEx on Windows, where sysconf
+    does not exist)."""
+    total = system.memory_bytes()
+    return total / 1e9 if total else UNKNOWN_MEM_GB
 
 
 def nvcc_version(nvcc: str) -> str | None:
@@ -86,7 +90,9 @@ def find_nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
-def probe(root: str) -> HostFacts:
+def probe(root: str, system: Probe | None = None) -> HostFacts:
+    """This machine's facts; ``system`` answers what the OS is asked (doctor's probe, the real one by default)."""
+    system = system or SystemProbe()
     where = Path(root)
     while not where.exists() and where != where.parent:
         where = where.parent
@@ -98,8 +104,8 @@ def probe(root: str) -> HostFacts:
         cxx = str(vswhere) if vswhere.is_file() else None
     return HostFacts(
         os=host_os(),
-        cores=os.cpu_count() or 1,
-        mem_gb=_mem_gb(),
+        cores=system.cpu_count() or 1,
+        mem_gb=mem_gb(system),
         free_gb=shutil.disk_usage(where).free / 1e9,
         nvcc=nvcc,
         nvcc_version=nvcc_version(nvcc) if nvcc else None,

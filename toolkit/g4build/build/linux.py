@@ -18,8 +18,8 @@ def default_layout(pin: Pin, target: Target, *, base: str) -> Layout:
     return Layout(root=root, out=f"{root}/wheels", cache=f"{base.rstrip('/')}/deps", sep="/")
 
 
-def python_cmd(version: str) -> tuple[str, ...]:
-    return (f"python{version}",)
+def python_cmd(version: str, exe: str | None = None) -> tuple[str, ...]:
+    return (exe,) if exe else (f"python{version}",)
 
 
 def check_layout(os_name: str, layout: Layout) -> None:

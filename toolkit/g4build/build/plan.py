@@ -106,12 +106,16 @@ class Layout:
 @dataclass(frozen=True, kw_only=True)
 class Options:
     jobs: int  # MAX_JOBS (already chosen from RAM/cores or --jobs)
+    jobs_given: bool = False  # --jobs: the script keeps it; else a Windows script counts its own machine's RAM
     nvcc_threads: int = 1
     flashinfer: bool = True
     existing_torch: bool = True
     launcher: str | None = None  # "ccache" / "sccache" when found
+    sccache: bool = False  # --sccache: on Windows a compiler launcher is used only when asked for
     g4build: tuple[str, ...] = ("g4build",)
     python: tuple[str, ...] = ("python",)
+    torch_index: str | None = None  # --torch-index: install the pin's torch from it first ({cu}: cu130 ...)
+    python_exe: str | None = None  # --python-exe: an interpreter named by path (no active venv needed)
     recipes: tuple[str, ...] = ()  # launch recipes to render beside the wheels (--recipes)
 
 
@@ -125,6 +129,7 @@ class BuildPlan:
     setup: tuple[str, ...]  # shell lines a script runs first (e.g. MSVC activation on Windows)
     steps: tuple[Step, ...]
     notes: tuple[str, ...] = ()
+    jobs_from_machine: bool = False  # a script computes MAX_JOBS on the machine it runs on (unless set there)
 
     @property
     def identity(self) -> str:
@@ -213,28 +218,38 @@ def build_env(target: Target, pin: Pin | None, version: str, layout: Layout, opt
 
 def vllm_steps(
     *, pin: Pin, target: Target, layout: Layout, opts: Options, source: tuple[Step, ...], extra: tuple[Step, ...],
-    version: str,
+    version: str, pre: tuple[Step, ...] = (),
 ) -> tuple[Step, ...]:
     g4b, py, src, out = opts.g4build, opts.python, layout.src, layout.out
     arch = target.arch.name
     # this build's wheel only: an --out folder may still hold wheels of earlier builds (other series versions)
     wheel = layout.sep.join([out, f"vllm-{version}-*.whl"])
     steps: list[Step] = [
+        *pre,
         *source,
         Step(name="patches", title="apply the series", command=(*g4b, "patches", "apply", "--pin", pin.name,
              "--tree", src), cwd=layout.root),
         Step(name="prefetch", title="prefetch CMake dependencies",
              command=(*g4b, "prefetch", "--tree", src, "--cache", layout.cache, "--write", layout.deps_file),
              cwd=layout.root),
-        *extra,
-        Step(name="torch", title="check the installed torch", resumable=False,
-             command=(*py, "-c", torch_check(pin.torch, target.cuda)), cwd=layout.root),
     ]
-    if opts.existing_torch:  # first, so the build requirements below do not replace the installed torch
+    # torch before anything that depends on it: the fork's requirements/windows.txt (xformers wants torch >= 2.10)
+    # would otherwise pull PyPI's torch, which on Windows is the CPU build
+    if opts.torch_index:
+        steps.append(Step(name="torch-install", title=f"install torch {pin.torch} for CUDA {target.cuda}",
+                          command=(*py, "-m", "pip", "install", f"torch=={pin.torch}", "--index-url",
+                                   torch_index_url(opts.torch_index, target.cuda)), cwd=layout.root))
+    check = (*py, "-c", torch_check(pin.torch, target.cuda))
+    steps.append(Step(name="torch", title=f"check torch {pin.torch} for CUDA {target.cuda}", resumable=False,
+                      command=check, cwd=layout.root))
+    if opts.existing_torch:  # strips torch from requirements/*.txt, so no requirements below replace it
         steps.append(Step(name="use-existing-torch", title="build against the installed torch",
                           command=(*py, "use_existing_torch.py"), cwd=src))
+    steps += extra
     steps.append(Step(name="build-requirements", title="install build requirements",
                       command=(*py, "-m", "pip", "install", "-r", "requirements/build/cuda.txt"), cwd=src))
+    steps.append(Step(name="torch-kept", title="check the requirements kept that torch", resumable=False,
+                      command=check, cwd=layout.root))
     steps.append(wheel_step("vllm", "build the vLLM wheel", opts, src, out))
     if opts.flashinfer and target.os != "windows":
         fi = layout.join("flashinfer")
@@ -267,18 +282,43 @@ def vllm_steps(
     return tuple(steps)
 
 
+def python_check(version: str, *, need_venv: bool) -> str:
+    """A one-line Python program (single quotes only, for PowerShell) that exits non-zero unless it runs on
+    Python ``version`` and, with ``need_venv``, inside a virtual environment, saying what it found."""
+    want = "a virtual environment with Python" if need_venv else "Python"
+    venv_ok = "sys.prefix != sys.base_prefix" if need_venv else "True"
+    return (
+        "import sys; "
+        "v = '%d.%d' % sys.version_info[:2]; "
+        f"venv = {venv_ok}; "
+        f"sys.exit(0 if v == '{version}' and venv else "
+        f"'expected {want} {version}, found ' + sys.executable + ' (Python ' + v + "
+        "('' if venv else ', not a virtual environment') + "
+        f"'): create a venv with Python {version}, activate it and rerun, or pass --python-exe PATH')"
+    )
+
+
+def torch_index_url(index: str, cuda: str) -> str:
+    """A PyTorch package index URL for ``cuda``: ``{cu}`` in it stands for ``cu130``, ``cu129`` ..."""
+    return index.replace("{cu}", "cu" + cuda.replace(".", ""))
+
+
 def torch_check(torch: str, cuda: str) -> str:
     """A one-line Python program (single quotes only, for PowerShell) that exits non-zero unless the
-    interpreter has torch ``torch`` built for CUDA, saying what it found and what to install."""
+    interpreter has torch ``torch`` built for CUDA ``cuda`` (its CUDA line: 13.0 for 13.0.x), saying what it
+    found and what to install."""
     cu = "cu" + cuda.replace(".", "")
     return (
         "import importlib.util, sys; "
         "t = __import__('torch') if importlib.util.find_spec('torch') else None; "
         "v = t.__version__ if t else 'no torch'; "
-        f"sys.exit(0 if t and v.split('+')[0] == '{torch}' and t.version.cuda else "
-        f"'expected torch {torch} built for CUDA in ' + sys.executable + ', found ' + "
-        f"(v if t is None or t.version.cuda else v + ' without CUDA') + "
-        f"': install torch=={torch} from the PyTorch {cu} wheel index into that Python, then rerun')"
+        "c = t.version.cuda if t else None; "  # None in a CPU build
+        "line = '.'.join(str(c).split('.')[:2]) if c else None; "
+        f"sys.exit(0 if t and v.split('+')[0] == '{torch}' and line == '{cuda}' else "
+        f"'expected torch {torch} built for CUDA {cuda} in ' + sys.executable + ', found ' + "
+        f"(v if t is None else v + (' built for CUDA ' + str(c) if c else ' without CUDA (a CPU build)')) + "
+        f"': install torch=={torch} from the PyTorch {cu} wheel index into that Python first "
+        f"(g4build wheel --torch-index URL does it), then rerun')"
     )
 
 

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from g4build.build import linux, windows
-from g4build.build.plan import BuildPlan, Layout, Options, Target, build_env, check_target, vllm_steps, wheel_version
+from g4build.build.plan import (
+    GB_PER_NVCC_JOB,
+    BuildPlan,
+    Layout,
+    Options,
+    Step,
+    Target,
+    build_env,
+    check_target,
+    vllm_steps,
+    wheel_version,
+)
 from g4build.pins import Pin
 from g4build.series import Series
 
@@ -16,8 +28,9 @@ def default_layout(pin: Pin, target: Target, *, base: str) -> Layout:
     return linux.default_layout(pin, target, base=base)
 
 
-def python_cmd(target: Target) -> tuple[str, ...]:
-    return windows.python_cmd(target.python) if target.os == "windows" else linux.python_cmd(target.python)
+def python_cmd(target: Target, exe: str | None = None) -> tuple[str, ...]:
+    """The interpreter every Python step runs: ``exe`` when named (--python-exe), else the OS's default."""
+    return windows.python_cmd(exe) if target.os == "windows" else linux.python_cmd(target.python, exe)
 
 
 def make_plan(
@@ -31,15 +44,24 @@ def make_plan(
 ) -> BuildPlan:
     """The whole vLLM build for ``target``; raises UsageError/BuildError for what is wrong before any step."""
     check_target(target, pin, flashinfer=opts.flashinfer)
+    notes: list[str] = []
+    if target.os == "windows":
+        # cl.exe has been seen crashing under sccache, with CUDA 13 at high parallelism: off unless asked for
+        opts = dataclasses.replace(opts, launcher="sccache" if opts.sccache else None)
+        notes.append("sccache: on (--sccache)" if opts.sccache else
+                     "sccache: off on Windows (cl.exe crashes under it with CUDA 13 at high parallelism); "
+                     "--sccache turns it on")
     version = wheel_version(pin, series, target.cuda, target.os)
     env = build_env(target, pin, version, layout, opts)
-    notes: list[str] = []
+    pre: tuple[Step, ...]
     if target.os == "windows":
         windows.check_layout(layout)
         env.update(windows.env(target, layout))
-        setup = windows.setup_lines(target)
+        explicit = opts.python_exe is not None
+        setup = windows.setup_lines(target, explicit_python=explicit)
+        pre = (windows.python_step(target, layout, opts.python, explicit=explicit),)
         source = windows.source_steps(pin, layout, opts.g4build)
-        extra = windows.extra_steps(target, layout, opts.g4build)
+        extra = windows.extra_steps(target, layout, opts.g4build, opts.python)
         base = pin.bases["windows"]
         notes.append(f"source: Windows base {base.remote} at {base.commit}"
                      + (f", its changes over {base.onto[:12]} forward-ported onto {pin.name}" if base.onto else ""))
@@ -50,11 +72,16 @@ def make_plan(
         linux.check_layout(target.os, layout)
         env.update(linux.env(target, layout, cuda_home=cuda_home))
         setup = ()
+        pre = ()
         source = linux.source_steps(pin, layout, opts.g4build)
         extra = ()
-    if opts.launcher:
+    if opts.launcher and target.os != "windows":
         notes.append(f"compiler launcher: {opts.launcher} (vLLM's setup.py picks it up from PATH)")
     steps = vllm_steps(pin=pin, target=target, layout=layout, opts=opts, source=source, extra=extra,
-                       version=version)
+                       version=version, pre=pre)
+    jobs_from_machine = target.os == "windows" and not opts.jobs_given
+    if jobs_from_machine:
+        notes.append(f"MAX_JOBS: the script counts the RAM of the machine it runs on (~{GB_PER_NVCC_JOB:g} GB per "
+                     f"nvcc job, at most its cores); {opts.jobs} here. Set MAX_JOBS or plan with --jobs to fix it")
     return BuildPlan(target=target, pin=pin.name, version=version, layout=layout, env=env, setup=setup,
-                     steps=steps, notes=tuple(notes))
+                     steps=steps, notes=tuple(notes), jobs_from_machine=jobs_from_machine)

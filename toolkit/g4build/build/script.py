@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from g4build.build.plan import BuildPlan, Step
+from g4build.build.plan import GB_PER_NVCC_JOB, BuildPlan, Step
 
 _SAFE_GLOB = re.compile(r"^[A-Za-z0-9._*?+-]+$")
 
@@ -86,12 +86,28 @@ def _bash_step(plan: BuildPlan, s: Step) -> str:
     return f"step {s.name} {shlex.quote(digest)} {shlex.quote(s.cwd)} {shlex.quote(s.fresh)} -- {prefix}{cmd}"
 
 
+def _ps_max_jobs(nvcc_threads: int) -> list[str]:
+    """MAX_JOBS from the RAM and cores of the machine the script runs on, the rule of ``max_jobs``."""
+    per_job = GB_PER_NVCC_JOB * 1e9 * max(1, nvcc_threads)
+    return [
+        "if (-not $env:MAX_JOBS) {",
+        "  $ram = [double](Get-CimInstance -ClassName Win32_ComputerSystem).TotalPhysicalMemory",
+        f"  $byRam = [Math]::Floor($ram / {per_job:.0f})",
+        "  $env:MAX_JOBS = [string][Math]::Max(1, [Math]::Min([Environment]::ProcessorCount, $byRam))",
+        f"  Write-Host (\"MAX_JOBS=$env:MAX_JOBS ({{0:N0}} GB RAM, ~{GB_PER_NVCC_JOB:g} GB per nvcc job)\" -f "
+        "($ram / 1e9))",
+        "}",
+    ]
+
+
 def render_powershell(plan: BuildPlan) -> str:
     lay = plan.layout
     lines = [*_header(plan, "#"), "$ErrorActionPreference = 'Stop'", "Set-StrictMode -Version Latest", ""]
     lines += plan.setup
     for k, v in plan.env.items():
-        if k == "MAX_JOBS":
+        if k == "MAX_JOBS" and plan.jobs_from_machine:
+            lines += _ps_max_jobs(int(plan.env.get("NVCC_THREADS", "1")))
+        elif k == "MAX_JOBS":
             lines.append(f"if (-not $env:MAX_JOBS) {{ $env:MAX_JOBS = {_ps(v)} }}")
         else:
             lines.append(f"$env:{k} = {_ps(v)}")

@@ -17,9 +17,9 @@ import re
 import subprocess
 from pathlib import Path
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
-from g4build.build.plan import Layout, Step, Target
+from g4build.build.plan import Layout, Step, Target, python_check
 from g4build.errors import BuildError, UsageError
 from g4build.pins import Pin
 
@@ -28,8 +28,52 @@ SCRIPT = "powershell"
 ROOT = "C:\\g4b"
 MAX_ROOT_CHARS = 24  # vLLM's deepest object paths add ~200 characters below the source tree
 VSWHERE = "${env:ProgramFiles(x86)}\\Microsoft Visual Studio\\Installer\\vswhere.exe"
-_VSWHERE_ARGS = ("-latest", "-products", "*", "-requires",
-                 "Microsoft.VisualStudio.Component.VC.Tools.x86.x64", "-property", "installationPath")
+# CUDA 12.8-13.0 support the MSVC of Visual Studio 2022 (17.x); a newer one makes nvcc refuse the host compiler,
+# so `-latest` alone could pick the wrong one where both are installed. The range takes the newest 2022.
+VS_VERSION_RANGE = "[17.0,18.0)"
+VC_TOOLS = "Microsoft.VisualStudio.Component.VC.Tools.x86.x64"  # the C++ x64 tools of the C++ workload
+_VSWHERE_ARGS = ("-latest", "-products", "*", "-version", VS_VERSION_RANGE, "-requires", VC_TOOLS,
+                 "-property", "installationPath")
+NO_VS2022 = ("Visual Studio 2022 (17.x) with the C++ x64 tools was not found: CUDA 13.0 supports the MSVC of "
+             "Visual Studio 2022 only, a newer one breaks nvcc. Install Visual Studio 2022 Build Tools with the "
+             "'Desktop development with C++' workload (a newer Visual Studio may stay beside it), then rerun")
+
+
+LONG_PATHS_KEY = r"HKLM\SYSTEM\CurrentControlSet\Control\FileSystem"
+# the exact fixes, each a command that works in PowerShell and cmd alike; the first needs an administrator
+LONG_PATHS_FIX = rf"reg add {LONG_PATHS_KEY} /v LongPathsEnabled /t REG_DWORD /d 1 /f"
+GIT_LONG_PATHS_FIX = "git config --global core.longpaths true"
+
+
+def long_paths_lines() -> tuple[str, ...]:
+    """Script lines that stop before the first clone unless Windows and git both allow paths past 260
+    characters (vLLM's CMake dependencies and the fork's tree have them), printing the commands that fix it."""
+    hive, _, key = LONG_PATHS_KEY.partition("\\")
+    return (
+        "$fixes = @()",
+        f"$longPaths = Get-ItemPropertyValue -Path {_ps_quote(hive + ':' + chr(92) + key)} -Name 'LongPathsEnabled' "
+        "-ErrorAction SilentlyContinue",
+        f"if ($longPaths -ne 1) {{ $fixes += {_ps_quote(LONG_PATHS_FIX)} }}",
+        f"if ((git config --global --get core.longpaths) -ne 'true') {{ $fixes += {_ps_quote(GIT_LONG_PATHS_FIX)} }}",
+        "if ($fixes) {",
+        "  throw ('long paths are off: expected Windows LongPathsEnabled=1 and git core.longpaths=true (CUTLASS, '"
+        " + 'FlashAttention and the fork have paths past 260 characters). Run (reg in a PowerShell run as '"
+        " + 'administrator):' + \"`n  \" + ($fixes -join \"`n  \")"
+        " + \"`n\" + 'then open a new PowerShell and run this script again')",
+        "}",
+    )
+
+
+def _ps_quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def is_vs2022(version: str) -> bool:
+    """``installationVersion`` of a Visual Studio 2022 instance (vswhere's -version [17.0,18.0))."""
+    try:
+        return Version("17.0") <= Version(version) < Version("18.0")
+    except InvalidVersion:
+        return False
 
 
 def needs_align_shim(cuda: str) -> bool:
@@ -43,8 +87,30 @@ def default_layout(pin: Pin, target: Target) -> Layout:
     return Layout(root=root, out=f"{ROOT}\\wheels", cache=f"{ROOT}\\deps", sep="\\")
 
 
-def python_cmd(version: str) -> tuple[str, ...]:
-    return ("py", f"-{version}")
+def python_cmd(exe: str | None) -> tuple[str, ...]:
+    # not `py -3.12`: the launcher with a version picks the global install past an active venv, so every
+    # install would land there; `python` is the active venv's own interpreter (first on PATH once activated)
+    return (exe,) if exe else ("python",)
+
+
+def venv_lines(python: str, *, explicit: bool) -> tuple[str, ...]:
+    """Script lines that stop before anything runs when no venv is active (unless an interpreter was named)."""
+    if explicit:
+        return ()
+    v = python
+    return (
+        "if (-not $env:VIRTUAL_ENV) {",
+        f"  throw ('no virtual environment is active: expected one with Python {v}, so the build does not install '"
+        f" + 'into the global Python. Create and activate one, then run this script again: py -{v} -m venv '"
+        f" + '{ROOT}\\venv; {ROOT}\\venv\\Scripts\\Activate.ps1 (or plan with --python-exe PATH)')",
+        "}",
+    )
+
+
+def python_step(target: Target, layout: Layout, python: tuple[str, ...], *, explicit: bool) -> Step:
+    """First step: the interpreter is Python X.Y and (unless named explicitly) a virtual environment's."""
+    return Step(name="python", title=f"check the build's Python {target.python}", resumable=False,
+                command=(*python, "-c", python_check(target.python, need_venv=not explicit)), cwd=layout.root)
 
 
 def check_layout(layout: Layout) -> None:
@@ -69,18 +135,40 @@ def env(target: Target, layout: Layout) -> dict[str, str]:
     return extra
 
 
-def setup_lines(target: Target) -> tuple[str, ...]:
+def setup_lines(target: Target, *, explicit_python: bool = False) -> tuple[str, ...]:
     cuda_var = "CUDA_PATH_V" + target.cuda.replace(".", "_")
     args = " ".join(f"'{a}'" for a in _VSWHERE_ARGS)
     return (
+        *venv_lines(target.python, explicit=explicit_python),
+        *long_paths_lines(),
+        f'if (-not (Test-Path -PathType Leaf "{VSWHERE}")) {{',
+        "  throw " + _ps_quote(f"vswhere.exe not found: expected the Visual Studio Installer. {NO_VS2022}"),
+        "}",
         f'$vs = & "{VSWHERE}" {args}',
-        "if (-not $vs) { throw 'Visual Studio with the C++ x64 tools was not found (vswhere)' }",
+        f"if (-not $vs) {{ throw {_ps_quote(NO_VS2022)} }}",
         "cmd /c \"`\"$vs\\VC\\Auxiliary\\Build\\vcvars64.bat`\" >nul && set\" | ForEach-Object {",
         "  if ($_ -match '^([^=]+)=(.*)$') { Set-Item -Path \"env:$($Matches[1])\" -Value $Matches[2] }",
         "}",
         f"if (-not $env:CUDA_HOME) {{ $env:CUDA_HOME = $env:{cuda_var} }}",
         f"if (-not $env:CUDA_HOME) {{ throw 'CUDA {target.cuda} not found: set CUDA_HOME or install it' }}",
+        "if (-not (Test-Path -PathType Leaf (Join-Path $env:CUDA_HOME 'bin\\nvcc.exe'))) {",
+        "  throw \"no bin\\nvcc.exe under CUDA_HOME=$env:CUDA_HOME: expected the CUDA toolkit's install folder\"",
+        "}",
+        # CMake's FindCUDAToolkit and torch read CUDA_PATH, and nvcc is found on PATH: all three name one CUDA,
+        # its bin first on PATH (after vcvars64, which puts its own folders first)
+        "$env:CUDA_PATH = $env:CUDA_HOME",
+        "$env:PATH = (Join-Path $env:CUDA_HOME 'bin') + ';' + $env:PATH",
     )
+
+
+def cuda_env(env: dict[str, str], cuda_home: str) -> dict[str, str]:
+    """``env`` with CUDA_HOME, CUDA_PATH naming ``cuda_home`` and its ``bin`` first on PATH (as the script)."""
+    path = env.get("PATH") or env.get("Path") or ""
+    rest = [p for p in path.split(";") if p]
+    bin_dir = cuda_home.rstrip("\\") + "\\bin"
+    out = {k: v for k, v in env.items() if k != "Path"}
+    out.update(CUDA_HOME=cuda_home, CUDA_PATH=cuda_home, PATH=";".join([bin_dir, *rest]))
+    return out
 
 
 def source_steps(pin: Pin, layout: Layout, g4build: tuple[str, ...]) -> tuple[Step, ...]:
@@ -92,9 +180,10 @@ def source_steps(pin: Pin, layout: Layout, g4build: tuple[str, ...]) -> tuple[St
                  cwd=layout.root, fresh=layout.src),)
 
 
-def extra_steps(target: Target, layout: Layout, g4build: tuple[str, ...]) -> tuple[Step, ...]:
+def extra_steps(target: Target, layout: Layout, g4build: tuple[str, ...], python: tuple[str, ...],
+                ) -> tuple[Step, ...]:
     steps = [Step(name="windows-requirements", title="install the fork's Windows requirements",
-                  command=(*python_cmd(target.python), "-m", "pip", "install", "-r", "requirements/windows.txt"),
+                  command=(*python, "-m", "pip", "install", "-r", "requirements/windows.txt"),
                   cwd=layout.src)]
     if needs_align_shim(target.cuda):
         steps.append(Step(name="cuda-shim", title="cuda.h with MSVC-safe alignment",
@@ -150,8 +239,8 @@ def msvc_environment(cuda: str) -> dict[str, str]:
     found = subprocess.run([str(vswhere), *_VSWHERE_ARGS], capture_output=True, text=True, check=False)
     vs = found.stdout.strip().splitlines()[0] if found.stdout.strip() else ""
     if not vs:
-        raise BuildError("Visual Studio has no C++ x64 tools (vswhere found none)",
-                         hint="add the 'MSVC v143 x64/x86 build tools' component")
+        message, _, hint = NO_VS2022.partition(". Install")
+        raise BuildError(message, hint="install" + hint)
     vcvars = Path(vs) / "VC" / "Auxiliary" / "Build" / "vcvars64.bat"
     out = subprocess.run(f'cmd /c ""{vcvars}" >nul && set"', capture_output=True, text=True, check=False,
                          shell=True)
@@ -163,5 +252,4 @@ def msvc_environment(cuda: str) -> dict[str, str]:
     if not cuda_home:
         raise BuildError(f"CUDA {cuda} not found: neither CUDA_HOME nor {cuda_var} is set",
                          hint=f"install CUDA {cuda} or set CUDA_HOME")
-    env["CUDA_HOME"] = cuda_home
-    return env
+    return cuda_env(env, cuda_home)

@@ -1,7 +1,8 @@
 """The wheel matrix expanded into cells, and the target (release, pin) a run builds.
 
-A cell is one (os, arch, cuda, python). The wheel is abi3, so per (os, arch, cuda) one *build* cell compiles it
-with ``build_python`` and the *check* cells of the other Pythons install that wheel and import it. Cells of the
+A cell is one (os, arch, cuda, python). Per (os, arch, cuda) one *build* cell compiles the wheel with
+``build_python``; where the OS's wheel is abi3 the *check* cells of the other Pythons install that wheel and
+import it (a cpXY-cpXY wheel, as on Windows, installs on its own Python only, so it has none). Cells of the
 same (target, arch, CUDA, os) share one sccache namespace (``cache_key``) so reruns reuse compiled objects.
 """
 
@@ -50,6 +51,7 @@ class Cell:
     runner: str
     required: bool
     toolkit: str
+    abi: str = "abi3"  # the wheel's tag kind: "abi3" or "cpython" (cpXY-cpXY)
 
     @property
     def build_id(self) -> str:
@@ -79,10 +81,19 @@ class Cell:
     def builds(self, target: Target) -> str:
         if self.role == "build":
             return (
-                f"{target.name} abi3 wheels (vLLM + FlashInfer AOT) for {self.arch}, CUDA {self.cuda}, {self.os}, "
-                f"compiled with Python {self.python}"
+                f"{target.name} {self.wheel_tag} wheels ({self.contents}) for {self.arch}, CUDA {self.cuda}, "
+                f"{self.os}, compiled with Python {self.python}"
             )
         return f"nothing: installs the wheel of {self.build_id} on Python {self.python} and imports it"
+
+    @property
+    def wheel_tag(self) -> str:
+        return "abi3" if self.abi == "abi3" else "cp" + self.python.replace(".", "")
+
+    @property
+    def contents(self) -> str:
+        # FlashInfer's ahead-of-time kernels are Linux-only (g4build wheel leaves them out on Windows)
+        return "vLLM" if self.os == "windows" else "vLLM + FlashInfer AOT"
 
     def to_entry(self, target: Target) -> dict[str, Any]:
         """The fields a workflow job reads from ``matrix``."""
@@ -151,6 +162,7 @@ def _group(spec: MatrixSpec, os_name: str, arch: str, cuda: str) -> list[Cell]:
     kept = [k for k in keys if not any(rule.match.matches(k) for rule in spec.exclude)]
     if not kept:
         return []
+    abi = spec.wheel_abi[os_name]
     if not any(k["python"] == spec.build_python for k in kept):
         raise ConfigError(
             f"{spec.source}: exclude removes the build Python {spec.build_python} of os={os_name}, arch={arch}, "
@@ -163,12 +175,14 @@ def _group(spec: MatrixSpec, os_name: str, arch: str, cuda: str) -> list[Cell]:
         if rule.runner and rule.match.matches(build_key):
             runner = rule.runner
     kept.sort(key=lambda k: k["python"] != spec.build_python)
+    if abi != "abi3":  # a cpXY-cpXY wheel: a check cell of another Python could never install it
+        kept = [k for k in kept if k["python"] == spec.build_python]
     return [
         Cell(
             role="build" if k["python"] == spec.build_python else "check",
             os=os_name, arch=arch, cuda=cuda, python=k["python"], runner=runner,
             required=arch not in spec.optional_arch and any(sel.matches(k) for sel in spec.required),
-            toolkit=spec.cuda_toolkit[cuda],
+            toolkit=spec.cuda_toolkit[cuda], abi=abi,
         )
         for k in kept
     ]

@@ -46,7 +46,11 @@ TARGET_ARGS = """\
 if [ -n "$G4_PIN" ]; then target=(--pin "$G4_PIN"); else target=(--release "$G4_RELEASE"); fi
 """
 
+# the runner's Python (the one the torch step filled; no venv there) named through --python-exe's variable, so a
+# Windows build does not refuse for want of an active venv
 BUILD = TARGET_ARGS + """\
+G4BUILD_PYTHON_EXE=$(python -c 'import sys; print(sys.executable)')
+export G4BUILD_PYTHON_EXE
 g4build wheel --arch "$G4_ARCH" --os "$G4_OS" "${target[@]}" --python "$G4_PYTHON" --cuda "$G4_CUDA" \\
   --out wheelhouse --json > wheel.json
 """

@@ -15,6 +15,7 @@ from g4build.data import ci_dir, load_yaml_mapping, require
 from g4build.errors import ConfigError
 
 AXES = ("os", "arch", "cuda", "python")
+WHEEL_ABIS = ("abi3", "cpython")
 KNOWN_OS = ("linux", "windows")  # hosted runners exist for these; WSL builds run on a user's machine
 _PATTERNS = {
     "arch": re.compile(r"^sm\d{2,3}$"),
@@ -86,6 +87,7 @@ class MatrixSpec:
     exclude: tuple[Rule, ...]
     required: tuple[Selector, ...]
     runners: dict[str, str]
+    wheel_abi: dict[str, str]  # per OS: "abi3" (one wheel for every Python) or "cpython" (build_python's only)
     runner_overrides: tuple[Rule, ...]
     cuda_toolkit: dict[str, str]
     nightly: NightlySpec
@@ -195,6 +197,14 @@ def load_matrix(path: Path | None = None) -> MatrixSpec:
     for os_name in axes["os"]:
         if os_name not in runners:
             raise ConfigError(f"{where}: runners has no label for os '{os_name}'")
+    wheel_abi = {str(k): str(v) for k, v in require(data, "wheel_abi", dict, where).items()}
+    for os_name in axes["os"]:
+        if wheel_abi.get(os_name) not in WHEEL_ABIS:
+            raise ConfigError(
+                f"{where}: wheel_abi.{os_name}: expected one of {', '.join(WHEEL_ABIS)}, found "
+                f"{wheel_abi.get(os_name)!r}",
+                hint="abi3 when the wheel is tagged cp38-abi3 (serves every Python), cpython when it is cpXY-cpXY",
+            )
     toolkit = {_text(k, f"{where}: cuda_toolkit key"): str(v)
                for k, v in require(data, "cuda_toolkit", dict, where).items()}
     for cuda in axes["cuda"]:
@@ -237,6 +247,7 @@ def load_matrix(path: Path | None = None) -> MatrixSpec:
         exclude=_rules(data.get("exclude"), axes, f"{where}: exclude", runner=False),
         required=tuple(_selector(r, axes, f"{where}: required[{i}]") for i, r in enumerate(required_raw)),
         runners=runners,
+        wheel_abi=wheel_abi,
         runner_overrides=_rules(data.get("runner_overrides"), axes, f"{where}: runner_overrides", runner=True),
         cuda_toolkit=toolkit,
         nightly=nightly,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
@@ -60,6 +61,18 @@ def absolute_on_target(path: str, option: str, target: Target) -> str:
     example = "C:\\g4b" if windows_target else "/home/me/g4b"
     raise UsageError(f"{option} {path!r} is relative: expected an absolute path on the {target.os} machine",
                      hint=f"give the full path there, for example {option} {example}")
+
+
+def checked_python_exe(exe: str, target: Target) -> str:
+    """--python-exe as given, refused when this machine is the target and has no such interpreter."""
+    if not exe.strip():
+        raise UsageError("--python-exe is empty: expected the path of a Python interpreter",
+                         hint="for example --python-exe C:\\g4b\\venv\\Scripts\\python.exe")
+    if target.executor == "native" and host_os() == target.os and not (Path(exe).is_file() or shutil.which(exe)):
+        raise UsageError(f"--python-exe {exe!r}: expected an existing Python interpreter, found no such file",
+                         hint="give the full path of the venv's python (Scripts\\python.exe on Windows, "
+                              "bin/python elsewhere)")
+    return exe
 
 
 def machine_choices(target: Target, host: HostFacts | None) -> tuple[int, str | None, str | None]:
@@ -120,12 +133,27 @@ def register(app: typer.Typer) -> None:
             None, "--release", help="Upstream release X.Y.Z to build; it must be pinned (see `g4build pins list`)."
         ),
         python: str = typer.Option("3.12", "--python", help="Python X.Y the wheel is for."),
+        python_exe: str | None = typer.Option(
+            None, "--python-exe", envvar="G4BUILD_PYTHON_EXE",
+            help="Interpreter that runs the build (default: the active venv's python on Windows, pythonX.Y "
+                 "elsewhere).",
+        ),
         cuda: str | None = typer.Option(None, "--cuda", help="CUDA X.Y to build with (default: the pin's)."),
         executor: str = typer.Option("native", "--executor", help="native or docker."),
         out: str | None = typer.Option(None, "--out", help="Folder for the wheels (docker: default ./wheelhouse)."),
         root: str | None = typer.Option(None, "--root", help="Build root (source, logs, resume state)."),
+        torch_index: str | None = typer.Option(
+            None, "--torch-index", envvar="G4BUILD_TORCH_INDEX",
+            help="PyTorch package index for CUDA builds ({cu} stands for cu130, cu129): the pin's torch is "
+                 "installed from it before anything else (default: only checked).",
+        ),
         jobs: int | None = typer.Option(None, "--jobs", min=1, help="MAX_JOBS (default: RAM/5GB, <= cores)."),
         no_flashinfer: bool = typer.Option(False, "--no-flashinfer", help="Leave FlashInfer out."),
+        sccache: bool = typer.Option(
+            False, "--sccache",
+            help="Windows: compile through sccache (off by default: cl.exe crashes under it with CUDA 13 at high "
+                 "parallelism). Elsewhere sccache or ccache is used when found.",
+        ),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; run nothing."),
         emit_script: Path | None = typer.Option(None, "--emit-script", help="Write the plan as PowerShell/bash."),
         clean: bool = typer.Option(False, "--clean", help="Run every step, even ones finished before."),
@@ -147,8 +175,12 @@ def register(app: typer.Typer) -> None:
         probe_at = str(docker_hosts(pin.name, root=root, out=out).work) if executor == "docker" else layout.root
         host: HostFacts | None = probe(probe_at) if running or host_os() == target.os else None
         default_jobs, launcher, cuda_home = machine_choices(target, host)
-        opts = Options(jobs=jobs or default_jobs, flashinfer=not no_flashinfer, launcher=launcher,
-                       python=python_cmd(target), recipes=recipe_list)
+        if python_exe is not None:
+            python_exe = checked_python_exe(python_exe, target)
+        opts = Options(jobs=jobs or default_jobs, jobs_given=jobs is not None, flashinfer=not no_flashinfer,
+                       launcher=launcher, sccache=sccache,
+                       python=python_cmd(target, python_exe), python_exe=python_exe, recipes=recipe_list,
+                       torch_index=torch_index or None)
         plan = make_plan(pin, series_for(pin), target, layout=layout, opts=opts, cuda_home=cuda_home)
         if emit_script is not None:
             from g4build.build.script import render

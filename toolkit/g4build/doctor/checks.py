@@ -16,6 +16,14 @@ from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
+from g4build.build.windows import (
+    GIT_LONG_PATHS_FIX,
+    LONG_PATHS_FIX,
+    LONG_PATHS_KEY,
+    VC_TOOLS,
+    VS_VERSION_RANGE,
+    is_vs2022,
+)
 from g4build.doctor.probe import CommandResult, Probe
 
 Status = Literal["ok", "warn", "fail"]
@@ -30,7 +38,6 @@ DISK_WARN_GIB = 50
 PYTHON_RANGE = (Version("3.10"), Version("3.15"))  # vLLM's requires-python: >=3.10,<3.15 (0.33 wants 3.11+)
 WSL_NVIDIA_SMI = "/usr/lib/wsl/lib/nvidia-smi"
 LINUX_NVCC = "/usr/local/cuda/bin/nvcc"
-LONG_PATHS_KEY = r"HKLM\SYSTEM\CurrentControlSet\Control\FileSystem"
 VSWHERE = r"Microsoft Visual Studio\Installer\vswhere.exe"  # under %ProgramFiles(x86)%
 TORCH_SCRIPT = """\
 import json, sys
@@ -307,38 +314,55 @@ def check_git(probe: Probe) -> list[Finding]:
     if windows:
         longpaths = probe.run(["git", "config", "--global", "--get", "core.longpaths"])
         if longpaths is None or longpaths.stdout.strip().lower() != "true":
-            findings.append(Finding(
-                check="git-longpaths", status="warn",
+            findings.append(Finding(  # a fail: the Windows build script stops on it before the first clone
+                check="git-longpaths", status="fail",
                 summary="git core.longpaths is off: CUTLASS and FlashInfer checkouts have paths past 260 characters",
-                fix="git config --global core.longpaths true"))
+                fix=GIT_LONG_PATHS_FIX))
     return findings
 
 
 def check_msvc(probe: Probe) -> list[Finding]:
+    """Visual Studio 2022 (17.x) with the C++ x64 tools, picked as the build picks it: CUDA 13.0 supports that
+    MSVC only, so a newer Visual Studio alone fails, and one beside a 2022 is fine (the build takes the 2022)."""
     program_files = probe.env("ProgramFiles(x86)") or r"C:\Program Files (x86)"
-    res = probe.run([program_files.rstrip("\\") + "\\" + VSWHERE, "-latest", "-products", "*", "-requires",
-                     "Microsoft.VisualStudio.Component.VC.Tools.x86.x64", "-format", "json", "-utf8"])
+    # every instance (no -latest): which one the build takes is decided below, by version
+    res = probe.run([program_files.rstrip("\\") + "\\" + VSWHERE, "-products", "*", "-requires", VC_TOOLS,
+                     "-format", "json", "-utf8"])
     instances = parse_vswhere(res.stdout) if res is not None and res.returncode == 0 else []
+    install = "install Visual Studio 2022 Build Tools with the 'Desktop development with C++' workload"
     if not instances:
         return [Finding(check="msvc", status="fail", summary="no Visual Studio with the C++ x64 tools",
-                        fix="install Visual Studio 2022 Build Tools with 'Desktop development with C++'")]
-    vs = instances[0]
-    name, version = str(vs.get("displayName", "Visual Studio")), str(vs.get("installationVersion", "?"))
-    detail = {"name": name, "version": version, "path": vs.get("installationPath")}
-    if version.startswith("17."):
-        return [Finding(check="msvc", status="ok", summary=f"{name} {version}", detail=detail)]
-    return [Finding(check="msvc", status="warn", summary=f"{name} {version}: CUDA 12.8-13.0 list Visual Studio 2022",
-                    fix="install Visual Studio 2022 (17.x) Build Tools, or pass -allow-unsupported-compiler to nvcc",
-                    detail=detail)]
+                        fix=install)]
+
+    def version(vs: dict[str, Any]) -> str:
+        return str(vs.get("installationVersion", "?"))
+
+    def describe(vs: dict[str, Any]) -> str:
+        return f"{vs.get('displayName', 'Visual Studio')} {version(vs)}"
+
+    vs2022 = sorted((vs for vs in instances if is_vs2022(version(vs))), key=lambda vs: Version(version(vs)))
+    if vs2022:
+        vs = vs2022[-1]
+        others = [describe(o) for o in instances if not is_vs2022(version(o))]
+        detail = {"name": vs.get("displayName"), "version": version(vs), "path": vs.get("installationPath"),
+                  "ignored": others}
+        return [Finding(check="msvc", status="ok", summary=describe(vs)
+                        + (f" (the build uses it, not {', '.join(others)})" if others else ""), detail=detail)]
+    found = ", ".join(describe(vs) for vs in instances)
+    return [Finding(check="msvc", status="fail",
+                    summary=f"{found}: CUDA 12.8-13.0 support the MSVC of Visual Studio 2022 (vswhere -version "
+                            f"{VS_VERSION_RANGE}) only",
+                    fix=install + " (the other Visual Studio may stay)",
+                    detail={"found": [version(vs) for vs in instances]})]
 
 
 def check_long_paths(probe: Probe) -> list[Finding]:
     value = probe.registry_dword(LONG_PATHS_KEY, "LongPathsEnabled")
     if value == 1:
         return [Finding(check="long-paths", status="ok", summary="long paths are enabled")]
-    return [Finding(check="long-paths", status="warn", summary="long paths are disabled (260-character limit)",
-                    fix=rf"as administrator: reg add {LONG_PATHS_KEY} /v LongPathsEnabled /t REG_DWORD /d 1 /f; "
-                        r"and build from a short folder such as C:\b")]
+    # a fail: the Windows build script stops on it before the first clone
+    return [Finding(check="long-paths", status="fail", summary="long paths are disabled (260-character limit)",
+                    fix=f"as administrator: {LONG_PATHS_FIX}; and build from a short folder such as C:\\b")]
 
 
 def check_platform(probe: Probe, workdir: str) -> tuple[list[Finding], bool]:

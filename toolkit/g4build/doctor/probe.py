@@ -6,6 +6,7 @@ check runs against the real formats of nvidia-smi, nvcc, vswhere and friends wit
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import subprocess
@@ -112,8 +113,28 @@ class SystemProbe:
             client.close()
 
 
+class MemoryStatusEx(ctypes.Structure):
+    """Win32 MEMORYSTATUSEX, as GlobalMemoryStatusEx fills it (64 bytes; DWORD is 32 bits on every Windows, so
+    c_uint32, not c_ulong, keeps the layout right when decoded on another OS)."""
+
+    _fields_ = [("dwLength", ctypes.c_uint32), ("dwMemoryLoad", ctypes.c_uint32),
+                ("ullTotalPhys", ctypes.c_uint64), ("ullAvailPhys", ctypes.c_uint64),
+                ("ullTotalPageFile", ctypes.c_uint64), ("ullAvailPageFile", ctypes.c_uint64),
+                ("ullTotalVirtual", ctypes.c_uint64), ("ullAvailVirtual", ctypes.c_uint64),
+                ("ullAvailExtendedVirtual", ctypes.c_uint64)]
+
+
+def total_physical(raw: bytes) -> int | None:
+    """Installed RAM from the bytes of a filled MEMORYSTATUSEX; None when they are not one."""
+    if len(raw) != ctypes.sizeof(MemoryStatusEx):
+        return None
+    status = MemoryStatusEx.from_buffer_copy(raw)
+    if status.dwLength != ctypes.sizeof(MemoryStatusEx) or not status.ullTotalPhys:
+        return None
+    return int(status.ullTotalPhys)
+
+
 if sys.platform == "win32":  # type checkers skip this block elsewhere, and so does Python
-    import ctypes
     import winreg
 
     def _registry_dword(key: str, name: str) -> int | None:
@@ -126,19 +147,12 @@ if sys.platform == "win32":  # type checkers skip this block elsewhere, and so d
             return None
         return int(value)
 
-    class _MemoryStatus(ctypes.Structure):
-        _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong),
-                    ("ullTotalPhys", ctypes.c_ulonglong), ("ullAvailPhys", ctypes.c_ulonglong),
-                    ("ullTotalPageFile", ctypes.c_ulonglong), ("ullAvailPageFile", ctypes.c_ulonglong),
-                    ("ullTotalVirtual", ctypes.c_ulonglong), ("ullAvailVirtual", ctypes.c_ulonglong),
-                    ("ullAvailExtendedVirtual", ctypes.c_ulonglong)]
-
     def _windows_memory() -> int | None:
-        status = _MemoryStatus()
-        status.dwLength = ctypes.sizeof(_MemoryStatus)
+        status = MemoryStatusEx()
+        status.dwLength = ctypes.sizeof(MemoryStatusEx)
         if not ctypes.WinDLL("kernel32").GlobalMemoryStatusEx(ctypes.byref(status)):
             return None
-        return int(status.ullTotalPhys)
+        return total_physical(bytes(status))
 
 else:
 
