@@ -78,6 +78,15 @@ _DRAFT = {
     "torch_dtype": "bfloat16",
     "dflash_config": {"mask_token_id": 3, "target_layer_ids": [0, 1]},
 }
+# The shape of Gemma 4 DFlash drafters: sliding and full layers in one drafter (several KV-cache kinds).
+_MIXED_DRAFT = {
+    **_DRAFT,
+    "num_hidden_layers": 2,
+    "layer_types": ["sliding_attention", "full_attention"],
+    "use_sliding_window": True,
+    "sliding_window": 64,
+    "dflash_config": {"mask_token_id": 3, "target_layer_ids": [0, 1], "swa_window_size": 64},
+}
 
 
 @pytest.fixture(scope="session")
@@ -106,33 +115,33 @@ def load_module(path: Path, name: str) -> ModuleType:
 
 
 @pytest.fixture(scope="session")
-def probe_inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+def probe_inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
     root = tmp_path_factory.mktemp("series_a_probe")
     (root / "boot").mkdir()
     (root / "boot" / "sitecustomize.py").write_text(_SITECUSTOMIZE)
-    for name, config in (("target", _TARGET), ("draft", _DRAFT)):
+    for name, config in (("target", _TARGET), ("draft", _DRAFT), ("draft_mixed", _MIXED_DRAFT)):
         (root / name).mkdir()
         (root / name / "config.json").write_text(json.dumps(config))
-    return root / "boot", root / "target", root / "draft"
+    return root / "boot", root / "target", root / "draft", root / "draft_mixed"
 
 
 _FACTS: dict[tuple[str, str], dict[str, Any]] = {}
 
 
 @pytest.fixture(scope="session")
-def tree_facts(probe_inputs: tuple[Path, Path, Path]):  # type: ignore[no-untyped-def]
+def tree_facts(probe_inputs: tuple[Path, Path, Path, Path]):  # type: ignore[no-untyped-def]
     """facts(pin, "pristine" | "patched"): what series_a_tree_probe.py reports inside that tree."""
 
     def facts(pin: str, kind: str) -> dict[str, Any]:
         if (pin, kind) not in _FACTS:
             tree = sdist_tree(pin) if kind == "pristine" else patched_tree(pin)
-            boot, target, draft = probe_inputs
+            boot, target, draft, draft_mixed = probe_inputs
             env = dict(os.environ)
             env["PYTHONPATH"] = os.pathsep.join([str(boot), str(tree)])
             env["PYTHONDONTWRITEBYTECODE"] = "1"  # the pristine tree is shared read-only
             env["VLLM_LOGGING_LEVEL"] = "WARNING"
             proc = subprocess.run(
-                [sys.executable, str(HERE / "series_a_tree_probe.py"), str(target), str(draft)],
+                [sys.executable, str(HERE / "series_a_tree_probe.py"), str(target), str(draft), str(draft_mixed)],
                 cwd=target.parent,
                 env=env,
                 capture_output=True,

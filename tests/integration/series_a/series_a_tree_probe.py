@@ -2,15 +2,17 @@
 tests: what the tree's own code does with a DFlash / MTP drafter on a multimodal-prefix target, what its
 FlashAttention backend says about mm-prefix support, and what its FlashAttentionImpl.forward computes.
 
-Usage: python series_a_tree_probe.py TARGET_DIR DRAFT_DIR. Works on pristine and patched trees (facts a tree
-cannot produce are reported as null). Only what cannot exist on a CPU machine is replaced: the compiled
-flash_attn_varlen_func (by the reference in attention_reference.py, recording its calls), the FA2 kernel's
-presence, and model weights (get_model)."""
+Usage: python series_a_tree_probe.py TARGET_DIR DRAFT_DIR MIXED_DRAFT_DIR (MIXED_DRAFT_DIR: a DFlash drafter with
+sliding and full layers). Works on pristine and patched trees (facts a tree cannot produce are reported as null).
+Only what cannot exist on a CPU machine is replaced: the compiled flash_attn_varlen_func (by the reference in
+attention_reference.py, recording its calls), the FA2 kernel's presence, model weights (get_model), and the
+platform's resolution of a selected backend to its class."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import sys
 from types import SimpleNamespace
@@ -19,7 +21,9 @@ from typing import Any
 import attention_reference as ref
 import torch
 
-TARGET_DIR, DRAFT_DIR = sys.argv[1], sys.argv[2]
+TARGET_DIR, DRAFT_DIR, MIXED_DRAFT_DIR = sys.argv[1], sys.argv[2], sys.argv[3]
+# The runner a user gets by default is measured, not one forced from the environment.
+os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
 facts: dict[str, Any] = {}
 
 
@@ -28,7 +32,7 @@ def backend_name(attention_config: Any) -> str | None:
     return None if backend is None else backend.name
 
 
-def configs(attention_backend: str | None) -> Any:
+def configs(attention_backend: str | None, draft_dir: str = DRAFT_DIR) -> Any:
     from vllm.config import DeviceConfig, ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
     from vllm.model_executor.models.config import Gemma4Config
 
@@ -36,7 +40,7 @@ def configs(attention_backend: str | None) -> Any:
     extra = {} if attention_backend is None else {"attention_backend": attention_backend}
     spec = SpeculativeConfig(
         method="dflash",
-        model=DRAFT_DIR,
+        model=draft_dir,
         num_speculative_tokens=4,
         target_model_config=target,
         target_parallel_config=ParallelConfig(),
@@ -130,6 +134,16 @@ def v2_present() -> bool:
 
 
 def v2_facts(config: Any) -> dict[str, Any]:
+    layers, builders = v2_configs(config)
+    return {
+        "layers": drafter_facts(layers),
+        "builders": drafter_facts(builders),
+        "builders_non_causal": builders.attention_config.use_non_causal,
+        "target_mm_prefix_after": config.model_config.is_mm_prefix_lm,
+    }
+
+
+def v2_configs(config: Any) -> tuple[Any, Any]:
     """The V2 runner's DFlash path: the config its draft layers are built from (load_dflash_model, with
     get_model recording instead of loading weights) and the config its metadata builders get."""
     import torch.nn as nn
@@ -154,11 +168,83 @@ def v2_facts(config: Any) -> dict[str, Any]:
     speculator = DFlashSpeculator.__new__(DFlashSpeculator)
     speculator.vllm_config = config
     speculator.requires_non_causal = True
-    return {
-        "layers": drafter_facts(seen[0]),
-        "builders": drafter_facts(speculator.attn_vllm_config),
-        "builders_non_causal": speculator.attn_vllm_config.attention_config.use_non_causal,
-        "target_mm_prefix_after": config.model_config.is_mm_prefix_lm,
+    return seen[0], speculator.attn_vllm_config
+
+
+PER_KIND = "FLEX_ATTENTION"  # a backend neither the target's forced one nor the speculative one
+
+
+def per_kind() -> None:
+    """A Gemma 4 target that also names a backend per KV-cache kind (AttentionConfig.backend_per_kind), for
+    both kinds a DFlash drafter's layers can have, with a drafter mixing sliding and full layers (the shape of
+    Gemma 4 DFlash drafters). Per path: the backend the tree's own selector picks for each drafter layer kind
+    (only the platform's resolution of that choice to a class is stood in for: it needs a GPU). Also which
+    model runner the tree picks for that user, and why the other one is out."""
+    from vllm.config import AttentionConfig, set_current_vllm_config
+    from vllm.v1.spec_decode.dflash import DFlashProposer
+    from vllm.v1.spec_decode.gemma4 import Gemma4Proposer
+
+    if "backend_per_kind" not in AttentionConfig.__dataclass_fields__:  # 0.21.0 has no per-kind overrides
+        facts["per_kind"] = None
+        facts["runner"] = None
+        return
+    from vllm.model_executor.models.qwen3_dflash import _resolve_layer_attention
+    from vllm.v1.attention import selector
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    def with_per_kind(attention_backend: str | None) -> Any:
+        config = configs(attention_backend, MIXED_DRAFT_DIR)
+        config.attention_config.backend_per_kind = {
+            "full_attention": AttentionBackendEnum[PER_KIND],
+            "sliding_window": AttentionBackendEnum[PER_KIND],
+        }
+        return config
+
+    auto, explicit = with_per_kind(None), with_per_kind("flash_attn")
+    hf_config = explicit.speculative_config.draft_model_config.hf_config
+    with set_current_vllm_config(explicit):
+        sliding = [
+            _resolve_layer_attention(hf_config, i)[0] is not None for i in range(hf_config.num_hidden_layers)
+        ]
+
+    chosen: list[Any] = []
+    resolve = selector._cached_get_attn_backend
+    selector._cached_get_attn_backend = lambda backend, **_: chosen.append(backend)
+
+    def selected(config: Any) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        with set_current_vllm_config(config):
+            for is_sliding in sliding:
+                kind = selector.get_attn_spec_kind(use_mla=False, has_sliding_window=is_sliding, attn_type="decoder")
+                selector.get_attn_backend(
+                    head_size=128,
+                    dtype=torch.bfloat16,
+                    kv_cache_dtype="auto",
+                    use_mm_prefix=config.model_config.is_mm_prefix_lm,
+                    has_sliding_window=is_sliding,
+                )
+                out[kind.value] = None if chosen[-1] is None else chosen[-1].name
+        return out
+
+    result: dict[str, Any] = {"target": selected(explicit)}
+    for name, config in (("auto", auto), ("explicit", explicit)):
+        result[f"v1_dflash_{name}"] = selected(proposer(DFlashProposer, config)._create_draft_vllm_config())
+        layers, builders = v2_configs(config)
+        result[f"v2_layers_{name}"] = selected(layers)
+        result[f"v2_builders_{name}"] = selected(builders)
+    result["v1_mtp"] = selected(proposer(Gemma4Proposer, explicit)._create_draft_vllm_config())
+    selector._cached_get_attn_backend = resolve
+    facts["per_kind"] = result
+    # A CUDA machine has Triton with an active driver; this one may not (the runner choice reads it).
+    import vllm.config.vllm as vllm_config_module
+
+    vllm_config_module.HAS_TRITON = True
+    facts["runner"] = {
+        "draft_layers_sliding": sliding,
+        "use_v2_model_runner": explicit.use_v2_model_runner,
+        "use_v2_model_runner_full_only_draft": configs("flash_attn").use_v2_model_runner,
+        "v2_unsupported": explicit._get_v2_model_runner_unsupported_features(),
+        "v1_unsupported": explicit._get_v1_model_runner_unsupported_features(),
     }
 
 
@@ -349,6 +435,7 @@ def kv_cache_for(flash_attn: Any, batch: ref.MMBatch) -> torch.Tensor:
 
 
 decoupling()
+per_kind()
 flash_attention()
 auto_selection()
 print("SERIES_A_FACTS " + json.dumps(facts))

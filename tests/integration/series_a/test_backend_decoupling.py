@@ -1,6 +1,7 @@
 """gemma4-backend-decoupling, through the pinned trees' own config code: a DFlash drafter on a multimodal-prefix
-target with a forced backend (Gemma4's) gets neither the mm-prefix flag nor the forced backend, an explicit
-attention_backend wins, and KV-shared MTP (Gemma4Proposer) keeps inheriting. Pristine trees show the bug."""
+target with a forced backend (Gemma4's) gets neither the mm-prefix flag nor the forced backend (nor, on 0.33.0, the
+target's per-kind backends), an explicit attention_backend wins for every drafter layer kind, and KV-shared MTP
+(Gemma4Proposer) keeps inheriting. Pristine trees show the bug."""
 
 from __future__ import annotations
 
@@ -49,6 +50,40 @@ def test_v2_dflash_layers_and_builders_on_033(tree_facts: Facts) -> None:
     assert facts["v2"]["target_mm_prefix_after"] is True
 
 
+SPEC = "FLASH_ATTN"  # the speculative config's attention_backend
+PER_KIND = "FLEX_ATTENTION"  # the target's backend_per_kind, for both kinds
+KINDS = ("full_attention", "sliding_window")
+
+
+def test_033_drafter_layers_ignore_the_targets_per_kind_backends(tree_facts: Facts) -> None:
+    per_kind = tree_facts("vllm-0.33.0", "patched")["per_kind"]
+    # The selector does read the target's per-kind map (for the target's own layers).
+    assert per_kind["target"] == dict.fromkeys(KINDS, PER_KIND)
+    for path in ("v1_dflash", "v2_layers", "v2_builders"):
+        # No speculative backend: the selector chooses for each drafter layer, not the target's map.
+        assert per_kind[f"{path}_auto"] == dict.fromkeys(KINDS), path
+        # An explicit speculative backend wins for every drafter layer kind.
+        assert per_kind[f"{path}_explicit"] == dict.fromkeys(KINDS, SPEC), path
+    # KV-shared MTP reads the target's cache: it keeps the target's per-kind backends.
+    assert per_kind["v1_mtp"] == dict.fromkeys(KINDS, PER_KIND)
+
+
+def test_033_gemma4_dflash_user_stays_on_v2_with_the_drafters_own_backend(tree_facts: Facts) -> None:
+    facts = tree_facts("vllm-0.33.0", "patched")
+    runner = facts["runner"]
+    # Gemma 4 DFlash drafters mix sliding and full layers: only the V2 runner takes them, and it is the default.
+    assert runner["draft_layers_sliding"] == [True, False]
+    assert "mixed sliding/full dflash drafts" in runner["v1_unsupported"]
+    assert runner["v2_unsupported"] == []
+    assert runner["use_v2_model_runner"] is True
+    assert runner["use_v2_model_runner_full_only_draft"] is True
+    # On V2, both kinds of drafter layer (and their metadata builders) get the speculative backend,
+    # without the target's mm-prefix flag, whatever the target's forced or per-kind backend.
+    assert facts["per_kind"]["v2_layers_explicit"] == dict.fromkeys(KINDS, SPEC)
+    assert facts["per_kind"]["v2_builders_explicit"] == dict.fromkeys(KINDS, SPEC)
+    assert facts["v2_explicit"]["layers"] == {"mm_prefix": False, "backend": SPEC, "flash_attn_refuses": False}
+
+
 def test_021_has_no_v2_dflash_path(tree_facts: Facts) -> None:
     # 0.21.0's V2 runner rejects method dflash, so only V1 needs the fix there.
     assert tree_facts("vllm-0.21.0", "patched")["v2"] is None
@@ -66,3 +101,9 @@ def test_pristine_trees_show_the_bug(tree_facts: Facts, pin: str) -> None:
         assert facts["target_after"]["arch_mm_prefix"] is False
         assert facts["v2"]["layers"]["mm_prefix"] is True
         assert facts["v2_explicit"]["builders"]["backend"] == "TRITON_ATTN"
+        # The target's per-kind backends reach every drafter layer, over the speculative backend.
+        for path in ("v1_dflash_explicit", "v2_layers_explicit", "v2_builders_explicit"):
+            assert facts["per_kind"][path] == dict.fromkeys(KINDS, PER_KIND), path
+        assert facts["runner"]["use_v2_model_runner"] is True
+    else:
+        assert facts["per_kind"] is None  # 0.21.0 has no per-kind overrides
