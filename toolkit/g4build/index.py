@@ -187,10 +187,15 @@ def _env_seconds(name: str, default: float, unit: str = "seconds") -> float:
     return value
 
 
+def lock_timeout() -> float:
+    """How long a g4build run waits for a lock another run holds (``G4BUILD_LOCK_TIMEOUT``, seconds)."""
+    return _env_seconds("G4BUILD_LOCK_TIMEOUT", LOCK_TIMEOUT_S)
+
+
 @contextmanager
 def cache_lock(path: Path) -> Iterator[None]:
     """Hold ``<path>.lock`` (made next to ``path``) so two g4build runs never work on one cache entry at once."""
-    timeout = _env_seconds("G4BUILD_LOCK_TIMEOUT", LOCK_TIMEOUT_S)
+    timeout = lock_timeout()
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(path) + ".lock")
     try:

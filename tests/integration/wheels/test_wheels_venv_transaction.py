@@ -157,6 +157,20 @@ def test_a_second_overlay_waits_for_the_lock_and_refuses_clearly(tmp_path: Path,
     assert tree_state(venv) == before
 
 
+@pytest.mark.skipif(os.name == "nt", reason="the folder lock is POSIX's flock; Windows has the cache lock only")
+def test_a_run_with_another_cache_meets_the_same_venv_lock(tmp_path: Path, project: Path) -> None:
+    """Two runs on one venv must exclude each other whatever G4BUILD_CACHE each has (a lock kept only in the cache
+    let an undo with another cache roll back a running overlay and delete its state)."""
+    venv, _ = make_venv(tmp_path)
+    before = tree_state(venv)
+    with venv_lock(venv):  # held under this test's cache
+        blocked = run_g4build("overlay", "--venv", str(venv), "--pin", PIN, "--undo",
+                              env={"G4BUILD_LOCK_TIMEOUT": "0.3", "G4BUILD_CACHE": str(tmp_path / "other-cache")})
+    assert blocked.returncode == LockTimeoutError.exit_code, blocked.stderr
+    assert "held by another g4build run" in blocked.stderr
+    assert tree_state(venv) == before
+
+
 def test_two_overlays_at_once_leave_one_overlay_that_undoes_exactly(
     tmp_path: Path, project: Path, _isolated: Path,
 ) -> None:

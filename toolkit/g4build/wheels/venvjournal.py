@@ -15,14 +15,15 @@ import json
 import os
 import shutil
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from g4build.errors import PatchConflictError, ValidationError
-from g4build.index import cache_lock, cache_root
+from g4build.errors import LockTimeoutError, PatchConflictError, ValidationError
+from g4build.index import cache_lock, cache_root, lock_timeout
 from g4build.wheels.overlay import safe_member
 
 STATE = ".g4build-overlay"
@@ -41,12 +42,43 @@ def fault(point: str) -> None:
 def venv_lock(venv: Path) -> Iterator[None]:
     """One g4build overlay or undo per venv at a time.
 
-    The lock file lives in the cache (keyed by the venv's real path), not in the venv: an undo must leave the
-    venv exactly as it was, and a lock file cannot be deleted safely while others may wait on it.
+    On POSIX the lock is a flock on the venv folder itself, so two runs meet there whatever cache each uses
+    (``G4BUILD_CACHE``), and no lock file is left in the venv (an undo must leave it exactly as it was). The
+    cache's lock file (keyed by the venv's real path) is held as well: it is the only lock on Windows, which
+    cannot open a folder.
     """
     key = hashlib.sha256(str(venv.resolve()).encode()).hexdigest()[:24]
-    with cache_lock(cache_root() / "locks" / f"venv-{key}"):
+    with _folder_lock(venv), cache_lock(cache_root() / "locks" / f"venv-{key}"):
         yield
+
+
+@contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    if os.name == "nt":
+        yield
+        return
+    import fcntl
+
+    timeout = lock_timeout()
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LockTimeoutError(
+                        f"{folder}: expected to get this venv's lock within {timeout:g} s, found it still held by "
+                        "another g4build run",
+                        hint="wait for the other g4build run on this venv to finish, then run the command again "
+                             "(G4BUILD_LOCK_TIMEOUT sets how long to wait)",
+                    ) from None
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)  # releases the flock
 
 
 def fsync_dir(folder: Path) -> None:
