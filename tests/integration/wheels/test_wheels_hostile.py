@@ -71,6 +71,13 @@ CASES = {
     "file-and-folder": (dict(add={"vllm/spec": b"F = 1\n"}), "members", "vllm/spec: is both a file and a folder"),
     "folder-entry-and-file": (dict(add={"vllm/tool": b"F = 1\n"}, folders=("vllm/tool/",)),
                               "members", "vllm/tool: is both a file and a folder"),
+    # a second spelling of a patched file: pip writes 'vllm//spec/dflash.py' over vllm/spec/dflash.py
+    "double-slash": (dict(add={"vllm//spec/dflash.py": b"print('evil')\n"}),
+                     "members", "vllm//spec/dflash.py: empty or '.' path part"),
+    "dot-part": (dict(add={"vllm/./spec/dflash.py": b"print('evil')\n"}),
+                 "members", "vllm/./spec/dflash.py: empty or '.' path part"),
+    "wheel-version-trailing-dot": (dict(wheel_file=SOUND_WHEEL_FILE.replace(b"1.0", b"1.")),
+                                   "members", f"{DIST}/WHEEL: Wheel-Version '1.', expected 1.x"),
     "record-rows": (dict(extra_rows=[f"vllm/version.py,{record_hash(PRISTINE['vllm/version.py'].encode())},22"]),
                     "record", "vllm/version.py: listed twice in RECORD"),
 }

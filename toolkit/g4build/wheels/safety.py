@@ -77,7 +77,12 @@ def member_problems(infos: Iterable[zipfile.ZipInfo]) -> list[str]:
             problems.append(f"{name}: {kind} (pip would write its target as the file's contents; refused)")
         if not inside(name):
             continue
-        parts = [p for p in name.split("/") if p]
+        raw_parts = name.rstrip("/").split("/") if info.is_dir() else name.split("/")
+        if any(part in ("", ".") for part in raw_parts):
+            # installers normalise 'a//b' and 'a/./b' to 'a/b': such a member silently lands on another one
+            problems.append(f"{name}: empty or '.' path part (an installer writes it as "
+                            f"{'/'.join(p for p in raw_parts if p not in ('', '.'))})")
+        parts = [p for p in name.split("/") if p and p != "."]
         for part in parts:
             why = _windows_problem(part)
             if why:
@@ -108,7 +113,7 @@ def wheel_file_problems(raw: bytes | None, wheel: WheelName, dist_info: str) -> 
     fields = metadata_fields(raw)
     problems = []
     version = fields.get("wheel-version", "")
-    if version.split(".", 1)[0] != "1" or not version.replace(".", "").isdigit():
+    if not re.fullmatch(r"1\.\d+", version):
         problems.append(f"{dist_info}/WHEEL: Wheel-Version '{version}', expected 1.x (pip refuses other majors)")
     text = raw.decode("utf-8", "replace")
     tags = sorted({line.partition(":")[2].strip() for line in text.splitlines() if line.lower().startswith("tag:")})
