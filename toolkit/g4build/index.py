@@ -305,7 +305,8 @@ def _stream_to(
         if resp.status_code != 200:
             raise DownloadError(f"download of {url} failed: expected HTTP 200, found {resp.status_code}",
                                 hint="run the command again; it starts from scratch")
-        total = int(resp.headers.get("Content-Length") or 0) or size
+        length = (resp.headers.get("Content-Length") or "").strip()
+        total = (int(length) if length.isdigit() else 0) or size  # a malformed length counts as none
         done = 0
         with part.open("wb") as out:
             for chunk in _chunks(resp, limits, end):

@@ -24,7 +24,7 @@ from g4build.series import Series, load_series
 from g4build.series_yaml import append_order, dump, set_pin_patches
 from g4build.yamlsafe import load_text
 
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 # Build and run leftovers that never belong in a patch, even in a tree without a .gitignore (an sdist's).
 _NEVER = [":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.py[co]", ":(exclude,glob)**/*.so",
           ":(exclude,glob)build/**", ":(exclude,glob)**/*.egg-info/**"]
@@ -175,7 +175,7 @@ def new_series(
     python_only: bool | None = None,
 ) -> RefreshResult:
     """Create ``root/<name>`` with ``patch`` as the pin's only patch, and append the series to the order."""
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise UsageError(f"series name {name!r}: expected lower-case letters, digits, '.', '_' or '-'")
     folder = root / name
     if (folder / "series.yaml").exists():

@@ -141,7 +141,10 @@ def load_text(text: str, source: str) -> Any:
     if len(text) > MAX_DATA_BYTES:
         raise ConfigError(f"{source}: {len(text)} characters, more than a data file may hold ({MAX_DATA_BYTES})",
                           hint="check that this is the right file")
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # the reader refuses control characters here, before any parsing
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}", hint="remove the control character") from exc
     loader.source_name = source
     try:
         root = loader.get_single_node()

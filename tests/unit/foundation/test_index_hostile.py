@@ -66,6 +66,8 @@ def _handler(srv: Hostile) -> type[http.server.BaseHTTPRequestHandler]:
             self.send_response(200)
             if mode in ("whole", "trickle"):
                 self.send_header("Content-Length", str(len(srv.body)))
+            elif mode == "badlen-whole":
+                self.send_header("Content-Length", "many")
             self.end_headers()  # HTTP/1.0: without Content-Length the body ends where the connection closes
             if mode == "nolen-drop":
                 self.wfile.write(srv.body[: len(srv.body) // 2])
@@ -190,3 +192,10 @@ def test_a_corrupted_cache_entry_is_never_used_when_the_index_fails(
     with pytest.raises((DownloadError, IntegrityError)):
         index.fetch_verified("thing", NAME, SHA, cache_dir=tmp_path / "cache")
     assert not cached.exists()
+
+
+def test_a_malformed_content_length_counts_as_none(tmp_path: Path, serve: Callable[..., Hostile]) -> None:
+    """A server's garbage Content-Length is no reason for a traceback: the body is read to its end and checked."""
+    serve(modes=["badlen-whole"])
+    got = index.fetch_verified("thing", NAME, SHA, cache_dir=tmp_path / "cache")
+    assert got.path.read_bytes() == BODY

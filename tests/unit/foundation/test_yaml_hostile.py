@@ -250,3 +250,14 @@ def test_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
     path.write_bytes(PINS_TEXT.encode("utf-8").replace(b"2.14.0", b"2.14\xff0", 1))
     with pytest.raises(ConfigError, match="not UTF-8"):
         load_pins(path)
+
+
+def test_a_raw_control_byte_is_a_config_error_naming_the_file(tmp_path: Path) -> None:
+    """PyYAML's reader refuses raw control characters before parsing; that too must name the file (exit 3)."""
+    from g4build.errors import ConfigError
+    from g4build.yamlsafe import load_mapping
+
+    path = tmp_path / "pins.yaml"
+    path.write_bytes(b"pins:\n  x: \x07bell\n")
+    with pytest.raises(ConfigError, match=r"pins.yaml: not valid YAML"):
+        load_mapping(path)

@@ -144,6 +144,10 @@ def test_new_series_from_uncommitted_diff(home: Home, mkdiff: Diff, tmp_path: Pa
     assert check_stack(pristine, [created], variant_pin=PIN, version="1.0.0").series[0].status == "needed"
     with pytest.raises(UsageError, match="already exists"):
         new_series(home.patches, name="fix-thing", pin=PIN, patch=patch, title="again")
+    # '$' matches before a final newline: a name with one made a folder 'evil\n' and broke series.yaml
+    with pytest.raises(UsageError, match=r"series name 'evil\\n': expected"):
+        new_series(home.patches, name="evil\n", pin=PIN, patch=patch, title="t")
+    assert not (home.patches / "evil\n").exists()
 
 
 def test_new_series_detects_non_python_changes(home: Home, tmp_path: Path) -> None:
