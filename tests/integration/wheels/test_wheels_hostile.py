@@ -3,6 +3,7 @@ named. Without these refusals `overlay` would copy the bad member raw, write a f
 
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 
@@ -52,6 +53,37 @@ def test_cli_overlay_of_a_tampered_wheel_exits_10_and_writes_nothing(tmp_path: P
     done = run_g4build("overlay", str(src), "--pin", PIN, "--out", str(out))
     assert done.returncode == 10, done.stderr
     assert "vllm/__init__.py: RECORD says" in done.stderr and list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize("damage", ["not-a-zip", "truncated"])
+def test_cli_overlay_of_an_unreadable_wheel_exits_10(tmp_path: Path, project: Path, damage: str) -> None:
+    src = build_wheel(tmp_path / "in")
+    data = src.read_bytes()
+    src.write_bytes(b"<html>not found</html>" if damage == "not-a-zip" else data[: len(data) // 2])
+    out = tmp_path / "out"
+    done = run_g4build("overlay", str(src), "--pin", PIN, "--out", str(out), "--json")
+    assert done.returncode == 10, done.stderr
+    assert "not a readable wheel" in done.stderr and "unexpected" not in done.stderr
+    assert json.loads(done.stdout)["exit_code"] == 10
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["manifest-folder", "out-is-a-file"])
+def test_an_out_the_overlay_could_not_complete_is_refused_before_writing(
+    tmp_path: Path, project: Path, where: str,
+) -> None:
+    src = build_wheel(tmp_path / "in")
+    out = tmp_path / "out"
+    if where == "out-is-a-file":
+        out.write_bytes(b"x")
+    else:
+        (out / "build-manifest.json").mkdir(parents=True)
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in out.parent.rglob("*") if "in" not in p.parts)
+    done = run_g4build("overlay", str(src), "--pin", PIN, "--out", str(out))
+    assert done.returncode == 2, done.stderr
+    assert "unexpected" not in done.stderr
+    after = sorted(p.relative_to(tmp_path).as_posix() for p in out.parent.rglob("*") if "in" not in p.parts)
+    assert after == before  # no wheel without its manifest, no staging folder left
 
 
 DIST = "vllm-0.21.0.dist-info"

@@ -112,6 +112,18 @@ def test_overlay_killed_at_any_point_is_undone_exactly(
     no_strays(venv, _isolated)
 
 
+def test_ctrl_c_mid_overlay_says_how_to_recover(tmp_path: Path, project: Path, _isolated: Path) -> None:
+    """Ctrl-C half way: exit 130, "aborted", and the way out named (the journal lets --undo roll it back)."""
+    venv, _ = make_venv(tmp_path)
+    before = tree_state(venv)
+    stopped = overlay(venv, fault="venv-overlay-after-file-2:SIGINT")
+    assert stopped.returncode == 130, stopped.stderr
+    assert "aborted" in stopped.stderr and "--undo" in stopped.stderr
+    assert undo(venv).returncode == 0
+    assert tree_state(venv) == before
+    no_strays(venv, _isolated)
+
+
 @pytest.mark.parametrize("point", ["venv-overlay-after-file-2", f"venv-overlay-after-file-{FILES}"])
 def test_overlay_killed_then_run_again_rolls_back_and_overlays(
     tmp_path: Path, project: Path, _isolated: Path, point: str,

@@ -71,10 +71,17 @@ def register(app: typer.Typer) -> None:
         if venv is not None and wheel is not None:
             raise UsageError("pass either a WHEEL or --venv PATH, not both")
         if venv is not None:
-            if undo:
-                done = undo_venv(venv, force=force)
-            else:
-                done = overlay_venv(venv, plan_overlay(load_pins().get(pin), load_all()))
+            try:
+                if undo:
+                    done = undo_venv(venv, force=force)
+                else:
+                    done = overlay_venv(venv, plan_overlay(load_pins().get(pin), load_all()))
+            except KeyboardInterrupt as exc:
+                # the journal makes the next run finish or roll back; say so instead of a bare "aborted"
+                err_console.print(f"{venv}: interrupted; run `g4build overlay --venv {venv} --undo` (or the same "
+                                  "command again): it finds the journal and rolls back or finishes the change",
+                                  markup=False, highlight=False)
+                raise typer.Abort() from exc
             if as_json:
                 print_json(done.to_dict())
             else:

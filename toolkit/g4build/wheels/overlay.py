@@ -192,7 +192,12 @@ def overlay_wheel(
     new_version = extend_local_label(wheel.version, plan.digest)
     old_dist = dist_info_name(wheel.name, str(wheel.version))
     new_dist = dist_info_name(wheel.name, new_version)
-    with zipfile.ZipFile(source) as zf:
+    try:
+        zf = zipfile.ZipFile(source)
+    except (zipfile.BadZipFile, OSError) as exc:  # not a zip, or cut short in transfer
+        raise ValidationError(f"{source.name}: not a readable wheel ({exc})",
+                              hint="download the wheel again (`g4build validate WHEEL` says the same)") from exc
+    with zf:
         infos = [i for i in zf.infolist() if not i.is_dir()]
         by_name = {i.filename: i for i in infos}
         for name in (f"{old_dist}/METADATA", f"{old_dist}/RECORD"):
@@ -222,6 +227,7 @@ def overlay_wheel(
         new_rows = _record(rows, patched, rename, metadata=(f"{new_dist}/METADATA", metadata),
                            manifest=(f"{new_dist}/{MANIFEST_NAME}", manifest_bytes), record=f"{new_dist}/RECORD")
         target = out_dir / wheel.with_version(new_version)
+        _check_out(out_dir, target)
         made_out = not out_dir.exists()
         out_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -251,6 +257,17 @@ def overlay_wheel(
         manifest=out_dir / MANIFEST_NAME,
         leftovers_removed=tuple(swept), leftovers_kept=tuple(kept),
     )
+
+
+def _check_out(out_dir: Path, target: Path) -> None:
+    """Refuse an --out that the two renames at the end could not complete (a folder or a file where the wheel,
+    the manifest or --out itself must go): checked before anything is written, so --out stays as it was."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--out {out_dir}: expected a folder, found a file", hint="name a folder for the wheel")
+    for path in (target, out_dir / MANIFEST_NAME):
+        if path.is_dir() and not path.is_symlink():
+            raise UsageError(f"{path}: expected a file or nothing there, found a folder",
+                             hint="remove or rename that folder, or overlay into another --out")
 
 
 def _write_members(

@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,14 +27,7 @@ from g4build.wheels.overlay import safe_member
 
 STATE = ".g4build-overlay"
 RECORD_JSON = "record.json"
-FAULT_ENV = "G4BUILD_FAULT"  # names a point where the process kills itself: the tests' crash simulation
 SIBLING_TMP = ".g4build-tmp"  # the suffix older g4build used next to installed files; still swept up
-
-
-def fault(point: str) -> None:
-    """Die at once (SIGKILL, no cleanup) when ``G4BUILD_FAULT`` names this point."""
-    if os.environ.get(FAULT_ENV) == point:
-        os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
 
 
 @contextmanager

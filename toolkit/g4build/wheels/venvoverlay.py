@@ -19,6 +19,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from g4build.errors import UsageError, ValidationError
+from g4build.faults import fault
 from g4build.fsutil import remove_tree
 from g4build.manifest import MANIFEST_NAME, dumps
 from g4build.wheels.overlay import PROJECT, OverlayPlan, check_version, patch_into, safe_member, touched_by
@@ -28,7 +29,6 @@ from g4build.wheels.venvjournal import (
     Entry,
     Journal,
     describe,
-    fault,
     fsync_dir,
     fsync_file,
     read_journal,
