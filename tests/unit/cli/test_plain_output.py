@@ -41,3 +41,17 @@ def test_commands_run_without_git_on_path() -> None:
                           env={"PATH": str(script.parent), "HOME": os.environ.get("HOME", "/")})
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_plain_option_on_a_terminal() -> None:
+    """On a terminal (rich forced to one by FORCE_COLOR) tables are boxed; --plain prints them as a pipe gets them."""
+    script = Path(sys.executable).with_name("g4build")
+    env = {**os.environ, "COLUMNS": "80", "TERM": "xterm", "FORCE_COLOR": "1"}
+    env.pop("G4BUILD_PLAIN", None)
+    boxed = subprocess.run([str(script), "pins", "list"], capture_output=True, text=True, timeout=120, env=env)
+    plain = subprocess.run([str(script), "--plain", "pins", "list"], capture_output=True, text=True, timeout=120,
+                           env={**env, "NO_COLOR": "1"})
+    assert boxed.returncode == 0 and plain.returncode == 0, (boxed.stderr, plain.stderr)
+    assert BOX & set(boxed.stdout)
+    assert not BOX & set(plain.stdout) and "vllm-0.21.0 (default)" in plain.stdout
+    assert "\x1b[" not in plain.stdout  # NO_COLOR: no escape codes at all

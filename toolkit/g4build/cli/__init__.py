@@ -28,7 +28,7 @@ from g4build.cli import (
     validate,
     wheel,
 )
-from g4build.cli._common import err_console, json_already_printed, reset_json_printed
+from g4build.cli._common import err_console, json_already_printed, reset_json_printed, set_plain
 from g4build.data import set_root_option
 from g4build.errors import G4BuildError
 
@@ -56,6 +56,9 @@ def _root(
     version: bool = typer.Option(
         False, "--version", "-V", callback=_version_callback, is_eager=True, help="Print the version and exit."
     ),
+    plain: bool = typer.Option(
+        False, "--plain", help="Plain, untruncated output even on a terminal (as when piped; G4BUILD_PLAIN=1 too).",
+    ),
     root: Path | None = typer.Option(
         None, "--root", file_okay=False, exists=True,
         help="The g4build project (patches/, recipes/, ci/) to read and write; default: the one the working "
@@ -64,6 +67,7 @@ def _root(
 ) -> None:
     """g4build: pin → source → patches → build → validate → emit."""
     set_root_option(root.resolve() if root is not None else None)
+    set_plain(plain)
 
 
 def _click_exception_types() -> tuple[type[BaseException], ...]:
@@ -93,7 +97,8 @@ def _json_error(argv: list[str] | None, message: str, hint: str | None, code: in
 def main(argv: list[str] | None = None) -> None:
     click_errors = _click_exception_types()
     reset_json_printed()
-    set_root_option(None)  # a --root of an earlier command in this process must not carry over
+    set_root_option(None)  # a --root (or --plain) of an earlier command in this process must not carry over
+    set_plain(False)
     try:
         # With standalone_mode=False click hands back typer.Exit's code instead of raising it.
         result = app(args=argv, standalone_mode=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 import typer
@@ -12,17 +13,19 @@ from rich.table import Table
 
 # Width used when stdout is not a terminal: lines are never cut or wrapped for a pipe or a file.
 _PIPE_WIDTH = 10_000
+_ESCAPES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 class _Console(Console):
     """A rich console that prints plain, untruncated text when its stream is not a terminal (like pip and uv).
 
     Tables lose their boxes and wrapping there (one row per line, columns separated by spaces); colours
-    already follow rich's own rules (off for a pipe, ``NO_COLOR``), and ``G4BUILD_PLAIN=1`` forces this mode.
+    already follow rich's own rules (off for a pipe, ``NO_COLOR``), and ``--plain`` or ``G4BUILD_PLAIN=1`` force
+    this mode.
     """
 
     def _plain(self) -> bool:
-        return not self.is_terminal or bool(os.environ.get("G4BUILD_PLAIN"))
+        return not self.is_terminal or _forced_plain or bool(os.environ.get("G4BUILD_PLAIN"))
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         if not self._plain():
@@ -46,10 +49,18 @@ class _Console(Console):
                 super().print(*objects, **kwargs)
         finally:
             self._width = saved
-        text = captured.get()
+        text = _ESCAPES.sub("", captured.get())  # plain means plain: no styles, whatever the terminal
         lines = [line.rstrip() for line in text.split("\n")]
         self.file.write("\n".join(lines))
         self.file.flush()
+
+
+_forced_plain = False  # g4build --plain (set per command by the CLI's root callback)
+
+
+def set_plain(value: bool) -> None:
+    global _forced_plain
+    _forced_plain = value
 
 
 console = _Console()
