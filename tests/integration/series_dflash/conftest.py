@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 from _pytest.reports import TestReport
 from _pytest.runner import runtestprotocol
 from tests.support.trees import patched_tree, sdist_tree
@@ -35,12 +34,6 @@ def pristine_021() -> Path:
 @pytest.fixture(scope="session")
 def patched_021() -> Path:
     return patched_tree("vllm-0.21.0")
-
-
-# This folder's tests run in forked children (below), and GNU OpenMP's thread pool does not survive a fork: a
-# child's first parallel torch op waits forever for the parent's pool threads when the parent (other folders'
-# tests, in this process) has used them. One intra-op thread in this process means no pool to inherit.
-torch.set_num_threads(1)
 
 
 @pytest.hookimpl(tryfirst=True)
