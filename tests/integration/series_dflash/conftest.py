@@ -40,8 +40,6 @@ def patched_021() -> Path:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
     """Run each test of this folder in a forked child: vLLM's import registers process-wide torch state, so a
     process can import one vLLM tree once, and these tests import a tree for real."""
-    if not item.path.is_relative_to(Path(__file__).parent):
-        return None  # this hook is global once the conftest is loaded: fork only this folder's tests
     if not hasattr(os, "fork"):
         return None  # no fork (Windows): in-process, where a second tree in one run is refused by patched_modules
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
