@@ -1,7 +1,7 @@
 """Draft block tables kept at the CUDA-graph padded request count (24 rows) reach FlashAttention cut to the real
 request count (17), through the patched proposers' own metadata code.
 
-The proposer modules are the patched files, imported for real with a few named overrides (tests/integration/
+The proposer modules are the patched files, loaded with stand-ins for their vLLM imports (tests/integration/
 series_dflash/dflash_stubs.py); CommonAttentionMetadata is the tree's real class. The metadata builder passes the
 block table and query_start_loc through as FlashAttention's builder does, and the FlashAttention call is a recorder
 that checks the block table the way flash_attn_varlen_func does."""

@@ -93,24 +93,17 @@ def _vllm_config(target_type: str) -> Any:
 
     return types.SimpleNamespace(
         model_config=TargetModelConfig(),
-        # an unquantised draft: vLLM's own get_draft_quant_config reads quantization and load_config
-        speculative_config=types.SimpleNamespace(
-            draft_model_config=types.SimpleNamespace(hf_config=draft, quantization=None)
-        ),
-        load_config=None,
+        speculative_config=types.SimpleNamespace(draft_model_config=types.SimpleNamespace(hf_config=draft)),
         parallel_config=None,
     )
 
 
 def _embed_and_logits(tree: Path, target_type: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     torch.manual_seed(0)
-    with patched_modules(tree, [*MODULES, "vllm.config"], OVERRIDES) as mods:
-        config = mods["vllm.config"]
-        # vLLM's own layers (RMSNorm is a CustomOp) read the current config: a default one, on the CPU
-        with config.set_current_vllm_config(config.VllmConfig(device_config=config.DeviceConfig(device="cpu"))):
-            drafter = mods["vllm.model_executor.models.qwen3_dflash"].DFlashQwen3ForCausalLM(
-                vllm_config=_vllm_config(target_type)
-            )
+    with patched_modules(tree, MODULES, OVERRIDES) as mods:
+        drafter = mods["vllm.model_executor.models.qwen3_dflash"].DFlashQwen3ForCausalLM(
+            vllm_config=_vllm_config(target_type)
+        )
         ids = torch.randint(0, VOCAB, (9,))
         hidden = torch.randn(9, HIDDEN) * 8  # raw logits well past the cap
         return (

@@ -6,7 +6,7 @@ lands inside the target's blocks j // 2 and (num_blocks + j) // 2. The patched G
 (_update_hybrid_attention_mamba_layout), so block j is the bytes [j * page, (j + 1) * page) in both views.
 
 GPUModelRunner, the Triton and FlashAttention backends, the attention backend base class and the KV cache specs are
-the pinned tree's own files (patched or pristine 0.21.0), imported for real with a few named overrides
+the pinned tree's own files (patched or pristine 0.21.0), loaded with stand-ins for their other vLLM imports
 (tests/integration/series_dflash/dflash_stubs.py); the runner's methods are called unbound on a minimal ``self``."""
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def test_pristine_runner_has_no_check(pristine_021: Path) -> None:
     """0.21.0 as released only relayouts attention + Mamba hybrids: the mixed Triton / FlashAttention case has the
     bug."""
     pristine = _load(pristine_021)
-    # vars(): the runner's own class body, not what it inherits.
+    # vars(): the runner's stand-in base classes answer any attribute.
     assert "_shared_kv_tensors_mix_block_dims" not in vars(pristine["runner"])
     assert "_update_hybrid_attention_mamba_layout" in vars(pristine["runner"])
 
@@ -195,12 +195,10 @@ def _reshape(v: dict[str, Any], groups: list[Any], raw: torch.Tensor) -> dict[st
 
 
 @pytest.mark.parametrize("tree", ["patched", "pristine"])
-def test_reshape_kv_cache_tensors_end_to_end(tree: str, request: pytest.FixtureRequest) -> None:
+def test_reshape_kv_cache_tensors_end_to_end(tree: str, vllm021: dict[str, Any], pristine_021: Path) -> None:
     """Through the whole reshape: the patched runner keeps the drafter's block J in page J; 0.21.0 as released
     writes it over the target's blocks J // 2 and (num_blocks + J) // 2."""
-    # one tree per test process: only the tree this case needs is imported
-    v: dict[str, Any] = request.getfixturevalue("vllm021") if tree == "patched" else _load(
-        request.getfixturevalue("pristine_021"))
+    v = vllm021 if tree == "patched" else _load(pristine_021)
     groups = _mixed(v)
     page = groups[0].kv_cache_spec.page_size_bytes
     raw = torch.randint(-128, 128, (NUM_BLOCKS * page,), dtype=torch.int8)

@@ -1,6 +1,6 @@
 """The patched Triton attention metadata builder sizes its decode scratch from the group's own KV cache spec: a
 Gemma 4 full-attention group (head size 512, 2 KV heads) in a model whose config says 256 / 8 gets 512-wide
-buffers. The builder is the tree's real class; its vLLM imports are the tree's, bar the named overrides."""
+buffers. The builder is the tree's real class; its vLLM imports are stand-ins."""
 
 from __future__ import annotations
 
@@ -32,18 +32,20 @@ class BuilderBase:
         return cls
 
 
+def _next_power_of_2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
 OVERRIDES = {
     "vllm.v1.attention.backend.AttentionMetadataBuilder": BuilderBase,
+    "vllm.utils.math_utils.next_power_of_2": _next_power_of_2,
+    "vllm.utils.math_utils.cdiv": lambda a, b: -(-a // b),
+    "vllm.platforms.current_platform": types.SimpleNamespace(
+        is_cuda=lambda: False, is_rocm=lambda: False, is_device_capability=lambda cap: False
+    ),
+    "vllm.v1.attention.backends.utils.get_num_attention_heads_from_layers": lambda vllm_config, names: None,
+    "vllm.v1.attention.ops.triton_unified_attention.MAX_3D_QUERY_LEN": 16,
 }
-
-
-def _overrides(tree: Path, layers: dict[str, Any]) -> dict[str, Any]:
-    overrides = {**OVERRIDES, "vllm.config.get_layers_from_vllm_config": lambda *args, **kwargs: layers}
-    if "def get_num_attention_heads_from_layers(" in (tree / "vllm/v1/attention/backends/utils.py").read_text():
-        # newer trees ask the registered layers for the query heads; none are registered here (0.21.0's patch
-        # does the same through get_layers_from_vllm_config)
-        overrides["vllm.v1.attention.backends.utils.get_num_attention_heads_from_layers"] = lambda cfg, names: None
-    return overrides
 
 
 def _build(tree: Path) -> Any:
@@ -61,7 +63,8 @@ def _build(tree: Path) -> Any:
         scheduler_config=types.SimpleNamespace(max_num_seqs=24),
     )
     spec = types.SimpleNamespace(block_size=16, num_kv_heads=2, head_size=512, kv_quant_mode=None)
-    with patched_modules(tree, [MODULE], _overrides(tree, {})) as mods:
+    overrides = {**OVERRIDES, "vllm.config.get_layers_from_vllm_config": lambda *args, **kwargs: {}}
+    with patched_modules(tree, [MODULE], overrides) as mods:
         builder_cls = mods[MODULE].TritonAttentionMetadataBuilder
         return builder_cls(spec, ["model.layers.5.self_attn.attn"], vllm_config, torch.device("cpu"))
 
@@ -98,7 +101,8 @@ def test_query_heads_from_the_groups_layers_on_021(patched_021: Path) -> None:
         compilation_config=types.SimpleNamespace(cudagraph_mode=None, cudagraph_capture_sizes=[1, 8, 24]),
     )
     spec = types.SimpleNamespace(block_size=16, num_kv_heads=4, head_size=128, kv_quant_mode=None)
-    with patched_modules(patched_021, [MODULE], _overrides(patched_021, layers)) as mods:
+    overrides = {**OVERRIDES, "vllm.config.get_layers_from_vllm_config": lambda *args, **kwargs: layers}
+    with patched_modules(patched_021, [MODULE], overrides) as mods:
         builder = mods[MODULE].TritonAttentionMetadataBuilder(spec, list(layers), vllm_config, torch.device("cpu"))
     assert builder.num_heads_q == 32
     assert tuple(builder.softmax_segm_output.shape[1:]) == (32, builder.num_par_softmax_segments, 128)
