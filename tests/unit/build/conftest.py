@@ -28,3 +28,16 @@ def linux_layout(root: str = "/home/u/g4b/v21") -> Layout:
 
 
 OPTS = Options(jobs=4)
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """g4build's main() in-process: (exit code, stdout, stderr)."""
+    from g4build.cli import main
+
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err

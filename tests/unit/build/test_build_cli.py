@@ -12,18 +12,13 @@ from typing import Any
 
 import pytest
 
-from g4build.cli import main
 from g4build.manifest import MANIFEST_NAME, loads
+
+from .conftest import run_cli
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_cli(argv, capsys)
 
 
 def test_readme_main_job_dry_run_works_anywhere(capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,21 +15,14 @@ import pytest
 from g4build.build.plan import Options, python_check, torch_check
 from g4build.build.planner import default_layout, make_plan
 from g4build.build.script import render_powershell
-from g4build.cli import main
 from g4build.pins import Pin
 
 from . import ps_tree
-from .conftest import target
+from .conftest import run_cli, target
 
 
 def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_cli(argv, capsys)
 
 
 def _windows_plan(pin: Pin, opts: Options = Options(jobs=4)):  # type: ignore[no-untyped-def]
