@@ -3,6 +3,7 @@ that drops, a trickle, a complete wrong body; and a corrupted file planted in th
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import http.server
 import json
@@ -153,11 +154,37 @@ def test_a_trickle_below_the_minimum_rate_is_retried_then_refused(
     assert srv.hits["file"] == 2 and not dest.exists() and not dest.with_name(NAME + ".part").exists()
 
 
-def test_bad_limits_in_the_environment_are_usage_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("G4BUILD_MIN_RATE", "fast")
+@pytest.mark.parametrize("value", ["fast", "-1", "inf"])
+def test_bad_limits_in_the_environment_are_usage_errors(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("G4BUILD_MIN_RATE", value)
     with pytest.raises(UsageError, match="G4BUILD_MIN_RATE: expected a positive number of bytes per second, "
-                                         "found 'fast'"):
+                                         f"or 0 for no minimum, found '{value}'"):
         index.Limits.from_env()
+    monkeypatch.delenv("G4BUILD_MIN_RATE")
+    monkeypatch.setenv("G4BUILD_DOWNLOAD_DEADLINE", "0")  # a deadline has no "off"
+    with pytest.raises(UsageError, match="G4BUILD_DOWNLOAD_DEADLINE: expected a positive number of seconds, "
+                                         "found '0'"):
+        index.Limits.from_env()
+
+
+def test_a_minimum_rate_of_zero_switches_the_floor_off(
+    tmp_path: Path, serve: Callable[..., Hostile], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A trickle (~200 bytes/s) that the default floor would stop at every window's end arrives whole."""
+    short = BODY[:120]  # one byte every 5 ms: ~0.6 s
+    srv = serve(modes=["trickle"], body=short)
+    url = f"{srv.url.rsplit('/', 1)[0]}/files/{NAME}"
+    monkeypatch.setenv("G4BUILD_MIN_RATE", "0")
+    limits = dataclasses.replace(index.Limits.from_env(), rate_window_s=0.05)
+    assert limits.min_rate == 0
+    dest = tmp_path / NAME
+    index.download(url, dest, hashlib.sha256(short).hexdigest(), attempts=1, limits=limits)
+    assert dest.read_bytes() == short and srv.hits["file"] == 1
+    # the control: the same stream with the default floor is stopped
+    monkeypatch.delenv("G4BUILD_MIN_RATE")
+    with pytest.raises(DownloadError, match="below the minimum of 1024 bytes/s"):
+        index.download(url, tmp_path / "again", hashlib.sha256(short).hexdigest(), attempts=1,
+                       limits=dataclasses.replace(index.Limits.from_env(), rate_window_s=0.05))
 
 
 @pytest.mark.parametrize("mode", ["whole", "nolen-whole"])
