@@ -34,8 +34,23 @@ ProgressHook = Callable[[int, int | None], None]  # (bytes so far, total or None
 
 
 def cache_root() -> Path:
-    """``G4BUILD_CACHE`` or the user cache dir (``~/.cache/g4build`` on Linux)."""
-    return Path(os.environ.get("G4BUILD_CACHE") or user_cache_dir("g4build", appauthor=False))
+    """``G4BUILD_CACHE`` or the user cache dir (``~/.cache/g4build`` on Linux); a folder, or nothing yet (it is
+    made when first written). A file there, or on the way there, is a usage error naming where the path came from."""
+    env = os.environ.get("G4BUILD_CACHE")
+    root = Path(env or user_cache_dir("g4build", appauthor=False))
+    for path in (root, *root.parents):
+        if path.is_dir():
+            break
+        if path.exists() or path.is_symlink():  # a file, a special file or a dangling link: nothing can go under it
+            what = "a dangling symlink" if not path.exists() else "a file" if path.is_file() else "not a folder"
+            at = "" if path == root else f" ({path} is on the way)"
+            source = f"G4BUILD_CACHE={env}" if env else f"the user cache folder {root}"
+            raise UsageError(
+                f"{source}: expected a folder for g4build's cache (or nothing there yet), found {what}{at}",
+                hint="set G4BUILD_CACHE to a folder g4build may create and write, or unset it for the default"
+                if env else f"remove or rename {path}, or set G4BUILD_CACHE to another folder",
+            )
+    return root
 
 
 def _pip_default_index() -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.unit.wheels.wheelsfactory import run_g4build
 
 from g4build import index
 from g4build.errors import DownloadError, IntegrityError, UsageError
@@ -185,6 +186,26 @@ def test_a_minimum_rate_of_zero_switches_the_floor_off(
     with pytest.raises(DownloadError, match="below the minimum of 1024 bytes/s"):
         index.download(url, tmp_path / "again", hashlib.sha256(short).hexdigest(), attempts=1,
                        limits=dataclasses.replace(index.Limits.from_env(), rate_window_s=0.05))
+
+
+@pytest.mark.parametrize("below", ["", "sub/cache"])
+def test_a_cache_at_or_under_a_file_is_a_usage_error_naming_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, below: str,
+) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder\n")
+    value = str(afile / below) if below else str(afile)
+    monkeypatch.setenv("G4BUILD_CACHE", value)
+    with pytest.raises(UsageError, match=f"G4BUILD_CACHE={value}: expected a folder for g4build's cache"):
+        index.cache_root()
+    # the real command: a usage error naming the variable, not an unexpected NotADirectoryError
+    done = run_g4build("overlay", "--pin", "vllm-0.21.0", "--out", str(tmp_path / "out"),
+                       env={"G4BUILD_CACHE": value, "PIP_INDEX_URL": "http://127.0.0.1:9/simple"})
+    said = " ".join(done.stderr.split())
+    assert done.returncode == UsageError.exit_code, done.stderr
+    assert f"G4BUILD_CACHE={value}: expected a folder" in said and "unexpected" not in said
+    assert ("found a file" if not below else f"({afile} is on the way)") in said
+    assert afile.read_text() == "not a folder\n" and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("mode", ["whole", "nolen-whole"])
