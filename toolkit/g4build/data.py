@@ -63,16 +63,28 @@ def project_root() -> Path:
 def writable_root() -> Path:
     """``project_root()`` for a command that writes project data; never the installed package's own copy.
 
-    Raises UsageError (exit 2) when no project is found: an upgrade would wipe data written into site-packages.
+    Raises UsageError (exit 2) when no project is found, or when ``--root`` / ``G4BUILD_HOME`` names that copy:
+    an upgrade would wipe data written into site-packages.
     """
     root = project_root()
-    if root.resolve() == _installed_data():
+    installed = _installed_data()
+    if root.resolve() != installed:
+        return root
+    markers = " and ".join(m.as_posix() for m in MARKERS)
+    named = (f"--root {_root_option}" if _root_option is not None
+             else f"G4BUILD_HOME={os.environ['G4BUILD_HOME']}" if os.environ.get("G4BUILD_HOME") else None)
+    if named is not None:
         raise UsageError(
-            f"no g4build project to write into: expected a folder holding {' and '.join(m.as_posix() for m in MARKERS)}"
-            f" at or above {Path.cwd()}, found none (the installed package's data is read-only)",
-            hint="run this inside your g4build checkout, or pass `g4build --root DIR` / set G4BUILD_HOME",
+            f"{named} is the data the installed g4build package carries ({installed}): it is read-only here, "
+            "since a reinstall or upgrade of g4build replaces it and would drop what this command writes",
+            hint=f"point it at your g4build checkout, or at a copy of that data elsewhere (a folder holding {markers}"
+                 f", e.g. `cp -r {installed} ~/g4build-data`), and run the command again",
         )
-    return root
+    raise UsageError(
+        f"no g4build project to write into: expected a folder holding {markers} at or above {Path.cwd()}, found "
+        "none (the installed package's data is read-only)",
+        hint="run this inside your g4build checkout, or pass `g4build --root DIR` / set G4BUILD_HOME",
+    )
 
 
 def patches_dir() -> Path:

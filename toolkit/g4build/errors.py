@@ -51,7 +51,8 @@ class DownloadError(G4BuildError):
 
 
 class UnsafeArchiveError(G4BuildError):
-    """An archive member would land outside the destination (``..``, absolute path, link escape)."""
+    """An archive member, or a file an overlay writes, would land outside its folder (``..``, absolute path, link
+    escape)."""
 
     exit_code = 6
 

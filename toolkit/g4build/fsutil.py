@@ -3,11 +3,13 @@ a read-only file there, so a plain ``rmtree(..., ignore_errors=True)`` leaves ha
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -45,9 +47,13 @@ def remove_tree(path: str | Path) -> bool:
 # Staging folders: outputs are written into a fresh hidden folder beside their destination (one file system, so
 # a rename publishes them whole) and renamed into place only once complete. A kill leaves the folder behind;
 # the next run removes it. A live one is told apart by its lock (flock, released by the kernel when its process
-# dies), never by its age.
+# dies), never by its age. The folder is created under a claim name that sweeps do not take for a staging folder,
+# locked, and only then renamed to its staging name: a concurrent sweep never sees it unlocked.
 STAGING_PREFIX = ".g4build-"
 STAGING_SUFFIX = ".part"
+CLAIM_SUFFIX = ".claim"
+# A claim is renamed microseconds after its creation; one older than this whose lock is free was left by a kill.
+CLAIM_GRACE_S = 60.0
 
 
 def _lock(path: Path) -> int | None:
@@ -69,8 +75,19 @@ def _lock(path: Path) -> int | None:
 def staging_dir(folder: Path) -> Iterator[Path]:
     """A new, locked, unpredictably named folder in ``folder`` (mkdtemp: never an existing path or a planted
     link), removed on exit whatever happened; what is to stay must be renamed out of it first."""
-    path = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, suffix=STAGING_SUFFIX, dir=folder))
-    fd = _lock(path)
+    claim = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, suffix=CLAIM_SUFFIX, dir=folder))
+    path = claim.with_name(claim.name[: -len(CLAIM_SUFFIX)] + STAGING_SUFFIX)
+    fd: int | None = None
+    try:
+        fd = _lock(claim)
+        if os.path.lexists(path):  # the name came from mkdtemp's random part: something planted it
+            raise FileExistsError(errno.EEXIST, "a staging name is taken", str(path))
+        os.rename(claim, path)  # the lock stays with the folder: sweepable only now, and already locked
+    except BaseException:
+        remove_tree(claim)
+        if fd is not None:
+            os.close(fd)
+        raise
     try:
         yield path
     finally:
@@ -79,16 +96,29 @@ def staging_dir(folder: Path) -> Iterator[Path]:
             os.close(fd)
 
 
+def _claim_is_young(entry: Path) -> bool:
+    try:
+        return time.time() - entry.lstat().st_mtime < CLAIM_GRACE_S
+    except OSError:
+        return True  # gone meanwhile
+
+
 def sweep_staging(folder: Path) -> tuple[list[Path], list[Path]]:
     """Staging folders that killed runs left in ``folder``: (removed, left because they could not be claimed:
-    another run is using them, or there is no flock on this system)."""
+    another run is using them, or there is no flock on this system). A claim (a staging folder being created) is
+    left alone while it is young: its run locks and renames it at once."""
     removed: list[Path] = []
     kept: list[Path] = []
     if not folder.is_dir():
         return removed, kept
     for entry in sorted(folder.iterdir()):
         name = entry.name
-        if not (name.startswith(STAGING_PREFIX) and name.endswith(STAGING_SUFFIX)):
+        if not name.startswith(STAGING_PREFIX):
+            continue
+        if name.endswith(CLAIM_SUFFIX):
+            if _claim_is_young(entry):
+                continue
+        elif not name.endswith(STAGING_SUFFIX):
             continue
         if entry.is_symlink() or not entry.is_dir():
             continue  # not one of ours: ours are real folders

@@ -34,8 +34,23 @@ ProgressHook = Callable[[int, int | None], None]  # (bytes so far, total or None
 
 
 def cache_root() -> Path:
-    """``G4BUILD_CACHE`` or the user cache dir (``~/.cache/g4build`` on Linux)."""
-    return Path(os.environ.get("G4BUILD_CACHE") or user_cache_dir("g4build", appauthor=False))
+    """``G4BUILD_CACHE`` or the user cache dir (``~/.cache/g4build`` on Linux); a folder, or nothing yet (it is
+    made when first written). A file there, or on the way there, is a usage error naming where the path came from."""
+    env = os.environ.get("G4BUILD_CACHE")
+    root = Path(env or user_cache_dir("g4build", appauthor=False))
+    for path in (root, *root.parents):
+        if path.is_dir():
+            break
+        if path.exists() or path.is_symlink():  # a file, a special file or a dangling link: nothing can go under it
+            what = "a dangling symlink" if not path.exists() else "a file" if path.is_file() else "not a folder"
+            at = "" if path == root else f" ({path} is on the way)"
+            source = f"G4BUILD_CACHE={env}" if env else f"the user cache folder {root}"
+            raise UsageError(
+                f"{source}: expected a folder for g4build's cache (or nothing there yet), found {what}{at}",
+                hint="set G4BUILD_CACHE to a folder g4build may create and write, or unset it for the default"
+                if env else f"remove or rename {path}, or set G4BUILD_CACHE to another folder",
+            )
+    return root
 
 
 def _pip_default_index() -> str:
@@ -172,8 +187,9 @@ def _get_with_retries(
     raise AssertionError("unreachable")
 
 
-def _env_seconds(name: str, default: float, unit: str = "seconds") -> float:
-    """A positive number (of seconds, or ``unit``) from the environment, or ``default`` when unset."""
+def _env_seconds(name: str, default: float, unit: str = "seconds", *, off: str | None = None) -> float:
+    """A positive number (of seconds, or ``unit``) from the environment, or ``default`` when unset. With ``off``
+    (what 0 means, e.g. "no minimum"), 0 is accepted too and returned as 0.0."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -181,8 +197,11 @@ def _env_seconds(name: str, default: float, unit: str = "seconds") -> float:
         value = float(raw)
     except ValueError:
         value = -1.0
+    if off is not None and value == 0:
+        return 0.0
     if not value > 0 or value == float("inf"):
-        raise UsageError(f"{name}: expected a positive number of {unit}, found {raw!r}",
+        expected = f"a positive number of {unit}" + (f", or 0 for {off}" if off is not None else "")
+        raise UsageError(f"{name}: expected {expected}, found {raw!r}",
                          hint=f"set {name} to e.g. {default:g}, or unset it for the default ({default:g})")
     return value
 
@@ -231,7 +250,7 @@ class _TooSlow(_CutShort):
 
 READ = 1 << 16  # one read's most bytes: small enough that the deadline and rate are checked often
 DOWNLOAD_DEADLINE_S = 6 * 3600.0  # G4BUILD_DOWNLOAD_DEADLINE: the whole download, retries included
-MIN_RATE = 1024.0  # G4BUILD_MIN_RATE, bytes/s averaged over RATE_WINDOW_S; slower streams are retried
+MIN_RATE = 1024.0  # G4BUILD_MIN_RATE, bytes/s averaged over RATE_WINDOW_S; slower streams are retried; 0: none
 RATE_WINDOW_S = 60.0
 
 
@@ -246,7 +265,7 @@ class Limits:
     @classmethod
     def from_env(cls) -> Limits:
         return cls(deadline_s=_env_seconds("G4BUILD_DOWNLOAD_DEADLINE", DOWNLOAD_DEADLINE_S),
-                   min_rate=_env_seconds("G4BUILD_MIN_RATE", MIN_RATE, "bytes per second"))
+                   min_rate=_env_seconds("G4BUILD_MIN_RATE", MIN_RATE, "bytes per second", off="no minimum"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -279,7 +298,7 @@ def _chunks(resp: requests.Response, limits: Limits, end: float) -> Iterator[byt
         if now > end:
             raise _DeadlinePassed
         window_bytes += len(data)
-        if now - window_start >= limits.rate_window_s:
+        if limits.min_rate > 0 and now - window_start >= limits.rate_window_s:  # 0: no minimum rate
             rate = window_bytes / (now - window_start)
             if rate < limits.min_rate:
                 raise _TooSlow(f"the stream ran at {rate:.0f} bytes/s over {now - window_start:.1f} s, below the "

@@ -65,8 +65,9 @@ def test_installed_cli_writes_into_the_project_it_stands_in_never_into_site_pack
     env["PYTHONPATH"] = str(site)
     installed = sorted(p.relative_to(site) for p in site.rglob("*"))
 
-    def g4(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "g4build", *args], cwd=cwd, env=env, capture_output=True,
+    def g4(*args: str, cwd: Path, home: str | None = None) -> subprocess.CompletedProcess[str]:
+        full = env if home is None else {**env, "G4BUILD_HOME": home}
+        return subprocess.run([sys.executable, "-m", "g4build", *args], cwd=cwd, env=full, capture_output=True,
                               text=True, check=False)
 
     # no project around: refused with what to do, nothing written anywhere
@@ -75,6 +76,18 @@ def test_installed_cli_writes_into_the_project_it_stands_in_never_into_site_pack
     refused = g4("ci", "render", cwd=outside)
     assert refused.returncode == 2, refused.stderr
     assert "no g4build project to write into" in refused.stderr and "--root" in refused.stderr
+    assert list(outside.iterdir()) == []
+
+    # --root or G4BUILD_HOME aimed at the installed data itself: refused naming what was passed and why
+    data = site / "g4build" / "_data"
+    for named, done in (
+        (f"--root {data}", g4("--root", str(data), "ci", "render", cwd=outside)),
+        (f"G4BUILD_HOME={data}", g4("ci", "render", cwd=outside, home=str(data))),
+    ):
+        said = " ".join(done.stderr.split())
+        assert done.returncode == 2, done.stderr
+        assert f"{named} is the data the installed g4build package carries" in said, said
+        assert "no g4build project" not in said and "copy of that data" in said
     assert list(outside.iterdir()) == []
 
     # a checkout of the project's data: found from a subfolder, like git finds its repository

@@ -1,13 +1,14 @@
 """Draft block tables kept at the CUDA-graph padded request count (24 rows) reach FlashAttention cut to the real
 request count (17), through the patched proposers' own metadata code.
 
-The proposer modules are the patched files, loaded with stand-ins for their vLLM imports (tests/integration/
-series_dflash/dflash_stubs.py); CommonAttentionMetadata is the tree's real class. The metadata builder passes the
-block table and query_start_loc through as FlashAttention's builder does, and the FlashAttention call is a recorder
-that checks the block table the way flash_attn_varlen_func does."""
+The proposers are the tree's own, imported for real in the tree's interpreter (tests/integration/series_dflash/
+in_tree.py), CommonAttentionMetadata included. The metadata builder passes the block table and query_start_loc
+through as FlashAttention's builder does, and the FlashAttention call is a recorder that checks the block table the
+way flash_attn_varlen_func does."""
 
 from __future__ import annotations
 
+import importlib
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from tests.integration.series_dflash.dflash_stubs import auto_stub, patched_modules
+from tests.integration.series_dflash.in_tree import PATCHED, PATCHED_021, PRISTINE_021, Tree, scenario, under_test
 
 pytestmark = pytest.mark.network
 
@@ -91,11 +92,13 @@ def _padded_tables() -> dict[int, torch.Tensor]:
     return tables
 
 
-def _cad(backend_module: Any, block_table: torch.Tensor, slot_mapping: torch.Tensor) -> Any:
-    """Unpadded draft metadata for 17 requests of 1 + NUM_SPEC query tokens (what DFlash hands its builders)."""
+def _cad(block_table: torch.Tensor, slot_mapping: torch.Tensor) -> Any:
+    """Unpadded draft metadata for 17 requests of 1 + NUM_SPEC query tokens (what DFlash hands its builders), as
+    the tree's own CommonAttentionMetadata."""
+    backend = importlib.import_module("vllm.v1.attention.backend")
     q = 1 + NUM_SPEC
     qsl = torch.arange(NUM_REQS + 1, dtype=torch.int32) * q
-    return backend_module.CommonAttentionMetadata(
+    return backend.CommonAttentionMetadata(
         query_start_loc=qsl,
         query_start_loc_cpu=qsl.clone(),
         seq_lens=torch.full((NUM_REQS,), 40, dtype=torch.int32),
@@ -109,52 +112,39 @@ def _cad(backend_module: Any, block_table: torch.Tensor, slot_mapping: torch.Ten
     )
 
 
-GEMMA4 = ["vllm.v1.attention.backend", "vllm.v1.spec_decode.gemma4"]
-
-
-def _gemma4_build(tree: Path) -> list[FlashAttentionRecorder]:
-    with patched_modules(tree, GEMMA4, {"vllm.v1.worker.utils.AttentionGroup": StandInAttentionGroup}) as mods:
-        proposer_cls = mods["vllm.v1.spec_decode.gemma4"].Gemma4Proposer
-        proposer = proposer_cls.__new__(proposer_cls)
-        tables = _padded_tables()
-        proposer.draft_attn_groups = [
-            StandInAttentionGroup(
-                backend=None, layer_names=[f"draft.{gid}.attn"], kv_cache_spec=None, kv_cache_group_id=gid
-            )
-            for gid in (0, 1)
-        ]
-        proposer._per_group_block_tables = {}
-        for gid, table in tables.items():
-            proposer.set_per_group_block_table(gid, table)
-        cad = _cad(mods["vllm.v1.attention.backend"], tables[0][:NUM_REQS], torch.zeros(NUM_REQS * 4))
-        proposer.build_per_group_and_layer_attn_metadata(cad)
-        return [g.fa for g in proposer.draft_attn_groups]
-
-
-def test_gemma4_mtp_draft_tables_cut_to_real_requests(patched: Path) -> None:
-    recorders = _gemma4_build(patched)
+@scenario(PATCHED, PRISTINE_021)
+def gemma4_mtp_calls(tree: Path) -> list[list[dict[str, Any]]]:
+    """The FlashAttention calls of each draft group when the tree's Gemma4Proposer builds its draft metadata."""
+    proposer_cls = importlib.import_module("vllm.v1.spec_decode.gemma4").Gemma4Proposer
+    proposer = proposer_cls.__new__(proposer_cls)  # its __init__ allocates device buffers from a full VllmConfig
     tables = _padded_tables()
-    for gid, fa in enumerate(recorders):
-        (call,) = fa.calls
+    proposer.draft_attn_groups = [
+        StandInAttentionGroup(
+            backend=None, layer_names=[f"draft.{gid}.attn"], kv_cache_spec=None, kv_cache_group_id=gid
+        )
+        for gid in (0, 1)
+    ]
+    proposer._per_group_block_tables = {}
+    for gid, table in tables.items():
+        proposer.set_per_group_block_table(gid, table)
+    proposer.build_per_group_and_layer_attn_metadata(_cad(tables[0][:NUM_REQS], torch.zeros(NUM_REQS * 4)))
+    return [g.fa.calls for g in proposer.draft_attn_groups]
+
+
+def test_gemma4_mtp_draft_tables_cut_to_real_requests(patched: Tree) -> None:
+    per_group = patched.result(gemma4_mtp_calls)
+    tables = _padded_tables()
+    assert len(per_group) == 2
+    for gid, calls in enumerate(per_group):
+        (call,) = calls
         assert tuple(call["block_table"].shape) == (NUM_REQS, MAX_BLOCKS)
         assert torch.equal(call["block_table"], tables[gid][:NUM_REQS])
 
 
-def test_unpatched_gemma4_mtp_hands_padded_table_to_flash_attention(pristine_021: Path) -> None:
+def test_unpatched_gemma4_mtp_hands_padded_table_to_flash_attention(pristine_021: Tree) -> None:
     """Negative control: 0.21.0 as released passes the 24-row table with 17 requests, and FlashAttention refuses."""
-    with pytest.raises(RuntimeError, match=r"block_table must have shape"):
-        _gemma4_build(pristine_021)
-
-
-class BaseProposerStandIn:
-    """SpecDecodeBaseProposer, as far as the DFlash metadata path uses it: one slot buffer for all layers."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def _get_slot_mapping(self, num_tokens: int, slot_mapping: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        view = self._slot_mapping_buffer[:num_tokens]  # type: ignore[attr-defined]
-        return {name: view for name in self._draft_attn_layer_names}  # type: ignore[attr-defined]
+    failure = pristine_021.failure(gemma4_mtp_calls)
+    assert failure.type == "builtins.RuntimeError" and failure.message == FA_SHAPE_ERROR, failure.traceback
 
 
 class _Backend:
@@ -170,22 +160,29 @@ class _DraftLayer:
         return _Backend("FLASH_ATTN")
 
 
-def test_dflash_sliding_and_full_groups_get_their_own_cut_tables(patched_021: Path) -> None:
-    """0.21.0's backported multi-group DFlash: a Gemma 4 style drafter (layers 0, 2 sliding and causal; 1, 3 full
-    and non-causal) in two KV cache groups gets one metadata per group, each with its own block table cut to the
-    17 real requests, its own query slots, and its own causality."""
-    names = [f"model.layers.{60 + i}.self_attn.attn" for i in range(4)]
-    sliding = {names[0], names[2]}
-    layers = {name: _DraftLayer() for name in names}
+NAMES = [f"model.layers.{60 + i}.self_attn.attn" for i in range(4)]
+SLIDING = {NAMES[0], NAMES[2]}
+
+
+@scenario(PATCHED_021)
+def dflash_multi_group(tree: Path) -> dict[str, Any]:
+    """0.21.0's backported multi-group DFlash metadata for a Gemma 4 style drafter (see the test below)."""
+    base = importlib.import_module("vllm.v1.spec_decode.llm_base_proposer").SpecDecodeBaseProposer
+
+    class Uninitialised(base):  # type: ignore[misc,valid-type]
+        """The tree's SpecDecodeBaseProposer without its __init__ (device buffers from a full VllmConfig); the
+        fields this path reads are set below."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+    layers = {name: _DraftLayer() for name in NAMES}
     overrides = {
+        "vllm.v1.spec_decode.llm_base_proposer.SpecDecodeBaseProposer": Uninitialised,
         "vllm.v1.worker.utils.AttentionGroup": StandInAttentionGroup,
         "vllm.config.get_layers_from_vllm_config": lambda vllm_config, layer_type, layer_names=None: layers,
-        "vllm.v1.spec_decode.utils.PADDING_SLOT_ID": -1,
-        "vllm.v1.spec_decode.llm_base_proposer.SpecDecodeBaseProposer": BaseProposerStandIn,
-        "vllm.v1.kv_cache_interface.UniformTypeKVCacheSpecs": auto_stub("UniformTypeKVCacheSpecs"),
     }
-    real = ["vllm.v1.attention.backend", "vllm.v1.spec_decode.dflash"]
-    with patched_modules(patched_021, real, overrides) as mods:
+    with under_test(["vllm.v1.spec_decode.dflash"], overrides) as mods:
         proposer_cls = mods["vllm.v1.spec_decode.dflash"].DFlashProposer
         proposer = proposer_cls.__new__(proposer_cls)
         # What SpecDecodeBaseProposer.__init__ would have set; the real DFlashProposer.__init__ runs below.
@@ -193,44 +190,61 @@ def test_dflash_sliding_and_full_groups_get_their_own_cut_tables(patched_021: Pa
         spec_config = types.SimpleNamespace(method="dflash")
         proposer_cls.__init__(proposer, types.SimpleNamespace(speculative_config=spec_config), torch.device("cpu"))
         proposer.vllm_config, proposer.device = None, torch.device("cpu")
-        proposer._draft_attn_layer_names = set(names)
+        proposer._draft_attn_layer_names = set(NAMES)
         proposer.model = types.SimpleNamespace(
-            get_draft_kv_cache_layer_names=lambda: names,
-            get_draft_attn_causal=lambda: [n in sliding for n in names],
+            get_draft_kv_cache_layer_names=lambda: NAMES,
+            get_draft_attn_causal=lambda: [n in SLIDING for n in NAMES],
         )
         spec = types.SimpleNamespace(block_size=16)
         kv_cache_config = types.SimpleNamespace(
             kv_cache_groups=[
                 types.SimpleNamespace(
-                    layer_names=["model.layers.0.attn", *sorted(set(names) - sliding)], kv_cache_spec=spec
+                    layer_names=["model.layers.0.attn", *sorted(set(NAMES) - SLIDING)], kv_cache_spec=spec
                 ),
-                types.SimpleNamespace(layer_names=["model.layers.1.attn", *sorted(sliding)], kv_cache_spec=spec),
+                types.SimpleNamespace(layer_names=["model.layers.1.attn", *sorted(SLIDING)], kv_cache_spec=spec),
             ]
         )
         proposer.initialize_attn_backend(kv_cache_config)
-        assert proposer.kv_cache_gid == 0, "the runner must hand DFlash the full-attention group's metadata"
+        kv_cache_gid = proposer.kv_cache_gid
 
-        tables = _padded_tables()
-        for gid, table in tables.items():
+        for gid, table in _padded_tables().items():
             proposer.set_per_group_block_table(gid, table)
         q_total = NUM_REQS * (1 + NUM_SPEC)
         proposer._extra_query_slots[1][:q_total] = 7  # as the kernel would have written the sliding group's slots
-        cad = _cad(mods["vllm.v1.attention.backend"], tables[0][:NUM_REQS], proposer._slot_mapping_buffer[:q_total])
+        cad = _cad(_padded_tables()[0][:NUM_REQS], proposer._slot_mapping_buffer[:q_total])
         _, per_layer = proposer.build_per_group_and_layer_attn_metadata(cad)
+        main = proposer._slot_mapping_buffer.data_ptr()
+        slots = {name: meta.slot_mapping for name, meta in per_layer.items()}
+        forward = proposer._get_slot_mapping(q_total)  # the forward pass's per-layer slot mappings
+        return {
+            "kv_cache_gid": kv_cache_gid,
+            "calls": {g.kv_cache_group_id: g.fa.calls for g in proposer.draft_attn_groups},
+            "causal": {name: meta.causal for name, meta in per_layer.items()},
+            "slots": {name: s.clone() for name, s in slots.items()},
+            "slots_in_main_buffer": {name: s.data_ptr() == main for name, s in slots.items()},
+            "forward_slots": {name: s.clone() for name, s in forward.items()},
+            "forward_slots_in_main_buffer": {name: s.data_ptr() == main for name, s in forward.items()},
+        }
 
-        by_gid = {g.kv_cache_group_id: g for g in proposer.draft_attn_groups}
-        assert set(by_gid) == {0, 1}
-        for gid, group in by_gid.items():
-            (call,) = group.fa.calls
-            assert tuple(call["block_table"].shape) == (NUM_REQS, MAX_BLOCKS)
-            assert torch.equal(call["block_table"], tables[gid][:NUM_REQS])
-            assert call["causal"] is (gid == 1)
-        assert set(per_layer) == set(names)
-        assert all(per_layer[n].causal for n in sliding)
-        assert not any(per_layer[n].causal for n in set(names) - sliding)
-        assert bool((per_layer[names[0]].slot_mapping == 7).all()), "the sliding group must use its own slots"
-        assert per_layer[names[1]].slot_mapping.data_ptr() == proposer._slot_mapping_buffer.data_ptr()
-        # The forward pass's per-layer slot mappings follow the same split.
-        slots = proposer._get_slot_mapping(q_total)
-        assert bool((slots[names[2]] == 7).all())
-        assert slots[names[3]].data_ptr() == proposer._slot_mapping_buffer.data_ptr()
+
+def test_dflash_sliding_and_full_groups_get_their_own_cut_tables(patched_021: Tree) -> None:
+    """0.21.0's backported multi-group DFlash: a Gemma 4 style drafter (layers 0, 2 sliding and causal; 1, 3 full
+    and non-causal) in two KV cache groups gets one metadata per group, each with its own block table cut to the
+    17 real requests, its own query slots, and its own causality."""
+    got = patched_021.result(dflash_multi_group)
+    assert got["kv_cache_gid"] == 0, "the runner must hand DFlash the full-attention group's metadata"
+    tables = _padded_tables()
+    assert set(got["calls"]) == {0, 1}
+    for gid, calls in got["calls"].items():
+        (call,) = calls
+        assert tuple(call["block_table"].shape) == (NUM_REQS, MAX_BLOCKS)
+        assert torch.equal(call["block_table"], tables[gid][:NUM_REQS])
+        assert call["causal"] is (gid == 1)
+    assert set(got["causal"]) == set(NAMES)
+    assert all(got["causal"][n] for n in SLIDING)
+    assert not any(got["causal"][n] for n in set(NAMES) - SLIDING)
+    assert bool((got["slots"][NAMES[0]] == 7).all()), "the sliding group must use its own slots"
+    assert got["slots_in_main_buffer"][NAMES[1]] and not got["slots_in_main_buffer"][NAMES[0]]
+    # The forward pass's per-layer slot mappings follow the same split.
+    assert bool((got["forward_slots"][NAMES[2]] == 7).all())
+    assert got["forward_slots_in_main_buffer"][NAMES[3]] and not got["forward_slots_in_main_buffer"][NAMES[2]]

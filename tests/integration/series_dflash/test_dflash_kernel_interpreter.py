@@ -46,8 +46,8 @@ def _run(kernel_source: Path, seeds: int) -> tuple[int, dict]:
     return out.returncode, json.loads(out.stdout)
 
 
-def test_patched_kernel_matches_reference_on_padded_batch(patched: Path) -> None:
-    rc, report = _run(patched / KERNEL_FILE, seeds=2)
+def test_patched_kernel_matches_reference_on_padded_batch(patched_path: Path) -> None:
+    rc, report = _run(patched_path / KERNEL_FILE, seeds=2)
     failures = {
         f"seed {run['seed']} {name}": verdict
         for run in report["runs"]
@@ -58,10 +58,10 @@ def test_patched_kernel_matches_reference_on_padded_batch(patched: Path) -> None
     assert report["device"] == "cpu"
 
 
-def test_unpatched_kernel_writes_rejected_slots(pristine_021: Path) -> None:
+def test_unpatched_kernel_writes_rejected_slots(pristine_021_path: Path) -> None:
     """Negative control: 0.21.0 as released writes rejected rows' K/V, and only that check fails; its query
     positions already come from the last accepted token."""
-    rc, report = _run(pristine_021 / KERNEL_FILE, seeds=1)
+    rc, report = _run(pristine_021_path / KERNEL_FILE, seeds=1)
     assert rc == 1 and not report["ok"]
     (run,) = report["runs"]
     failed = {name for name, verdict in run["checks"].items() if verdict != "ok"}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 import zipfile
 from pathlib import Path
 
@@ -161,3 +163,47 @@ def test_verdict_line_native_unused_and_missing(tmp_path: Path, project: Path) -
     checks = {c["name"]: c for c in json.loads(done.stdout)["wheels"][0]["checks"]}
     assert not checks["arch sm_120 vllm/_moe_C.abi3.so"]["ok"]
     assert "1 have no code for it (_moe_C.abi3.so" in checks["verdict sm_120"]["detail"]
+
+
+@pytest.mark.skipif(os.name == "nt" or os.geteuid() == 0, reason="a file its owner cannot read: POSIX, not root")
+def test_cli_json_reports_every_wheel_when_the_first_cannot_be_read(
+    tmp_path: Path, small_wheel: Path, project: Path
+) -> None:
+    first = tmp_path / "first" / small_wheel.name
+    first.parent.mkdir()
+    first.write_bytes(small_wheel.read_bytes())
+    first.chmod(0)
+    _json_reports_every_wheel(first, small_wheel, "Permission denied")
+
+
+@pytest.mark.skipif(os.name == "nt", reason="a Unix socket")
+def test_cli_json_reports_every_wheel_when_the_first_cannot_be_opened(
+    tmp_path: Path, small_wheel: Path, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A socket under a wheel's name: it exists and is no folder, and opening it fails (for root too)."""
+    (tmp_path / "first").mkdir()
+    monkeypatch.chdir(tmp_path / "first")  # a short relative name: socket paths are limited to ~100 bytes
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(small_wheel.name)
+        _json_reports_every_wheel(tmp_path / "first" / small_wheel.name, small_wheel, "cannot be read")
+
+
+def test_cli_json_reports_every_wheel_when_the_first_is_not_a_zip(
+    tmp_path: Path, small_wheel: Path, project: Path
+) -> None:
+    first = tmp_path / "first" / small_wheel.name
+    first.parent.mkdir()
+    first.write_bytes(small_wheel.read_bytes()[:100])  # cut short in transfer
+    _json_reports_every_wheel(first, small_wheel, "not a readable zip")
+
+
+def _json_reports_every_wheel(first: Path, good: Path, why: str) -> None:
+    done = run_g4build("validate", str(first), str(good), "--json")
+    assert done.returncode == 10, done.stderr
+    out = json.loads(done.stdout)  # one document: the wheels' reports, not an error object
+    assert set(out) == {"wheels", "ok"} and out["ok"] is False
+    bad, fine = out["wheels"]
+    assert (bad["wheel"], bad["ok"], fine["wheel"], fine["ok"]) == (str(first), False, str(good), True)
+    (check,) = bad["checks"]
+    assert check["name"] == "readable" and str(first) in check["detail"] and why in check["detail"]
+    assert "1 of 2 wheel(s) failed validation" in done.stderr and "readable" in done.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from tests.unit.wheels.wheelsfactory import DFLASH_NEW, PRISTINE, build_wheel, record_hash, run_g4build
 
-from g4build.errors import LockTimeoutError, PatchConflictError
+from g4build.errors import LockTimeoutError, PatchConflictError, UnsafeArchiveError
 from g4build.wheels.venvjournal import venv_lock
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="venv layout of Linux, SIGKILL")
@@ -35,9 +35,9 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmpdir
 
 
-def make_venv(tmp_path: Path, *, link: str | None = None) -> tuple[Path, Path]:
+def make_venv(tmp_path: Path, *, link: str | None = None, link_dir: str | None = None) -> tuple[Path, Path]:
     """A real venv with the small fake vLLM installed; ``link`` (a path in the package) is made a symlink to a
-    copy outside the venv, the way a hand-linked development file looks."""
+    copy outside the venv, the way a hand-linked development file looks; ``link_dir`` the same for a folder."""
     wheel = build_wheel(tmp_path / "in")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
@@ -50,7 +50,16 @@ def make_venv(tmp_path: Path, *, link: str | None = None) -> tuple[Path, Path]:
         outside.write_bytes((site / link).read_bytes())
         (site / link).unlink()
         (site / link).symlink_to(outside)
+    if link_dir is not None:
+        link_folder(site / link_dir, tmp_path / "shared-dir" / Path(link_dir).name)
     return venv, site
+
+
+def link_folder(folder: Path, outside: Path) -> None:
+    """Move ``folder`` to ``outside`` and leave a symlink to it in its place."""
+    outside.parent.mkdir(parents=True)
+    folder.rename(outside)
+    folder.symlink_to(outside, target_is_directory=True)
 
 
 def tree_state(venv: Path) -> dict[str, tuple[object, ...]]:
@@ -244,3 +253,38 @@ def test_force_without_undo_is_a_usage_error(tmp_path: Path, project: Path) -> N
     venv, _ = make_venv(tmp_path)
     done = overlay(venv, "--force")
     assert done.returncode == 2 and "--force only applies to --undo" in done.stderr
+
+
+def test_a_symlinked_folder_in_site_packages_is_refused_before_anything_changes(
+    tmp_path: Path, project: Path, _isolated: Path
+) -> None:
+    """vllm/spec (where the series writes) links to a folder outside the venv: writing through it would patch
+    files that are not this venv's."""
+    venv, site = make_venv(tmp_path, link_dir="vllm/spec")
+    outside = tmp_path / "shared-dir"
+    before, outside_before = tree_state(venv), tree_state(outside)
+    refused = overlay(venv)
+    assert refused.returncode == UnsafeArchiveError.exit_code, refused.stderr
+    assert f"{site / 'vllm/spec'} is a symlink" in " ".join(refused.stderr.split())
+    assert tree_state(venv) == before and tree_state(outside) == outside_before
+    assert not (venv / ".g4build-overlay").exists()
+    no_strays(venv, _isolated)
+
+
+def test_undo_refuses_to_restore_through_a_folder_linked_after_the_overlay(
+    tmp_path: Path, project: Path, _isolated: Path
+) -> None:
+    venv, site = make_venv(tmp_path)
+    before = tree_state(venv)
+    assert overlay(venv).returncode == 0
+    outside = tmp_path / "shared-dir" / "spec"
+    link_folder(site / "vllm/spec", outside)
+    outside_before = tree_state(outside.parent)
+    refused = undo(venv)
+    assert refused.returncode == UnsafeArchiveError.exit_code, refused.stderr
+    assert tree_state(outside.parent) == outside_before  # nothing restored into the linked-to folder
+    (site / "vllm/spec").unlink()
+    outside.rename(site / "vllm/spec")
+    assert undo(venv).returncode == 0
+    assert tree_state(venv) == before
+    no_strays(venv, _isolated)

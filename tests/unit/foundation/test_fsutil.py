@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import git
 import pytest
 
+from g4build import fsutil
 from g4build.fsutil import remove_tree, staging_dir, sweep_staging
 
 
@@ -78,3 +81,43 @@ def test_sweep_removes_dead_staging_keeps_live_ones_and_never_follows_links(tmp_
     assert not live.exists()
     assert (outside / "precious.txt").read_text() == "keep\n" and (folder / ".g4build-planted.part").is_symlink()
     assert (folder / "other.part").is_dir()
+
+
+@pytest.mark.skipif(os.name == "nt", reason="flock: POSIX (Windows only names leftovers)")
+def test_a_sweep_right_after_the_folder_is_created_cannot_take_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The narrowest interleaving: another run sweeps the destination the moment mkdtemp has created the folder,
+    before this run could lock it. The folder must not be sweepable yet, so it survives, locked."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    real_mkdtemp = tempfile.mkdtemp
+    sweeps: list[tuple[list[Path], list[Path]]] = []
+
+    def mkdtemp_then_sweep(*args: Any, **kwargs: Any) -> str:
+        made = real_mkdtemp(*args, **kwargs)
+        sweeps.append(sweep_staging(folder))
+        return made
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp_then_sweep)
+    with staging_dir(folder) as live:
+        monkeypatch.undo()
+        assert sweeps == [([], [])]  # the racing sweep saw nothing to take
+        assert live.is_dir() and live.name.endswith(".part")
+        (live / "wheel.whl").write_bytes(b"x")
+        assert sweep_staging(folder) == ([], [live])  # once visible, it is locked
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.skipif(os.name == "nt", reason="flock: POSIX (Windows only names leftovers)")
+def test_a_claim_left_by_a_kill_is_removed_once_it_is_old(tmp_path: Path) -> None:
+    folder = tmp_path / "out"
+    folder.mkdir()
+    old = folder / ".g4build-killed.claim"
+    young = folder / ".g4build-creating.claim"
+    old.mkdir()
+    young.mkdir()
+    past = time.time() - fsutil.CLAIM_GRACE_S - 5
+    os.utime(old, (past, past))
+    assert sweep_staging(folder) == ([old], [])
+    assert young.is_dir() and not old.exists()  # young: its run is about to lock and rename it

@@ -3,6 +3,7 @@ that drops, a trickle, a complete wrong body; and a corrupted file planted in th
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import http.server
 import json
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.unit.wheels.wheelsfactory import run_g4build
 
 from g4build import index
 from g4build.errors import DownloadError, IntegrityError, UsageError
@@ -153,11 +155,57 @@ def test_a_trickle_below_the_minimum_rate_is_retried_then_refused(
     assert srv.hits["file"] == 2 and not dest.exists() and not dest.with_name(NAME + ".part").exists()
 
 
-def test_bad_limits_in_the_environment_are_usage_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("G4BUILD_MIN_RATE", "fast")
+@pytest.mark.parametrize("value", ["fast", "-1", "inf"])
+def test_bad_limits_in_the_environment_are_usage_errors(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("G4BUILD_MIN_RATE", value)
     with pytest.raises(UsageError, match="G4BUILD_MIN_RATE: expected a positive number of bytes per second, "
-                                         "found 'fast'"):
+                                         f"or 0 for no minimum, found '{value}'"):
         index.Limits.from_env()
+    monkeypatch.delenv("G4BUILD_MIN_RATE")
+    monkeypatch.setenv("G4BUILD_DOWNLOAD_DEADLINE", "0")  # a deadline has no "off"
+    with pytest.raises(UsageError, match="G4BUILD_DOWNLOAD_DEADLINE: expected a positive number of seconds, "
+                                         "found '0'"):
+        index.Limits.from_env()
+
+
+def test_a_minimum_rate_of_zero_switches_the_floor_off(
+    tmp_path: Path, serve: Callable[..., Hostile], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A trickle (~200 bytes/s) that the default floor would stop at every window's end arrives whole."""
+    short = BODY[:120]  # one byte every 5 ms: ~0.6 s
+    srv = serve(modes=["trickle"], body=short)
+    url = f"{srv.url.rsplit('/', 1)[0]}/files/{NAME}"
+    monkeypatch.setenv("G4BUILD_MIN_RATE", "0")
+    limits = dataclasses.replace(index.Limits.from_env(), rate_window_s=0.05)
+    assert limits.min_rate == 0
+    dest = tmp_path / NAME
+    index.download(url, dest, hashlib.sha256(short).hexdigest(), attempts=1, limits=limits)
+    assert dest.read_bytes() == short and srv.hits["file"] == 1
+    # the control: the same stream with the default floor is stopped
+    monkeypatch.delenv("G4BUILD_MIN_RATE")
+    with pytest.raises(DownloadError, match="below the minimum of 1024 bytes/s"):
+        index.download(url, tmp_path / "again", hashlib.sha256(short).hexdigest(), attempts=1,
+                       limits=dataclasses.replace(index.Limits.from_env(), rate_window_s=0.05))
+
+
+@pytest.mark.parametrize("below", ["", "sub/cache"])
+def test_a_cache_at_or_under_a_file_is_a_usage_error_naming_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, below: str,
+) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder\n")
+    value = str(afile / below) if below else str(afile)
+    monkeypatch.setenv("G4BUILD_CACHE", value)
+    with pytest.raises(UsageError, match=f"G4BUILD_CACHE={value}: expected a folder for g4build's cache"):
+        index.cache_root()
+    # the real command: a usage error naming the variable, not an unexpected NotADirectoryError
+    done = run_g4build("overlay", "--pin", "vllm-0.21.0", "--out", str(tmp_path / "out"),
+                       env={"G4BUILD_CACHE": value, "PIP_INDEX_URL": "http://127.0.0.1:9/simple"})
+    said = " ".join(done.stderr.split())
+    assert done.returncode == UsageError.exit_code, done.stderr
+    assert f"G4BUILD_CACHE={value}: expected a folder" in said and "unexpected" not in said
+    assert ("found a file" if not below else f"({afile} is on the way)") in said
+    assert afile.read_text() == "not a folder\n" and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("mode", ["whole", "nolen-whole"])

@@ -13,7 +13,7 @@ from g4build.cli._common import JSON_OPTION, console, print_json
 from g4build.errors import UsageError, ValidationError
 from g4build.wheels import cudatools
 from g4build.wheels.fatbin import Arch
-from g4build.wheels.validate import ValidateOptions, ValidationReport, validate_wheel
+from g4build.wheels.validate import Check, ValidateOptions, ValidationReport, validate_wheel
 
 
 def parse_archs(values: list[str]) -> tuple[Arch, ...]:
@@ -34,12 +34,23 @@ def show_report(report: ValidationReport) -> None:
     console.print(table)
 
 
+def unreadable(wheel: Path, exc: ValidationError | OSError) -> ValidationReport:
+    """The report of a wheel that could not be read at all: one failing check saying why."""
+    why = exc.message if isinstance(exc, ValidationError) else f"{wheel}: cannot be read ({exc.strerror or exc})"
+    return ValidationReport(wheel=str(wheel), checks=(Check(name="readable", ok=False, detail=why),), archs=())
+
+
 def run_validation(wheels: list[Path], options: ValidateOptions, *, as_json: bool) -> list[ValidationReport]:
-    """Validate each wheel, print the results, raise ValidationError when any check failed."""
+    """Validate each wheel, print the results, raise ValidationError when any check failed. A wheel that cannot
+    be read (not a zip, no permission, not a wheel's name) gets a report of its own too: every wheel is
+    reported, the others still checked."""
     reports = []
     for wheel in wheels:
         with console.status(f"validating {wheel.name}", spinner="dots") if not as_json else nullcontext():
-            reports.append(validate_wheel(wheel, options))
+            try:
+                reports.append(validate_wheel(wheel, options))
+            except (ValidationError, OSError) as exc:
+                reports.append(unreadable(wheel, exc))
         if not as_json:
             show_report(reports[-1])
     if as_json:
@@ -48,7 +59,9 @@ def run_validation(wheels: list[Path], options: ValidateOptions, *, as_json: boo
     failed = [r for r in reports if not r.ok]
     if failed:
         names = "; ".join(f"{Path(r.wheel).name}: {', '.join(c.name for c in r.failures())}" for r in failed)
-        verdicts = [c.detail for r in failed for c in r.failures() if c.name.startswith("verdict ")]
+        # a wheel's one verdict, or why it could not be read, is the thing to act on
+        verdicts = [c.detail for r in failed for c in r.failures() if c.name.startswith("verdict ") or
+                    c.name == "readable"]
         raise ValidationError(
             f"{len(failed)} of {len(reports)} wheel(s) failed validation ({names})",
             hint=verdicts[0] if len(verdicts) == 1 else "each failing check's detail says what is wrong and why",

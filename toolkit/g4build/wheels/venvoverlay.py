@@ -18,7 +18,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from g4build.errors import UsageError, ValidationError
+from g4build.errors import UnsafeArchiveError, UsageError, ValidationError
 from g4build.faults import fault
 from g4build.fsutil import remove_tree
 from g4build.manifest import MANIFEST_NAME, dumps
@@ -86,6 +86,30 @@ def find_installed(venv: Path) -> Installed:
     )
 
 
+_LINKED_HINT = (
+    "install vLLM into the venv without linked folders (pip install --force-reinstall --no-deps vllm==…), or "
+    "overlay the wheel itself: `g4build overlay WHEEL`"
+)
+
+
+def refuse_linked_folders(site: Path, rels: list[str] | set[str], *, hint: str = _LINKED_HINT) -> None:
+    """Refuse when a folder between ``site`` and a file the overlay (or its undo) writes is a symlink: the write
+    would land wherever the link points (another venv, a checkout), outside this venv. A linked *file* is fine: it
+    is replaced by a regular file and comes back a link on undo."""
+    for rel in sorted(rels):
+        parent = PurePosixPath(safe_member(rel)).parent
+        for depth in range(1, len(parent.parts) + 1):
+            folder = site / PurePosixPath(*parent.parts[:depth])
+            if folder.is_symlink():
+                raise UnsafeArchiveError(
+                    f"{folder} is a symlink (to {os.readlink(folder)}): writing {rel} through it would change files "
+                    f"outside {site}; nothing was changed",
+                    hint=hint,
+                )
+            if not folder.is_dir():
+                break  # created by the overlay: a real folder
+
+
 def _patch(scratch: Path, read: dict[str, bytes], plan: OverlayPlan, target: str) -> dict[str, bytes | None]:
     """Patch copies of the touched files in ``scratch`` (inside the state folder); return the changed ones."""
     scratch.mkdir()
@@ -111,6 +135,7 @@ def overlay_venv(venv: Path, plan: OverlayPlan) -> VenvResult:
         manifest_rel = f"{dist_rel}/{MANIFEST_NAME}"
         if (site / manifest_rel).exists():
             raise UsageError(f"{site / manifest_rel} exists: this vLLM was already built or overlaid by g4build")
+        refuse_linked_folders(site, {*touched_by(plan), manifest_rel, f"{dist_rel}/RECORD"})
         if not record_path.is_file():
             raise ValidationError(f"{record_path} is missing: cannot keep the installed RECORD true")
         rows = parse_record(record_path.read_bytes(), str(record_path))
@@ -243,6 +268,10 @@ def recover(venv: Path) -> str | None:
 
 def _restore_all(venv: Path, state: Path, journal: Journal) -> None:
     site = _site_of(venv, journal.site_packages)
+    # a folder linked away after the overlay: restoring through it would write elsewhere
+    refuse_linked_folders(site, {e.path for e in journal.files}, hint=(
+        "put the real folder back in place of the link, then run the undo again (or reinstall vLLM into the venv: "
+        "pip install --force-reinstall --no-deps vllm==…, then remove the venv's .g4build-overlay folder)"))
     if journal.status != "undoing":
         journal.status = "undoing"
         write_journal(state, journal)
