@@ -67,7 +67,9 @@ def make_plan(
                      + (f", its changes over {base.onto[:12]} forward-ported onto {pin.name}" if base.onto else ""))
         notes.append("FlashInfer's ahead-of-time kernels are Linux-only: on Windows FlashInfer compiles at first use")
         if windows.needs_align_shim(target.cuda):
-            notes.append(f"CUDA {target.cuda} + MSVC: a private cuda.h with 64-byte CUtensorMap alignment is used")
+            notes.append(f"CUDA {target.cuda} + MSVC: cuda-shim gives the build a private cuda.h with 64-byte "
+                         "CUtensorMap alignment when the installed one needs it (already patched or 13.3+: none); "
+                         "run-time JIT reads the installed header")
     else:
         linux.check_layout(target.os, layout)
         env.update(linux.env(target, layout, cuda_home=cuda_home))

@@ -234,14 +234,21 @@ def register(app: typer.Typer) -> None:
     def cuda_shim(
         dest: Path = typer.Option(..., "--dest", help="Folder for the private cuda.h."),
         cuda_home: Path | None = typer.Option(None, "--cuda-home", help="CUDA install folder (default: CUDA_HOME)."),
+        as_json: bool = JSON_OPTION,
     ) -> None:
-        """Write a cuda.h whose CUtensorMap alignment MSVC accepts (CUDA 13.0-13.2 on Windows)."""
-        from g4build.build.windows import write_shim
+        """Make cuda.h's CUtensorMap alignment acceptable to MSVC for the build (CUDA 13.0-13.2 on Windows):
+        a private copy when the installed header needs it; nothing when it is already patched or newer."""
+        from g4build.build.cudashim import apply
 
         home = cuda_home or Path(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "")
-        if not str(home):
-            raise UsageError("no CUDA folder: pass --cuda-home or set CUDA_HOME")
-        console.print(f"wrote {write_shim(home, dest)}")
+        if not str(home) or str(home) == ".":
+            raise UsageError("no CUDA folder: expected --cuda-home or CUDA_HOME (or CUDA_PATH), found none",
+                             hint="pass --cuda-home to the CUDA install folder (the one holding include\\cuda.h)")
+        result = apply(home, dest)
+        if as_json:
+            print_json(result.to_dict())
+        else:
+            console.print(result.message(), markup=False, highlight=False)
 
     @app.command("manifest")
     def manifest_cmd(
