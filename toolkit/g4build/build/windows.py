@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from g4build.build.flashinfer import FlashInferWheel
 from g4build.build.plan import Layout, Step, Target, python_check
 from g4build.errors import BuildError, UsageError
 from g4build.pins import Pin
@@ -178,6 +180,28 @@ def source_steps(pin: Pin, layout: Layout, g4build: tuple[str, ...]) -> tuple[St
     return (Step(name="source", title=how,
                  command=(*g4build, "source", "fetch", "--pin", pin.name, "--os", "windows", "--dest", layout.src),
                  cwd=layout.root, fresh=layout.src),)
+
+
+def flashinfer_steps(pin: Pin, target: Target, layout: Layout, g4build: tuple[str, ...],
+                     wheels: Sequence[FlashInferWheel]) -> tuple[Step, ...]:
+    """With Windows FlashInfer wheels given: check each sha256 and copy them beside the vLLM wheel, before the
+    hours of compiling (a wrong file stops the build at once)."""
+    if not wheels:
+        return ()
+    args = [a for w in wheels for a in ("--wheel", w.spec())]
+    return (Step(name="flashinfer-wheels", title=f"check and copy the FlashInfer {pin.flashinfer} Windows wheels",
+                 resumable=False, command=(*g4build, "flashinfer-wheels", "--pin", pin.name, "--python",
+                                           target.python, "--out", layout.out, *args), cwd=layout.root),)
+
+
+def flashinfer_note(pin: Pin, wheels: Sequence[FlashInferWheel]) -> str:
+    if wheels:
+        return (f"FlashInfer: the Windows wheels given ({', '.join(w.filename for w in wheels)}), sha256-checked "
+                "first, copied beside the vLLM wheel and recorded in build-manifest.json; launch scripts install "
+                "them with it")
+    return ("FlashInfer: none (its ahead-of-time build is Linux-only and the Windows base keeps the pin's "
+            f"requirements/cuda.txt): the launch scripts turn every FlashInfer path off. To have it, pass "
+            f"--flashinfer-wheel PATH=SHA256 with Windows wheels of FlashInfer {pin.flashinfer}")
 
 
 def extra_steps(target: Target, layout: Layout, g4build: tuple[str, ...], python: tuple[str, ...],

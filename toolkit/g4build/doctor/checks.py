@@ -224,7 +224,9 @@ def check_cuda(probe: Probe, wsl: bool) -> list[Finding]:
     elif probe.system == "windows":
         findings.append(Finding(check="flashinfer-cuda", status="warn",
                                 summary="FlashInfer's ahead-of-time build is Linux only",
-                                fix="build the FlashInfer wheels in WSL or let FlashInfer JIT at run time"))
+                                fix="build with Windows FlashInfer wheels of the pin's version (g4build wheel "
+                                    "--flashinfer-wheel PATH=SHA256), or serve without FlashInfer: the launch "
+                                    "scripts then turn its paths off"))
     else:
         findings.append(Finding(
             check="flashinfer-cuda", status="ok",
