@@ -176,6 +176,10 @@ class Scratch:
                 return False
         return True
 
+    def apply(self, patch: str) -> tuple[bool, str]:
+        """Apply ``patch`` (text) here with zero fuzz (offsets allowed); (applied, git's output)."""
+        return self._apply(patch)
+
     def _apply(self, patch: str, *extra: str) -> tuple[bool, str]:
         proc = gittree.run_git(
             ["apply", "--whitespace=nowarn", *extra, "-"], cwd=self.folder, stdin=patch.encode(

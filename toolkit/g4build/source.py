@@ -13,6 +13,7 @@ import os
 import posixpath
 import re
 import tarfile
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -147,6 +148,28 @@ def safe_extract_tar(archive: Path, dest: Path) -> Path:
         remove_tree(tmp)
         raise
     return dest / tops[0] if single else dest
+
+
+def pristine_files(pin: Pin, paths: Iterable[str], progress: ProgressHook | None = None) -> dict[str, bytes]:
+    """The pin's own copies of ``paths`` (tree-relative, e.g. ``vllm/envs.py``), read from its sha256-verified sdist
+    (cached; fetched from the index when missing). A path the release does not have is left out."""
+    got = fetch_verified("vllm", pin.sdist.file, pin.sdist.sha256, cache_dir=cache_root() / "sdists", progress=progress)
+    wanted = set(paths)
+    found: dict[str, bytes] = {}
+    try:
+        with tarfile.open(got.path) as tar:
+            members = tar.getmembers()
+            check_tar_members(members, got.path.name)
+            for member in members:
+                top, _, rel = member.name.partition("/")
+                if rel in wanted and member.isfile() and top and rel not in found:
+                    data = tar.extractfile(member)
+                    if data is not None:
+                        found[rel] = data.read()
+    except tarfile.TarError as exc:
+        raise UnsafeArchiveError(f"{got.path.name}: not a readable tar archive: {exc}",
+                                 hint="expected a .tar.gz sdist: delete the file and download it again") from exc
+    return found
 
 
 # --- helpers ---------------------------------------------------------------------------------------------

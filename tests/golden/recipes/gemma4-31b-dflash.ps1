@@ -7,6 +7,10 @@
 # bf16 weights need the 96 GB card; on a 32 GB card use an NVFP4 31B checkpoint (--set model=...,
 # hardware.vram_gb=32) and re-check the budget with `g4build recipe check gemma4-31b-dflash --model-dir ...`.
 #
+# FlashInfer: where `import flashinfer` finds nothing at start (a wheel built without FlashInfer,
+# as on Windows), the script sets these instead of letting vLLM fail:
+#   VLLM_USE_FLASHINFER_SAMPLER=0: vLLM's default sampler is FlashInfer's, imported at engine start
+#
 # How the arguments reach vllm exactly, in Windows PowerShell 5.1 and PowerShell 7.x:
 # - $vllmArgs holds each value as a single-quoted string ('' stands for one quote; nothing is expanded).
 # - Where $PSNativeCommandArgumentPassing exists (7.3+), the script sets it to 'Standard', which passes
@@ -40,6 +44,15 @@ if ($LASTEXITCODE -eq 0 -and -not ($caps -contains '12.0')) {
     [Console]::Error.WriteLine('warning: this recipe is for sm120 (compute capability 12.0); nvidia-smi reports: ' + ($caps -join ' '))
 }
 
+# FlashInfer: where it is not installed, close the paths that would import it (see the header).
+if (Get-Command -Name 'python' -CommandType Application -ErrorAction SilentlyContinue) {
+    & python -c 'import importlib.util, sys; sys.exit(0 if importlib.util.find_spec(''flashinfer'') else 3)'
+    if ($LASTEXITCODE -eq 3) {
+        [Console]::Error.WriteLine('note: FlashInfer is not installed: serving without it (VLLM_USE_FLASHINFER_SAMPLER=0)')
+        $env:VLLM_USE_FLASHINFER_SAMPLER = '0'
+    }
+}
+
 $vllmArgs = @(
     'serve'
     'google/gemma-4-31B-it'
@@ -58,6 +71,8 @@ $vllmArgs = @(
     '--enable-auto-tool-choice'
     '--tool-call-parser'
     'gemma4'
+    '--mm-processor-cache-gb'
+    '0'
     '--speculative-config'
     '{"method":"dflash","model":"./models/gemma4-31b-dflash","num_speculative_tokens":15,"attention_backend":"flash_attn"}'
 )
@@ -79,6 +94,8 @@ $vllmArgsLegacy = @(
     '--enable-auto-tool-choice'
     '--tool-call-parser'
     'gemma4'
+    '--mm-processor-cache-gb'
+    '0'
     '--speculative-config'
     '"{\"method\":\"dflash\",\"model\":\"./models/gemma4-31b-dflash\",\"num_speculative_tokens\":15,\"attention_backend\":\"flash_attn\"}"'
 )

@@ -8,6 +8,10 @@
 # bf16 weights need the 96 GB card; on a 32 GB card use an NVFP4 31B checkpoint (--set model=...,
 # hardware.vram_gb=32) and re-check the budget with `g4build recipe check gemma4-31b-dflash --model-dir ...`.
 #
+# FlashInfer: where `import flashinfer` finds nothing at start (a wheel built without FlashInfer,
+# as on Windows), the script sets these instead of letting vLLM fail:
+#   VLLM_USE_FLASHINFER_SAMPLER=0: vLLM's default sampler is FlashInfer's, imported at engine start
+#
 # Quoting: each value below is one single-quoted word ('\'' stands for a quote), so bash expands
 # nothing inside it and vllm receives it exactly as the recipe wrote it. That is why shellcheck's
 # notes on literal $/backticks (SC2016), on '\'' (SC1003) and on typographic quotes (SC1112) are off.
@@ -36,6 +40,16 @@ if caps="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader)"; then
   esac
 fi
 
+# FlashInfer: where it is not installed, close the paths that would import it (see the header).
+if command -v python3 >/dev/null 2>&1; then
+  flashinfer_rc=0
+  python3 -c 'import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('\''flashinfer'\'') else 3)' || flashinfer_rc=$?
+  if [[ "${flashinfer_rc}" -eq 3 ]]; then
+    echo 'note: FlashInfer is not installed: serving without it (VLLM_USE_FLASHINFER_SAMPLER=0)' >&2
+    export VLLM_USE_FLASHINFER_SAMPLER='0'
+  fi
+fi
+
 vllm_args=(
   'serve'
   'google/gemma-4-31B-it'
@@ -54,6 +68,8 @@ vllm_args=(
   '--enable-auto-tool-choice'
   '--tool-call-parser'
   'gemma4'
+  '--mm-processor-cache-gb'
+  '0'
   '--speculative-config'
   '{"method":"dflash","model":"./models/gemma4-31b-dflash","num_speculative_tokens":15,"attention_backend":"flash_attn"}'
 )

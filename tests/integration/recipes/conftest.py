@@ -28,13 +28,15 @@ def g4build(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
                           encoding="utf-8", env=env, cwd=cwd or REPO)
 
 
-def make_wheel(path: Path, manifest: dict[str, Any] | None = None) -> Path:
-    """A small real wheel (zip) with an optional g4build build-manifest.json in its dist-info."""
+def make_wheel(path: Path, manifest: dict[str, Any] | None = None, metadata: str | None = None) -> Path:
+    """A small real wheel (zip) with an optional g4build build-manifest.json and METADATA in its dist-info."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("vllm/__init__.py", "")
         if manifest is not None:
             archive.writestr("vllm-0.21.0.dist-info/build-manifest.json", json.dumps(manifest))
+        if metadata is not None:
+            archive.writestr("vllm-0.21.0.dist-info/METADATA", metadata)
     return path
 
 
@@ -66,9 +68,10 @@ class Stubs:
     def remove(self, name: str) -> None:
         (self.dir / name).unlink()
 
-    def run(self, script: Path, *, extra_path: str = "/usr/bin:/bin") -> subprocess.CompletedProcess[str]:
+    def run(self, script: Path, *, extra_path: str = "/usr/bin:/bin", env: dict[str, str] | None = None,
+            ) -> subprocess.CompletedProcess[str]:
         env = {"PATH": f"{self.dir}:{extra_path}" if extra_path else str(self.dir),
-               "G4_STUB_RECORD": str(self.record), "HOME": str(self.dir), "LANG": "C.UTF-8"}
+               "G4_STUB_RECORD": str(self.record), "HOME": str(self.dir), "LANG": "C.UTF-8", **(env or {})}
         return subprocess.run(["/bin/bash", str(script)], capture_output=True, text=True, encoding="utf-8",
                               env=env, cwd=self.dir.parent)
 

@@ -29,6 +29,7 @@ KNOWN_GOOD_ARGS = [
     "--trust-remote-code",
     "--enable-auto-tool-choice",
     "--tool-call-parser", "gemma4",
+    "--mm-processor-cache-gb", "0",
 ]
 
 
@@ -45,11 +46,12 @@ def test_dflash_recipe_runs_vllm_with_the_exact_command(tmp_path: Path, stubs: S
     result = stubs.run(render(tmp_path, "gemma4-26b-a4b-nvfp4-dflash"))
     assert result.returncode == 0, result.stderr
     calls = stubs.calls()
-    assert [c["prog"] for c in calls] == ["nvidia-smi", "nvidia-smi", "vllm"]
+    assert [c["prog"] for c in calls] == ["nvidia-smi", "nvidia-smi", "python3", "vllm"]
     assert calls[0]["argv"] == ["-L"]
     assert calls[1]["argv"] == ["--query-gpu=compute_cap", "--format=csv,noheader"]
+    assert calls[2]["argv"][0] == "-c" and "find_spec('flashinfer')" in calls[2]["argv"][1]  # exits 0: present
     assert "warning" not in result.stderr
-    vllm = calls[2]
+    vllm = calls[3]
     assert vllm["argv"] == [
         "serve", "./models/gemma-4-26B-A4B-it-NVFP4", *KNOWN_GOOD_ARGS,
         "--speculative-config",
@@ -109,7 +111,7 @@ def test_hostile_values_reach_vllm_exactly_and_run_nothing(tmp_path: Path, stubs
     model = value if value and not value.startswith("-") else "./models/gemma-4-26B-A4B-it-NVFP4"
     served = "name " + value if value.startswith("-") else value or "x"
     parser = ["--tool-call-parser=" + value] if value.startswith("-") else ["--tool-call-parser", value]
-    expected_args = [*KNOWN_GOOD_ARGS[2:-2], *parser]
+    expected_args = [*KNOWN_GOOD_ARGS[2:-4], *parser, *KNOWN_GOOD_ARGS[-2:]]
     spec = ('{"method":"dflash","model":' + json.dumps(value, ensure_ascii=False)
             + ',"num_speculative_tokens":15,"attention_backend":"flash_attn"}')
     assert argv == ["serve", model, "--served-model-name", served, *expected_args, "--speculative-config", spec]
@@ -145,8 +147,8 @@ def test_wheel_beside_the_script_is_installed_first(tmp_path: Path, stubs: Stubs
     assert result.returncode == 0, result.stderr
     run = stubs.run(out / "gemma4-26b-a4b-nvfp4-baseline.sh")
     assert run.returncode == 0, run.stderr
-    assert stubs.programs() == ["nvidia-smi", "python3", "vllm"]
-    [pip] = [c for c in stubs.calls() if c["prog"] == "python3"]
+    assert stubs.programs() == ["nvidia-smi", "python3", "python3", "vllm"]  # pip, then the FlashInfer check
+    [pip] = [c for c in stubs.calls() if c["prog"] == "python3" and c["argv"][0] == "-m"]
     assert pip["argv"] == ["-m", "pip", "install", str(wheel)]
 
 
@@ -166,7 +168,7 @@ def test_another_gpu_only_warns(tmp_path: Path, stubs: Stubs) -> None:
     result = stubs.run(script)
     assert result.returncode == 0, result.stderr
     assert "warning: this recipe is for sm120 (compute capability 12.0); nvidia-smi reports: 9.0" in result.stderr
-    assert stubs.programs() == ["nvidia-smi", "vllm"]
+    assert stubs.programs() == ["nvidia-smi", "python3", "vllm"]
 
 
 def test_vllm_exit_status_is_the_scripts(tmp_path: Path, stubs: Stubs) -> None:

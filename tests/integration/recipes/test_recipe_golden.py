@@ -12,24 +12,40 @@ from pathlib import Path
 import pytest
 
 from g4build.recipes import SHELLS, load_recipe, recipe_names, render, script_filename, write_script
+from g4build.recipes.flashinfer import FlashInferInfo
 from g4build.recipes.script import WheelRef
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "recipes"
 UPDATE = os.environ.get("G4BUILD_UPDATE_GOLDEN") == "1"
 WHEEL = "vllm-0.21.0+cu130.g4.0123456789-cp38-abi3-linux_x86_64.whl"
+WIN_WHEEL = "vllm-0.21.0+cu130.g4.0123456789-cp312-cp312-win_amd64.whl"
+FI_WHEELS = ("flashinfer_python-0.6.8.post1-py3-none-any.whl",
+             "flashinfer_jit_cache-0.6.8.post1+cu130-cp39-abi3-win_amd64.whl")
+# how the script finds FlashInfer: not known (checked at start), known absent (off in the env), wheels installed
+VARIANTS: dict[str, tuple[WheelRef | None, FlashInferInfo | None]] = {
+    "": (None, None),
+    "with-wheel": (WheelRef(path=WHEEL, beside_script=True), None),
+    "without-flashinfer": (WheelRef(path=WIN_WHEEL, beside_script=True),
+                           FlashInferInfo(presence="absent", why="its METADATA requires no flashinfer-python for "
+                                          "its platform and its build recorded no FlashInfer wheels")),
+    "with-flashinfer-wheels": (WheelRef(path=WIN_WHEEL, beside_script=True, companions=FI_WHEELS),
+                               FlashInferInfo(presence="present", why="built with FlashInfer wheels",
+                                              wheels=FI_WHEELS)),
+}
 
 
-def cases() -> list[tuple[str, str, bool]]:
-    out = [(name, shell, False) for name in recipe_names() for shell in SHELLS]
-    out += [("gemma4-26b-a4b-nvfp4-dflash", shell, True) for shell in SHELLS]
+def cases() -> list[tuple[str, str, str]]:
+    out = [(name, shell, "") for name in recipe_names() for shell in SHELLS]
+    out += [("gemma4-26b-a4b-nvfp4-dflash", shell, variant) for variant in VARIANTS if variant for shell in SHELLS]
     return out
 
 
-@pytest.mark.parametrize(("name", "shell", "with_wheel"), cases())
-def test_rendered_script_matches_golden(tmp_path: Path, name: str, shell: str, with_wheel: bool) -> None:
-    wheel = WheelRef(path=WHEEL, beside_script=True) if with_wheel else None
-    fresh = write_script(render(load_recipe(name), shell, wheel=wheel), tmp_path / script_filename(name, shell), shell)
-    golden = GOLDEN / ("with-wheel" if with_wheel else "") / script_filename(name, shell)
+@pytest.mark.parametrize(("name", "shell", "variant"), cases())
+def test_rendered_script_matches_golden(tmp_path: Path, name: str, shell: str, variant: str) -> None:
+    wheel, flashinfer = VARIANTS[variant]
+    text = render(load_recipe(name), shell, wheel=wheel, flashinfer=flashinfer)
+    fresh = write_script(text, tmp_path / script_filename(name, shell), shell)
+    golden = GOLDEN / variant / script_filename(name, shell)
     if UPDATE:
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_bytes(fresh.read_bytes())
@@ -38,6 +54,6 @@ def test_rendered_script_matches_golden(tmp_path: Path, name: str, shell: str, w
 
 
 def test_every_golden_file_has_a_recipe() -> None:
-    expected = {GOLDEN / ("with-wheel" if w else "") / script_filename(n, s) for n, s, w in cases()}
+    expected = {GOLDEN / v / script_filename(n, s) for n, s, v in cases()}
     present = {p for p in GOLDEN.rglob("*") if p.is_file()}
     assert present <= expected, f"stale golden files: {sorted(map(str, present - expected))}"

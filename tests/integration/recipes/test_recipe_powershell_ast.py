@@ -24,6 +24,15 @@ def walk(node: Any) -> Any:
         yield from walk(child)
 
 
+def _inside_if(node: Any) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if parent.type == "if_statement":
+            return True
+        parent = parent.parent
+    return False
+
+
 class PsScript:
     def __init__(self, data: bytes) -> None:
         assert data.startswith(b"\xef\xbb\xbf"), "PowerShell scripts carry a UTF-8 byte order mark"
@@ -53,11 +62,15 @@ class PsScript:
         assert arrays, f"{variable} is not an @() array"
         return [self._value(n) for n in walk(arrays[0]) if n.type == "string_literal"]
 
-    def env(self) -> dict[str, str]:
+    def env(self, *, conditional: bool = False) -> dict[str, str]:
+        """``$env:`` assignments the script makes unconditionally (or, with ``conditional``, only inside an if)."""
         out = {}
-        for name, right in self.assignments().items():
-            if name.lower().startswith("$env:"):
-                [literal] = [n for n in walk(right) if n.type == "string_literal"]
+        for node in walk(self.root):
+            if node.type != "assignment_expression":
+                continue
+            name = node.children[0].text.decode()
+            if name.lower().startswith("$env:") and _inside_if(node) == conditional:
+                [literal] = [n for n in walk(node.children[-1]) if n.type == "string_literal"]
                 out[name[5:]] = self._value(literal)
         return out
 
@@ -80,6 +93,7 @@ def test_dflash_script_parses_and_passes_the_exact_command(tmp_path: Path) -> No
         "--max-model-len", "131072", "--max-num-seqs", "22", "--max-num-batched-tokens", "32768",
         "--gpu-memory-utilization", "0.8", "--enable-chunked-prefill", "--enable-prefix-caching",
         "--trust-remote-code", "--enable-auto-tool-choice", "--tool-call-parser", "gemma4",
+        "--mm-processor-cache-gb", "0",
         "--speculative-config",
         '{"method":"dflash","model":"./models/gemma4-dflash-0.2b","num_speculative_tokens":15,'
         '"attention_backend":"flash_attn"}',

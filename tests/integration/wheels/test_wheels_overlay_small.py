@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from tests.unit.wheels.wheelsfactory import (
+    DFLASH_NEW,
     PRISTINE,
     SeriesSpec,
     build_wheel,
@@ -17,11 +19,11 @@ from tests.unit.wheels.wheelsfactory import (
     run_g4build,
 )
 
-from g4build.errors import PatchConflictError, UsageError
+from g4build.errors import DownloadError, PatchConflictError, UsageError
 from g4build.manifest import loads
 from g4build.pins import load_pins
 from g4build.series import load_all
-from g4build.wheels.overlay import overlay_wheel, plan_overlay
+from g4build.wheels.overlay import OverlayPlan, overlay_wheel, plan_overlay
 from g4build.wheels.validate import ValidateOptions, validate_wheel
 
 
@@ -73,15 +75,88 @@ def test_wheel_of_another_version_is_refused(tmp_path: Path, project: Path) -> N
     assert not (tmp_path / "out").exists()
 
 
+def _pristine(paths: Sequence[str]) -> dict[str, bytes]:
+    """The test project's pin files (what its wheels are built from) for the three-way merge."""
+    return {p: PRISTINE[p].encode() for p in paths if p in PRISTINE}
+
+
+def _merge_plan() -> OverlayPlan:
+    return plan_overlay(load_pins().get("vllm-0.21.0"), load_all(), pristine=_pristine)
+
+
 def test_patch_that_does_not_apply_is_refused_with_its_hunk(tmp_path: Path, project: Path) -> None:
+    # the wheel's copy changed the very line the patch changes: zero fuzz fails, and so does the merge
     drifted = {**PRISTINE, "vllm/spec/dflash.py": PRISTINE["vllm/spec/dflash.py"].replace("x + 7\n", "x + 70\n")}
     src = build_wheel(tmp_path / "in", drifted)
     (tmp_path / "out").mkdir()
     with pytest.raises(PatchConflictError) as err:
-        overlay_wheel(src, _plan(), tmp_path / "out")  # type: ignore[arg-type]
+        overlay_wheel(src, _merge_plan(), tmp_path / "out")
     assert "patch alpha/vllm-0.21.0/0001-change.patch does not apply to" in str(err.value)
     assert "hunk #1 at vllm/spec/dflash.py:" in str(err.value)
+    assert ("1 file(s) of vllm-0.21.0-cp38-abi3-manylinux_2_24_x86_64.whl are left (nothing was written): "
+            "vllm/spec/dflash.py: alpha/vllm-0.21.0/0001-change.patch does not apply with zero fuzz; a three-way "
+            "merge with vllm-0.21.0's own file conflicts: 1 conflicting hunk(s)") in str(err.value)
     assert list((tmp_path / "out").iterdir()) == []
+
+
+FORK_STEP_8 = PRISTINE["vllm/spec/dflash.py"].replace("def step_8(x):\n", "def step_8(x):  # fork: Windows\n")
+
+
+def test_change_near_a_hunk_is_merged_three_ways_and_reported_per_file(tmp_path: Path, project: Path) -> None:
+    # step_8's line is in the context of the patch's hunk on step_7 (zero fuzz fails) but two lines from it
+    src = build_wheel(tmp_path / "in", {**PRISTINE, "vllm/spec/dflash.py": FORK_STEP_8}, version="0.21.0+cu132")
+    result = overlay_wheel(src, _merge_plan(), tmp_path / "out")
+    how = {o.path: o.how for o in result.files}
+    assert how == {"vllm/spec/dflash.py": "merged", "vllm/spec/added.py": "applied", "vllm/obsolete.py": "applied",
+                   "vllm/spec/utils.py": "applied"}
+    merged = {o.path: o.detail for o in result.files}["vllm/spec/dflash.py"]
+    assert merged == ("alpha/vllm-0.21.0/0001-change.patch does not apply with zero fuzz; three-way merged with "
+                      "vllm-0.21.0's own file (base) and its patched file")
+    with zipfile.ZipFile(result.wheel) as zf:
+        text = zf.read("vllm/spec/dflash.py").decode()
+        assert "def step_8(x):  # fork: Windows\n" in text and "return x + 7  # G4 fix: step 7\n" in text
+        assert "vllm/obsolete.py" not in zf.namelist() and zf.read("vllm/spec/added.py") == b"ADDED = 1\n"
+    assert validate_wheel(result.wheel, ValidateOptions(pin="vllm-0.21.0")).ok
+    assert result.to_dict()["files"][0] == {"path": "vllm/obsolete.py", "how": "applied",
+                                            "detail": "the series' hunks apply with zero fuzz"}
+
+
+def test_wheel_that_already_carries_the_change_is_already(tmp_path: Path, project: Path) -> None:
+    src = build_wheel(tmp_path / "in", {**PRISTINE, "vllm/spec/dflash.py": DFLASH_NEW})
+    result = overlay_wheel(src, _merge_plan(), tmp_path / "out")
+    assert {o.path: o.how for o in result.files}["vllm/spec/dflash.py"] == "already"
+    assert "vllm/spec/dflash.py" not in result.changed
+
+
+def test_a_clean_merge_that_loses_a_fingerprint_is_refused(tmp_path: Path, project: Path) -> None:
+    meta = project / "patches" / "alpha" / "series.yaml"
+    meta.write_text(meta.read_text().replace("G4 fix: step 7", "def step_8(x):"))  # text the fork then changes
+    renamed = PRISTINE["vllm/spec/dflash.py"].replace("def step_8(x):\n", "def step_8_windows(x):\n")
+    src = build_wheel(tmp_path / "in", {**PRISTINE, "vllm/spec/dflash.py": renamed})
+    with pytest.raises(PatchConflictError, match=r"vllm/spec/dflash.py: .*three-way merged .*, but the merged result "
+                                                 r"lacks the series' fingerprint\(s\) alpha: 'def step_8\(x\):'"):
+        overlay_wheel(src, _merge_plan(), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_clean_merge_that_is_not_python_is_refused(tmp_path: Path, project: Path) -> None:
+    broken = PRISTINE["vllm/spec/dflash.py"].replace("def step_8(x):\n", "def step_8(x)\n")
+    src = build_wheel(tmp_path / "in", {**PRISTINE, "vllm/spec/dflash.py": broken})
+    with pytest.raises(PatchConflictError, match=r"but the merged file is not valid Python \(line 33: "):
+        overlay_wheel(src, _merge_plan(), tmp_path / "out")
+
+
+def test_merge_without_the_pins_files_keeps_the_failure_kind(tmp_path: Path, project: Path) -> None:
+    def unreachable(paths: Sequence[str]) -> dict[str, bytes]:
+        raise DownloadError("index unreachable: https://pypi.example/simple/vllm/")
+
+    plan = plan_overlay(load_pins().get("vllm-0.21.0"), load_all(), pristine=unreachable)
+    src = build_wheel(tmp_path / "in", {**PRISTINE, "vllm/spec/dflash.py": FORK_STEP_8})
+    with pytest.raises(DownloadError, match=r"does not apply to .*; a three-way merge needs vllm-0.21.0's own files, "
+                                            r"which could not be read: index unreachable"):
+        overlay_wheel(src, plan, tmp_path / "out")
+    # a wheel the stack applies to never needs them
+    assert overlay_wheel(build_wheel(tmp_path / "ok"), plan, tmp_path / "out").files
 
 
 def test_series_that_is_not_python_only_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -81,6 +81,29 @@ def test_venv_overlay_then_undo_restores_exactly(tmp_path: Path, project: Path) 
     assert nothing.returncode == 2 and "no g4build overlay to undo" in nothing.stderr
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="venv layout of Linux")
+def test_venv_of_a_forks_wheel_is_merged_three_ways_then_undone(tmp_path: Path, project: Path) -> None:
+    from g4build.pins import load_pins
+    from g4build.series import load_all
+    from g4build.wheels.overlay import plan_overlay
+    from g4build.wheels.venvoverlay import overlay_venv, undo_venv
+
+    rel = "vllm/spec/dflash.py"
+    fork = PRISTINE[rel].replace("def step_8(x):\n", "def step_8(x):  # fork: Windows\n")  # in the hunk's context
+    venv = _venv_with_wheel(tmp_path, build_wheel(tmp_path / "in", {**PRISTINE, rel: fork}))
+    before = _snapshot(venv)
+    (site,) = venv.glob("lib/python3*/site-packages")
+    plan = plan_overlay(load_pins().get("vllm-0.21.0"), load_all(),
+                        pristine=lambda paths: {p: PRISTINE[p].encode() for p in paths if p in PRISTINE})
+    done = overlay_venv(venv, plan)
+    assert rel in done.files
+    text = (site / rel).read_text()
+    assert "def step_8(x):  # fork: Windows\n" in text and "G4 fix: step 7" in text
+    _record_ok(site)
+    undo_venv(venv, force=False)
+    assert _snapshot(venv) == before
+
+
 def _tree(venv: Path) -> list[str]:
     """Every file and folder under the venv (bytecode caches left out)."""
     return sorted(str(p.relative_to(venv)) for p in venv.rglob("*") if "__pycache__" not in p.parts)

@@ -60,6 +60,9 @@ def test_windows_cuda_13_0_vs2019_no_torch_little_disk() -> None:
     }
     assert found["gpu"].summary == "GPU 0: NVIDIA GeForce RTX 5090, SM120 detected"  # found under NVSMI
     assert found["msvc-alignas"].summary == "CUDA 13.0 with MSVC hits the alignas(128) error in cuda.h"
+    assert found["msvc-alignas"].fix.startswith(
+        r"C:\Program Files\NVIDIA GPU Computing Toolkit\CUDA\v13.0\include\cuda.h aligns CUtensorMap to 128 bytes. "
+        "A g4build build handles it itself (its cuda-shim step); to cover run-time JIT too")
     assert found["msvc"].summary.startswith("Visual Studio Community 2019 16.11")
     assert "No module named 'torch'" in found["torch"].summary and "2.11.0" in found["torch"].fix
     assert found["disk"].summary.startswith("12 GiB free")
@@ -153,3 +156,23 @@ def test_msvc_takes_visual_studio_2022_beside_a_newer_one() -> None:
     assert newer.summary.startswith("Visual Studio Community 2026 18.0.11222.15: CUDA 12.8-13.0 support the MSVC "
                                     "of Visual Studio 2022")
     assert "Visual Studio 2022 Build Tools" in newer.fix and "Desktop development with C++" in newer.fix
+
+
+def test_windows_cuda_13_0_header_patched_by_the_forks_script_is_ok() -> None:
+    """The installed header decides: once the fork's fix_cuda_13_align.py has run, run-time JIT is covered too."""
+
+    class Patched(RecordedProbe):
+        def read_text(self, path: str) -> str | None:
+            text = super().read_text(path)
+            if text is None:
+                return None
+            block = ("#if defined(_MSC_VER)\n  #define TENSOR_MAP_ALIGN 64\n#else\n  #define TENSOR_MAP_ALIGN 128\n"
+                     "#endif\n")
+            text = text.replace("typedef struct CUtensorMap_st {", block + "typedef struct CUtensorMap_st {")
+            return text.replace("lignas(128)", "lignas(TENSOR_MAP_ALIGN)")  # alignas and _Alignas
+
+    report = run_doctor(Patched("windows-cuda130-vs2019"), python="python", pin_torch="2.11.0", workdir="C:\\b")
+    found = {f.check: f for f in report.findings}
+    assert found["msvc-alignas"].status == "ok"
+    assert found["msvc-alignas"].summary == ("CUDA 13.0 cuda.h is fit for MSVC: CUtensorMap is aligned through "
+                                             "TENSOR_MAP_ALIGN, 64 under MSVC (patched by fix_cuda_13_align.py)")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from g4build.build.arch import ArchInfo, check_cuda, check_os_arch, cuda_arch_list, flashinfer_arch_list
+from g4build.build.flashinfer import FlashInferWheel
 from g4build.errors import UsageError
 from g4build.manifest import local_label
 from g4build.pins import Pin
@@ -117,6 +118,7 @@ class Options:
     torch_index: str | None = None  # --torch-index: install the pin's torch from it first ({cu}: cu130 ...)
     python_exe: str | None = None  # --python-exe: an interpreter named by path (no active venv needed)
     recipes: tuple[str, ...] = ()  # launch recipes to render beside the wheels (--recipes)
+    flashinfer_wheels: tuple[FlashInferWheel, ...] = ()  # Windows: FlashInfer wheels given (--flashinfer-wheel)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -271,7 +273,8 @@ def vllm_steps(
              cwd=layout.root),
         Step(name="manifest", title="write build-manifest.json", resumable=False,
              command=(*g4b, "manifest", "--pin", pin.name, "--out", out, "--state", layout.state_file,
-                      "--arch", arch, "--os", target.os, "--cuda", target.cuda),
+                      "--arch", arch, "--os", target.os, "--cuda", target.cuda,
+                      *(a for w in opts.flashinfer_wheels for a in ("--flashinfer-wheel", f"{w.filename}={w.sha256}"))),
              cwd=layout.root),
     ]
     shell = "powershell" if target.os == "windows" else "bash"

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from g4build.build import linux, windows
+from g4build.build.flashinfer import check_names
 from g4build.build.plan import (
     GB_PER_NVCC_JOB,
     BuildPlan,
@@ -18,6 +19,7 @@ from g4build.build.plan import (
     vllm_steps,
     wheel_version,
 )
+from g4build.errors import UsageError
 from g4build.pins import Pin
 from g4build.series import Series
 
@@ -44,6 +46,10 @@ def make_plan(
 ) -> BuildPlan:
     """The whole vLLM build for ``target``; raises UsageError/BuildError for what is wrong before any step."""
     check_target(target, pin, flashinfer=opts.flashinfer)
+    if opts.flashinfer_wheels and target.os != "windows":
+        raise UsageError(f"--flashinfer-wheel is for Windows builds: a {target.os} build compiles FlashInfer itself "
+                         "(or takes flashinfer-python from the index)", hint="drop --flashinfer-wheel")
+    check_names(opts.flashinfer_wheels, pin, target.python)
     notes: list[str] = []
     if target.os == "windows":
         # cl.exe has been seen crashing under sccache, with CUDA 13 at high parallelism: off unless asked for
@@ -59,15 +65,18 @@ def make_plan(
         env.update(windows.env(target, layout))
         explicit = opts.python_exe is not None
         setup = windows.setup_lines(target, explicit_python=explicit)
-        pre = (windows.python_step(target, layout, opts.python, explicit=explicit),)
+        pre = (windows.python_step(target, layout, opts.python, explicit=explicit),
+               *windows.flashinfer_steps(pin, target, layout, opts.g4build, opts.flashinfer_wheels))
         source = windows.source_steps(pin, layout, opts.g4build)
         extra = windows.extra_steps(target, layout, opts.g4build, opts.python)
         base = pin.bases["windows"]
         notes.append(f"source: Windows base {base.remote} at {base.commit}"
                      + (f", its changes over {base.onto[:12]} forward-ported onto {pin.name}" if base.onto else ""))
-        notes.append("FlashInfer's ahead-of-time kernels are Linux-only: on Windows FlashInfer compiles at first use")
+        notes.append(windows.flashinfer_note(pin, opts.flashinfer_wheels))
         if windows.needs_align_shim(target.cuda):
-            notes.append(f"CUDA {target.cuda} + MSVC: a private cuda.h with 64-byte CUtensorMap alignment is used")
+            notes.append(f"CUDA {target.cuda} + MSVC: cuda-shim gives the build a private cuda.h with 64-byte "
+                         "CUtensorMap alignment when the installed one needs it (already patched or 13.3+: none); "
+                         "run-time JIT reads the installed header")
     else:
         linux.check_layout(target.os, layout)
         env.update(linux.env(target, layout, cuda_home=cuda_home))

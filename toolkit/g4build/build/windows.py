@@ -5,20 +5,22 @@
 - MSVC is activated with vswhere + vcvars64; DISTUTILS_USE_SDK=1 keeps setuptools from looking for it again.
 - A short build root keeps CMake's deep object paths under the 260-character limit.
 - CUDA 13.0-13.2's ``cuda.h`` declares ``CUtensorMap`` with ``alignas(128)``, which MSVC refuses to pass by
-  value. Instead of editing the installed header (the fork's advice, needs admin rights), the plan writes a
-  private copy with a 64-byte alignment under MSVC and puts it first on the include path (``CL`` for cl.exe,
+  value. Instead of editing the installed header (the fork's advice, needs admin rights), the plan's cuda-shim
+  step writes a private copy with a 64-byte alignment under MSVC when the installed header needs it (see
+  ``cudashim``) and the build puts its folder first on the include path (``CL`` for cl.exe,
   ``NVCC_PREPEND_FLAGS`` for nvcc).
 """
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from g4build.build.flashinfer import FlashInferWheel
 from g4build.build.plan import Layout, Step, Target, python_check
 from g4build.errors import BuildError, UsageError
 from g4build.pins import Pin
@@ -180,6 +182,28 @@ def source_steps(pin: Pin, layout: Layout, g4build: tuple[str, ...]) -> tuple[St
                  cwd=layout.root, fresh=layout.src),)
 
 
+def flashinfer_steps(pin: Pin, target: Target, layout: Layout, g4build: tuple[str, ...],
+                     wheels: Sequence[FlashInferWheel]) -> tuple[Step, ...]:
+    """With Windows FlashInfer wheels given: check each sha256 and copy them beside the vLLM wheel, before the
+    hours of compiling (a wrong file stops the build at once)."""
+    if not wheels:
+        return ()
+    args = [a for w in wheels for a in ("--wheel", w.spec())]
+    return (Step(name="flashinfer-wheels", title=f"check and copy the FlashInfer {pin.flashinfer} Windows wheels",
+                 resumable=False, command=(*g4build, "flashinfer-wheels", "--pin", pin.name, "--python",
+                                           target.python, "--out", layout.out, *args), cwd=layout.root),)
+
+
+def flashinfer_note(pin: Pin, wheels: Sequence[FlashInferWheel]) -> str:
+    if wheels:
+        return (f"FlashInfer: the Windows wheels given ({', '.join(w.filename for w in wheels)}), sha256-checked "
+                "first, copied beside the vLLM wheel and recorded in build-manifest.json; launch scripts install "
+                "them with it")
+    return ("FlashInfer: none (its ahead-of-time build is Linux-only and the Windows base keeps the pin's "
+            f"requirements/cuda.txt): the launch scripts turn every FlashInfer path off. To have it, pass "
+            f"--flashinfer-wheel PATH=SHA256 with Windows wheels of FlashInfer {pin.flashinfer}")
+
+
 def extra_steps(target: Target, layout: Layout, g4build: tuple[str, ...], python: tuple[str, ...],
                 ) -> tuple[Step, ...]:
     steps = [Step(name="windows-requirements", title="install the fork's Windows requirements",
@@ -192,32 +216,6 @@ def extra_steps(target: Target, layout: Layout, g4build: tuple[str, ...], python
 
 
 # --- side effects: only on a Windows machine --------------------------------------------------------------
-
-_TENSOR_MAP = re.compile(r"\b(alignas|_Alignas)\(128\)")
-_GUARD = "G4BUILD_TENSOR_MAP_ALIGN"
-
-
-def shim_cuda_h(text: str) -> str:
-    """The text of a ``cuda.h`` whose 128-byte ``alignas`` becomes 64 bytes under MSVC only."""
-    if _GUARD in text:
-        return text
-    if not _TENSOR_MAP.search(text):
-        raise BuildError("cuda.h has no alignas(128): this CUDA does not need the MSVC alignment workaround")
-    head = (f"#if defined(_MSC_VER)\n#define {_GUARD} 64\n#else\n#define {_GUARD} 128\n#endif\n")
-    body = _TENSOR_MAP.sub(lambda m: f"{m[1]}({_GUARD})", text)
-    return head + body
-
-
-def write_shim(cuda_home: Path, dest: Path) -> Path:
-    header = cuda_home / "include" / "cuda.h"
-    if not header.is_file():
-        raise BuildError(f"{header} not found: expected the CUDA toolkit's cuda.h",
-                         hint="set CUDA_HOME to the CUDA install folder")
-    dest.mkdir(parents=True, exist_ok=True)
-    out = dest / "cuda.h"
-    out.write_text(shim_cuda_h(header.read_text(encoding="utf-8")), encoding="utf-8")
-    return out
-
 
 def parse_set_output(text: str) -> dict[str, str]:
     """``cmd /c set`` output -> environment mapping."""

@@ -126,3 +126,6 @@ def register(app: typer.Typer) -> None:
         else:
             console.print(f"wrote {result.wheel} (vLLM {result.version}); changed: {', '.join(result.changed)}",
                           markup=False)
+            for outcome in result.files:  # per file: applied (zero fuzz), merged (three-way), already
+                why = f" ({outcome.detail})" if outcome.how != "applied" else ""
+                console.print(f"  {outcome.how}: {outcome.path}{why}", markup=False, highlight=False)

@@ -21,10 +21,12 @@ from g4build.recipes import (
     recipe_names,
     render,
     script_filename,
+    with_flashinfer_wheels,
     write_script,
 )
 from g4build.recipes.argv import serve_argv
 from g4build.recipes.model import Recipe
+from g4build.recipes.rules import flashinfer_presence
 from g4build.recipes.script import absolute_path_sets, wheel_ref
 from g4build.recipes.vllm_args import SetsCheck, check_sets
 
@@ -125,6 +127,7 @@ def check_cmd(
             "drafter": ctx.drafter.to_dict() if ctx.drafter else None,
             "wheel": None if ctx.wheel is None else {"file": ctx.wheel.file, "pin": ctx.wheel.pin,
                                                       "series": ctx.wheel.series},
+            "flashinfer": flashinfer_presence(ctx).to_dict(),
         })
     else:
         _print_findings(findings, stderr=False)
@@ -153,7 +156,9 @@ def render_cmd(
     findings = check_recipe(r, ctx)
     _print_findings(tuple(f for f in findings if f.severity != "info"), stderr=True)
     raise_on_errors(r, findings)
-    text = render(r, shell, wheel=wheel_ref(wheel, out), sets=sets)
+    info = ctx.wheel.flashinfer if ctx.wheel is not None else None
+    ref = with_flashinfer_wheels(wheel_ref(wheel, out), wheel, info)
+    text = render(r, shell, wheel=ref, sets=sets, flashinfer=info)
     if out is None:
         typer.echo(text, nl=False)
         return

@@ -1,4 +1,5 @@
-"""`g4build wheel` (plan / script / build) and the build-step commands it runs: prefetch, cuda-shim, manifest."""
+"""`g4build wheel` (plan / script / build) and the build-step commands it runs: prefetch, cuda-shim,
+flashinfer-wheels, manifest."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from rich.table import Table
 from g4build.build import docker as docker_exec
 from g4build.build.arch import parse_arch
 from g4build.build.executor import RunResult
+from g4build.build.flashinfer import parse_spec
 from g4build.build.host import HostFacts, cuda_home_of, host_os, preflight, probe
 from g4build.build.plan import BuildPlan, Layout, Options, Target, base_os_of, max_jobs, wheel_version
 from g4build.build.planner import default_layout, make_plan, python_cmd
@@ -149,6 +151,12 @@ def register(app: typer.Typer) -> None:
         ),
         jobs: int | None = typer.Option(None, "--jobs", min=1, help="MAX_JOBS (default: RAM/5GB, <= cores)."),
         no_flashinfer: bool = typer.Option(False, "--no-flashinfer", help="Leave FlashInfer out."),
+        flashinfer_wheels: list[str] = typer.Option(
+            None, "--flashinfer-wheel", metavar="PATH=SHA256",
+            help="Windows: a wheel of the pin's FlashInfer version for Windows (flashinfer-python, and "
+                 "jit-cache/cubin if you have them) with its sha256 (repeatable): checked, copied beside the vLLM "
+                 "wheel, recorded in build-manifest.json and installed by the launch scripts.",
+        ),
         sccache: bool = typer.Option(
             False, "--sccache",
             help="Windows: compile through sccache (off by default: cl.exe crashes under it with CUDA 13 at high "
@@ -180,7 +188,8 @@ def register(app: typer.Typer) -> None:
         opts = Options(jobs=jobs or default_jobs, jobs_given=jobs is not None, flashinfer=not no_flashinfer,
                        launcher=launcher, sccache=sccache,
                        python=python_cmd(target, python_exe), python_exe=python_exe, recipes=recipe_list,
-                       torch_index=torch_index or None)
+                       torch_index=torch_index or None,
+                       flashinfer_wheels=tuple(parse_spec(item) for item in flashinfer_wheels or ()))
         plan = make_plan(pin, series_for(pin), target, layout=layout, opts=opts, cuda_home=cuda_home)
         if emit_script is not None:
             from g4build.build.script import render
@@ -234,14 +243,43 @@ def register(app: typer.Typer) -> None:
     def cuda_shim(
         dest: Path = typer.Option(..., "--dest", help="Folder for the private cuda.h."),
         cuda_home: Path | None = typer.Option(None, "--cuda-home", help="CUDA install folder (default: CUDA_HOME)."),
+        as_json: bool = JSON_OPTION,
     ) -> None:
-        """Write a cuda.h whose CUtensorMap alignment MSVC accepts (CUDA 13.0-13.2 on Windows)."""
-        from g4build.build.windows import write_shim
+        """Make cuda.h's CUtensorMap alignment acceptable to MSVC for the build (CUDA 13.0-13.2 on Windows):
+        a private copy when the installed header needs it; nothing when it is already patched or newer."""
+        from g4build.build.cudashim import apply
 
         home = cuda_home or Path(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "")
-        if not str(home):
-            raise UsageError("no CUDA folder: pass --cuda-home or set CUDA_HOME")
-        console.print(f"wrote {write_shim(home, dest)}")
+        if not str(home) or str(home) == ".":
+            raise UsageError("no CUDA folder: expected --cuda-home or CUDA_HOME (or CUDA_PATH), found none",
+                             hint="pass --cuda-home to the CUDA install folder (the one holding include\\cuda.h)")
+        result = apply(home, dest)
+        if as_json:
+            print_json(result.to_dict())
+        else:
+            console.print(result.message(), markup=False, highlight=False)
+
+    @app.command("flashinfer-wheels")
+    def flashinfer_wheels_cmd(
+        pin_name: str | None = typer.Option(None, "--pin"),
+        out: Path = typer.Option(..., "--out", help="Folder of the build's wheels."),
+        wheels: list[str] = typer.Option(..., "--wheel", metavar="PATH=SHA256",
+                                         help="A FlashInfer wheel (repeatable)."),
+        python: str = typer.Option("3.12", "--python", help="Python X.Y the build is for."),
+        as_json: bool = JSON_OPTION,
+    ) -> None:
+        """Check Windows FlashInfer wheels (name, version, sha256) and copy them beside the vLLM wheel."""
+        from g4build.build.flashinfer import check_names, verify_and_copy
+
+        pin = load_pins().get(pin_name)
+        specs = [parse_spec(item) for item in wheels]
+        check_names(specs, pin, python)
+        records = verify_and_copy(specs, out)
+        if as_json:
+            print_json({"out": str(out), "wheels": records})
+        else:
+            for r in records:
+                console.print(f"{r['file']}: sha256 {r['sha256']} ok, in {out}", markup=False, highlight=False)
 
     @app.command("manifest")
     def manifest_cmd(
@@ -251,9 +289,13 @@ def register(app: typer.Typer) -> None:
         arch: str | None = typer.Option(None, "--arch"),
         os_name: str | None = typer.Option(None, "--os", callback=lower_option),
         cuda: str | None = typer.Option(None, "--cuda"),
+        flashinfer_wheels: list[str] = typer.Option(
+            None, "--flashinfer-wheel", metavar="FILE=SHA256",
+            help="Windows: a FlashInfer wheel the build copied into --out (repeatable)."),
         as_json: bool = JSON_OPTION,
     ) -> None:
         """Write build-manifest.json beside the wheels and into the vLLM wheel's dist-info."""
+        from g4build.build.flashinfer import manifest_record
         from g4build.build.manifest_info import build_extra
         from g4build.build.stamp import stamp
         from g4build.manifest import make_manifest
@@ -261,6 +303,10 @@ def register(app: typer.Typer) -> None:
         pin = load_pins().get(pin_name)
         series = series_for(pin)
         extra = build_extra(arch=arch, os_name=os_name, cuda=cuda, state=state)
+        if os_name == "windows":  # what the launch scripts and `recipe check --wheel` read
+            extra["flashinfer"] = manifest_record(pin, out, [parse_spec(i) for i in flashinfer_wheels or ()])
+        elif flashinfer_wheels:
+            raise UsageError("--flashinfer-wheel is for Windows builds (--os windows)")
         manifest = make_manifest(pin, series, route="build", extra=extra, base_os=base_os_of(pin, os_name))
         # with --cuda the wheel's version is known: only that wheel is stamped, not older ones in --out
         touched = stamp(out, manifest, version=wheel_version(pin, series, cuda, os_name) if cuda else None)

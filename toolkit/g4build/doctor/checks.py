@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
+from g4build.build import cudashim
 from g4build.build.windows import (
     GIT_LONG_PATHS_FIX,
     LONG_PATHS_FIX,
@@ -25,6 +26,7 @@ from g4build.build.windows import (
     is_vs2022,
 )
 from g4build.doctor.probe import CommandResult, Probe
+from g4build.errors import BuildError
 
 Status = Literal["ok", "warn", "fail"]
 
@@ -222,17 +224,48 @@ def check_cuda(probe: Probe, wsl: bool) -> list[Finding]:
     elif probe.system == "windows":
         findings.append(Finding(check="flashinfer-cuda", status="warn",
                                 summary="FlashInfer's ahead-of-time build is Linux only",
-                                fix="build the FlashInfer wheels in WSL or let FlashInfer JIT at run time"))
+                                fix="build with Windows FlashInfer wheels of the pin's version (g4build wheel "
+                                    "--flashinfer-wheel PATH=SHA256), or serve without FlashInfer: the launch "
+                                    "scripts then turn its paths off"))
     else:
         findings.append(Finding(
             check="flashinfer-cuda", status="ok",
             summary=f"CUDA {version} builds FlashInfer for sm_120 (FLASHINFER_CUDA_ARCH_LIST={arch})"))
     if probe.system == "windows" and not wsl and Version("13.0") <= version < Version("13.3"):
-        findings.append(Finding(
-            check="msvc-alignas", status="warn",
-            summary=f"CUDA {version} with MSVC hits the alignas(128) error in cuda.h",
-            fix="use CUDA 12.8/12.9, or apply the cuda.h alignas(128) workaround before building"))
+        findings.append(_msvc_alignas(probe, where, version))
     return findings
+
+
+def _cuda_header(probe: Probe, nvcc: str, version: Version) -> str | None:
+    """Where the installed cuda.h of the nvcc found is: beside its bin folder, else the CUDA install variables."""
+    if nvcc.lower().endswith("\\bin\\nvcc.exe"):
+        return nvcc[: -len("\\bin\\nvcc.exe")] + "\\include\\cuda.h"
+    for var in (f"CUDA_PATH_V{version.major}_{version.minor}", "CUDA_HOME", "CUDA_PATH"):
+        home = probe.env(var)
+        if home:
+            return home.rstrip("/\\") + "\\include\\cuda.h"
+    return None
+
+
+def _msvc_alignas(probe: Probe, nvcc: str, version: Version) -> Finding:
+    """CUDA 13.0-13.2 with MSVC: g4build's build brings its own cuda.h copy, but run-time JIT (FlashInfer, torch
+    extensions) reads the installed one, so the installed header decides whether this is settled."""
+    header = _cuda_header(probe, nvcc, version)
+    text = probe.read_text(header) if header else None
+    state = None
+    if text is not None:
+        try:
+            state = cudashim.inspect(text, header or "cuda.h")
+        except BuildError:
+            state = None
+    if state is not None and not state.needs_shim:
+        return Finding(check="msvc-alignas", status="ok", detail={"header": header},
+                       summary=f"CUDA {version} cuda.h is fit for MSVC: {state.how}")
+    read = f"{header} aligns CUtensorMap to 128 bytes" if state is not None else "the installed cuda.h was not read"
+    return Finding(
+        check="msvc-alignas", status="warn", detail={"header": header},
+        summary=f"CUDA {version} with MSVC hits the alignas(128) error in cuda.h",
+        fix=f"{read}. A g4build build handles it itself (its cuda-shim step); {cudashim.FIX_INSTALLED}")
 
 
 def check_python_and_torch(probe: Probe, python: str, pin_torch: str | None) -> list[Finding]:

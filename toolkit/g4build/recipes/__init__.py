@@ -11,11 +11,13 @@ Public surface (used by the CLI and by ``g4build wheel --recipes``):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
 from g4build.errors import ConfigError, RecipeError, UsageError
 from g4build.recipes.context import gather_context
+from g4build.recipes.flashinfer import FlashInferInfo
 from g4build.recipes.model import Recipe, load_recipe_data, parse_recipe, recipe_names
 from g4build.recipes.overrides import apply_overrides
 from g4build.recipes.rules import CheckContext, Finding, check, errors
@@ -35,6 +37,7 @@ __all__ = [
     "render",
     "render_for_wheel",
     "script_filename",
+    "with_flashinfer_wheels",
     "write_script",
 ]
 
@@ -62,9 +65,23 @@ def raise_on_errors(recipe: Recipe, findings: tuple[Finding, ...]) -> None:
         raise RecipeError(f"recipe '{recipe.name}' breaks {len(bad)} rule(s): {listed}", hint=hints or None)
 
 
-def render(recipe: Recipe, shell: str, *, wheel: WheelRef | None = None, sets: Sequence[str] = ()) -> str:
-    """The script text; ``sets`` only names the overridden keys in the header (apply them with load_recipe)."""
-    return render_plan(plan_launch(recipe, wheel=wheel, overrides=sets), shell)
+def render(recipe: Recipe, shell: str, *, wheel: WheelRef | None = None, sets: Sequence[str] = (),
+           flashinfer: FlashInferInfo | None = None) -> str:
+    """The script text; ``sets`` only names the overridden keys in the header (apply them with load_recipe);
+    ``flashinfer``: what the wheel says about FlashInfer (absent: its switches are set off in the script)."""
+    return render_plan(plan_launch(recipe, wheel=wheel, overrides=sets, flashinfer=flashinfer), shell)
+
+
+def with_flashinfer_wheels(ref: WheelRef | None, wheel: Path | None, info: FlashInferInfo | None) -> WheelRef | None:
+    """``ref`` plus the FlashInfer wheels the wheel's build recorded, which must lie beside it."""
+    if ref is None or wheel is None or info is None or not info.wheels:
+        return ref
+    missing = [name for name in info.wheels if not (wheel.parent / name).is_file()]
+    if missing:
+        raise RecipeError(f"{wheel.name} was built with the FlashInfer wheels {', '.join(info.wheels)}: expected "
+                          f"them beside it in {wheel.parent}, found no {', '.join(missing)}",
+                          hint="copy them there (the build's --out folder has them), then render again")
+    return dataclasses.replace(ref, companions=info.wheels)
 
 
 def render_for_wheel(recipe: Recipe | str, shell: str, wheel_path: Path) -> str:
@@ -77,4 +94,6 @@ def render_for_wheel(recipe: Recipe | str, shell: str, wheel_path: Path) -> str:
     chosen = load_recipe(recipe) if isinstance(recipe, str) else recipe
     ctx = gather_context(chosen, wheel=wheel_path, ask_transformers=False)
     raise_on_errors(chosen, check(chosen, ctx))
-    return render(chosen, shell, wheel=WheelRef(path=wheel_path.name, beside_script=True))
+    info = ctx.wheel.flashinfer if ctx.wheel is not None else None
+    ref = with_flashinfer_wheels(WheelRef(path=wheel_path.name, beside_script=True), wheel_path, info)
+    return render(chosen, shell, wheel=ref, flashinfer=info)

@@ -10,27 +10,34 @@ from g4build.errors import UsageError
 from g4build.manifest import MANIFEST_NAME, loads
 from g4build.pins import load_pins
 from g4build.recipes.checkpoint import CheckpointInfo, read_checkpoint
+from g4build.recipes.flashinfer import wheel_flashinfer
 from g4build.recipes.model import Recipe
 from g4build.recipes.rules import CheckContext, WheelInfo
 from g4build.series import load_all
 
 
 def read_wheel_info(wheel: Path) -> WheelInfo:
-    """The series a wheel carries, from ``*.dist-info/build-manifest.json`` (none for a stock wheel)."""
+    """The series a wheel carries, from ``*.dist-info/build-manifest.json`` (none for a stock wheel), and whether
+    installing it brings FlashInfer (the manifest's record of FlashInfer wheels, else its METADATA)."""
     if not wheel.is_file():
         raise UsageError(f"{wheel}: expected a wheel file, found none", hint="pass the path of a built .whl")
     try:
         with zipfile.ZipFile(wheel) as archive:
-            names = [n for n in archive.namelist() if n.endswith(".dist-info/" + MANIFEST_NAME)]
-            raw = archive.read(names[0]) if names else None
+            names = archive.namelist()
+            manifests = [n for n in names if n.endswith(".dist-info/" + MANIFEST_NAME)]
+            metas = [n for n in names if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
+            raw = archive.read(manifests[0]) if manifests else None
+            metadata = archive.read(metas[0]).decode("utf-8", errors="replace") if metas else ""
     except zipfile.BadZipFile as exc:
         raise UsageError(f"{wheel}: not a wheel (not a zip archive)") from exc
-    if raw is None:
-        return WheelInfo(file=wheel.name, pin=None, series={})
-    data = loads(raw, str(wheel))
+    data = loads(raw, str(wheel)) if raw is not None else None
+    flashinfer = wheel_flashinfer(wheel.name, metadata, data)
+    if data is None:
+        return WheelInfo(file=wheel.name, pin=None, series={}, flashinfer=flashinfer)
     pin = data.get("pin")
     series = {str(s["name"]): int(s.get("version", 0)) for s in data["series"] if isinstance(s, dict) and "name" in s}
-    return WheelInfo(file=wheel.name, pin=str(pin["name"]) if isinstance(pin, dict) else None, series=series)
+    return WheelInfo(file=wheel.name, pin=str(pin["name"]) if isinstance(pin, dict) else None, series=series,
+                     flashinfer=flashinfer)
 
 
 def transformers_model_types() -> frozenset[str] | None:

@@ -7,7 +7,7 @@ Inside single quotes bash expands nothing: ``$``, backticks, ``;``, ``"``, newli
 
 from __future__ import annotations
 
-from g4build.recipes.script import LaunchPlan, header_lines
+from g4build.recipes.script import LaunchPlan, header_lines, probe_program
 
 
 def quote(value: str) -> str:
@@ -52,12 +52,27 @@ def render_bash(plan: LaunchPlan) -> str:
         "",
     ]
     if plan.wheel is not None:
+        paths = [plan.wheel.path, *(plan.wheel.sibling(name) for name in plan.wheel.companions)]
         if plan.wheel.beside_script:
             out.append('script_dir="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"')
-            out.append(f'python3 -m pip install "${{script_dir}}"/{quote(plan.wheel.path)}')
+            out.append("python3 -m pip install " + " ".join(f'"${{script_dir}}"/{quote(p)}' for p in paths))
         else:
-            out.append(f"python3 -m pip install {quote(plan.wheel.path)}")
+            out.append("python3 -m pip install " + " ".join(quote(p) for p in paths))
         out.append("")
+    if plan.probe_flashinfer:
+        changes = ", ".join(f"{s.name}={s.value}" for s in plan.flashinfer_off)
+        out += [
+            "# FlashInfer: where it is not installed, close the paths that would import it (see the header).",
+            "if command -v python3 >/dev/null 2>&1; then",
+            "  flashinfer_rc=0",
+            f"  python3 -c {quote(probe_program())} || flashinfer_rc=$?",
+            '  if [[ "${flashinfer_rc}" -eq 3 ]]; then',
+            f"    echo {quote('note: FlashInfer is not installed: serving without it (' + changes + ')')} >&2",
+            *(f"    export {sw.name}={quote(sw.value)}" for sw in plan.flashinfer_off),
+            "  fi",
+            "fi",
+            "",
+        ]
     out.append("vllm_args=(")
     out += [f"  {quote(word)}" for word in plan.argv]
     out += [")", 'exec vllm "${vllm_args[@]}"', ""]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from g4build.recipes.script import LaunchPlan, header_lines
+from g4build.recipes.script import LaunchPlan, header_lines, probe_program
 
 PS_SINGLE_QUOTES = "'\u2018\u2019\u201a\u201b"
 _PLAIN_WINDOWS_WORD = re.compile(r"^[A-Za-z0-9_./:=,+@%\\-]+$")
@@ -61,6 +61,11 @@ HOW_ARGUMENTS_PASS = [
 ]
 
 
+def _path(beside_script: bool, path: str) -> str:
+    """A PowerShell expression for a file: relative to the script's folder, or the absolute path as given."""
+    return f"Join-Path -Path $PSScriptRoot -ChildPath {quote(path)}" if beside_script else quote(path)
+
+
 def _array(name: str, words: list[str]) -> list[str]:
     return [f"${name} = @(", *(f"    {w}" for w in words), ")"]
 
@@ -99,13 +104,29 @@ def render_powershell(plan: LaunchPlan) -> str:
         "",
     ]
     if plan.wheel is not None:
-        if plan.wheel.beside_script:
-            out.append(f"$wheel = Join-Path -Path $PSScriptRoot -ChildPath {quote(plan.wheel.path)}")
-        else:
-            out.append(f"$wheel = {quote(plan.wheel.path)}")
+        out.append(f"$wheel = {_path(plan.wheel.beside_script, plan.wheel.path)}")
+        install = "& python -m pip install $wheel"
+        if plan.wheel.companions:
+            out += _array("flashinferWheels", [f"({_path(plan.wheel.beside_script, plan.wheel.sibling(name))})"
+                                               for name in plan.wheel.companions])
+            install += " @flashinferWheels"
         out += [
-            "& python -m pip install $wheel",
+            install,
             "if ($LASTEXITCODE -ne 0) { exit $LASTEXITCODE }",
+            "",
+        ]
+    if plan.probe_flashinfer:
+        note = quote("note: FlashInfer is not installed: serving without it ("
+                     + ", ".join(f"{s.name}={s.value}" for s in plan.flashinfer_off) + ")")
+        out += [
+            "# FlashInfer: where it is not installed, close the paths that would import it (see the header).",
+            "if (Get-Command -Name 'python' -CommandType Application -ErrorAction SilentlyContinue) {",
+            f"    & python -c {quote(probe_program())}",
+            "    if ($LASTEXITCODE -eq 3) {",
+            f"        [Console]::Error.WriteLine({note})",
+            *(f"        $env:{sw.name} = {quote(sw.value)}" for sw in plan.flashinfer_off),
+            "    }",
+            "}",
             "",
         ]
     out += _array("vllmArgs", [quote(w) for w in plan.argv])

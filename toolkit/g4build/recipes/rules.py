@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from g4build.pins import Pin
 from g4build.recipes.checkpoint import CheckpointInfo
+from g4build.recipes.flashinfer import FlashInferInfo, fixed_paths, off_switches
 from g4build.recipes.model import KvGeometry, Recipe
 from g4build.series import Series
 
@@ -44,6 +45,7 @@ class WheelInfo:
     file: str
     pin: str | None
     series: dict[str, int] = field(default_factory=dict)  # name -> version
+    flashinfer: FlashInferInfo | None = None  # whether installing the wheel brings FlashInfer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -319,6 +321,56 @@ def rule_vram(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
                     f"sequence fits in the {free:.1f} GiB left")]
 
 
+def flashinfer_presence(ctx: CheckContext) -> FlashInferInfo:
+    if ctx.wheel is not None and ctx.wheel.flashinfer is not None:
+        return ctx.wheel.flashinfer
+    return FlashInferInfo(presence="unknown", why="no --wheel to read")
+
+
+def rule_flashinfer(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
+    """Without FlashInfer the launch turns its switches off (statically for a wheel known to lack it, else by a
+    check at start); a backend named flashinfer cannot be turned off, so that is an error where it is absent."""
+    info = flashinfer_presence(ctx)
+    switches = off_switches(recipe.env)
+    changes = ", ".join(f"{s.name}={s.value}" for s in switches)
+    wheel = ctx.wheel.file if ctx.wheel is not None else ""
+    if info.presence == "absent":
+        out = [Finding(rule="flashinfer", severity="error",
+                       message=f"{where} {value} needs FlashInfer, which {wheel} does not bring ({info.why})",
+                       hint=f"{fix}, or build with Windows FlashInfer wheels (g4build wheel --flashinfer-wheel)")
+               for where, value, fix in fixed_paths(recipe)]
+        if switches:
+            out.append(Finding(rule="flashinfer", severity="info",
+                               message=f"FlashInfer: absent from {wheel} ({info.why}); the launch script sets "
+                                       f"{changes} (" + "; ".join(s.why for s in switches) + ")"))
+        return out
+    where = f"{wheel} ({info.why})" if info.presence == "present" else "the serving environment (not known here)"
+    if not switches:
+        return [Finding(rule="flashinfer", severity="info", message=f"FlashInfer: {info.presence}; the recipe "
+                        "opens no FlashInfer path that an environment variable closes")]
+    return [Finding(rule="flashinfer", severity="info",
+                    message=f"FlashInfer: {info.presence} in {where}; the launch script checks at start that "
+                            f"flashinfer is importable and, where it is not, sets {changes}")]
+
+
+MM_CACHE_TEXT_ONLY = ("0.21.0",)  # found on a GPU run: tests/gpu/e2e/README.md
+
+
+def rule_mm_processor_cache(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
+    """vLLM 0.21.0's multimodal processor cache runs Gemma 4's HF processor on the prompt text alone, also while
+    profiling at engine start; transformers 5.17's Gemma4Processor refuses image tokens without images."""
+    if ctx.pin is None or ctx.pin.version not in MM_CACHE_TEXT_ONLY or not _is_gemma4(recipe, ctx):
+        return []
+    value = recipe.args.get("mm-processor-cache-gb")
+    if value == 0 and not isinstance(value, bool):
+        return []
+    return [Finding(rule="mm-processor-cache", severity="warning",
+                    message=f"vLLM {ctx.pin.version}'s multimodal processor cache runs Gemma 4's processor on the "
+                            "text alone, which transformers 5.17+ refuses (engine start fails); "
+                            f"mm-processor-cache-gb is {'unset' if value is None else repr(value)}",
+                    hint="--set args.mm-processor-cache-gb=0")]
+
+
 RULES: tuple[Rule, ...] = (
     rule_pin,
     rule_quantization,
@@ -328,6 +380,8 @@ RULES: tuple[Rule, ...] = (
     rule_mtp_transformers,
     rule_spec_tokens,
     rule_batched_tokens,
+    rule_flashinfer,
+    rule_mm_processor_cache,
     rule_vram,
 )
 

@@ -1,7 +1,9 @@
 """What a launch script does, independent of the shell: one plan, two renderers.
 
 A script sets the recipe's env, checks that ``nvidia-smi`` is present and lists a GPU, optionally installs
-a wheel, then starts ``vllm`` with ``serve_argv(recipe)`` exactly.
+a wheel (and the FlashInfer wheels its build recorded), closes the FlashInfer paths where FlashInfer is missing
+(see ``flashinfer``: fixed in the env for a wheel known to lack it, else by a check at start), then starts
+``vllm`` with ``serve_argv(recipe)`` exactly.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Literal
 from g4build import __version__
 from g4build.errors import RecipeError, UsageError
 from g4build.recipes.argv import env_items, serve_argv
+from g4build.recipes.flashinfer import FlashInferInfo, Presence, Switch, off_switches
 from g4build.recipes.model import Recipe
 
 Shell = Literal["bash", "powershell"]
@@ -30,6 +33,14 @@ class WheelRef:
 
     path: str
     beside_script: bool
+    companions: tuple[str, ...] = ()  # file names in the wheel's folder installed with it (FlashInfer wheels)
+
+    def sibling(self, name: str) -> str:
+        """``name`` in the wheel's folder, spelled as ``path`` is (relative to the script, or absolute)."""
+        if self.beside_script:
+            head = self.path.rsplit("/", 1)[0] if "/" in self.path else ""
+            return f"{head}/{name}" if head else name
+        return os.path.join(os.path.dirname(self.path), name)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +55,13 @@ class LaunchPlan:
     arch: str  # the recipe's SM arch, e.g. sm120
     compute_capability: str  # what nvidia-smi reports for it, e.g. 12.0 (a mismatch only warns)
     version: str = __version__
+    flashinfer: Presence = "unknown"  # absent: ``env`` already has the switches off; else checked at start
+    flashinfer_why: str = ""
+    flashinfer_off: tuple[Switch, ...] = ()  # what closes the recipe's FlashInfer paths
+
+    @property
+    def probe_flashinfer(self) -> bool:
+        return bool(self.flashinfer_off) and self.flashinfer != "absent"
 
 
 def comment_lines(text: str) -> list[str]:
@@ -61,9 +79,23 @@ def _no_nul(values: Sequence[str], what: str) -> None:
             raise RecipeError(f"{what} {value!r} contains a NUL character, which no program can receive")
 
 
-def plan_launch(recipe: Recipe, *, wheel: WheelRef | None = None, overrides: Sequence[str] = ()) -> LaunchPlan:
+def plan_launch(recipe: Recipe, *, wheel: WheelRef | None = None, overrides: Sequence[str] = (),
+                flashinfer: FlashInferInfo | None = None) -> LaunchPlan:
     argv = serve_argv(recipe)
     env = env_items(recipe)
+    presence = flashinfer.presence if flashinfer is not None else "unknown"
+    switches = off_switches(recipe.env)
+    if presence == "absent" and switches:
+        asked = sorted({s.name for s in switches} & {k.removeprefix("env.") for k in
+                                                     (o.partition("=")[0] for o in overrides)})
+        if asked:
+            raise RecipeError(
+                f"--set env.{asked[0]} opens a FlashInfer path, but the wheel does not bring FlashInfer "
+                f"({flashinfer.why if flashinfer else ''})",
+                hint="leave it unset (the script turns it off), or use a wheel built with FlashInfer "
+                     "(g4build wheel --flashinfer-wheel on Windows)")
+        off = {s.name: s.value for s in switches}
+        env = [(name, off.pop(name, value)) for name, value in env] + list(off.items())
     _no_nul(argv, "argument")
     _no_nul([v for _, v in env], "environment value")
     if wheel is not None:
@@ -78,6 +110,9 @@ def plan_launch(recipe: Recipe, *, wheel: WheelRef | None = None, overrides: Seq
         wheel=wheel,
         arch=recipe.hardware.arch,
         compute_capability=recipe.hardware.compute_capability,
+        flashinfer=presence,
+        flashinfer_why=flashinfer.why if flashinfer is not None else "",
+        flashinfer_off=switches,
     )
 
 
@@ -94,11 +129,32 @@ def header_lines(plan: LaunchPlan, shell: Shell) -> list[str]:
         if plan.wheel.beside_script:
             where = " (relative to this script's folder)" if "/" in plan.wheel.path else " (in this script's folder)"
         lines.append(f"Installs the wheel {' '.join(comment_lines(plan.wheel.path))}{where} before serving.")
+    if plan.wheel is not None and plan.wheel.companions:
+        lines.append("With it the FlashInfer wheels its build recorded: " + ", ".join(plan.wheel.companions) + ".")
     if plan.description:
         lines += ["", *comment_lines(plan.description)]
     if plan.notes:
         lines += ["", "Notes:", *comment_lines(plan.notes)]
+    if fi := flashinfer_lines(plan):
+        lines += ["", *fi]
     return lines
+
+
+def flashinfer_lines(plan: LaunchPlan) -> list[str]:
+    """What the header says about FlashInfer (nothing when the recipe opens no FlashInfer path)."""
+    if not plan.flashinfer_off:
+        return []
+    changes = [f"  {s.name}={s.value}: {s.why}" for s in plan.flashinfer_off]
+    if plan.flashinfer == "absent":
+        return ["FlashInfer: the wheel does not bring it, so every FlashInfer path of the recipe is off:",
+                *changes, *comment_lines(f"(why absent: {plan.flashinfer_why})")]
+    return ["FlashInfer: where `import flashinfer` finds nothing at start (a wheel built without FlashInfer,",
+            "as on Windows), the script sets these instead of letting vLLM fail:", *changes]
+
+
+def probe_program() -> str:
+    """A Python program that exits 3 when ``flashinfer`` is not importable (any other failure is not 3)."""
+    return "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('flashinfer') else 3)"
 
 
 def wheel_ref(wheel: Path | None, out_dir: Path | None) -> WheelRef | None:

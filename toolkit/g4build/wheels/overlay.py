@@ -1,7 +1,8 @@
 """The overlay route: lay the Python-only series over an existing vLLM wheel, without compiling.
 
-Only the files the patches touch are extracted and patched (in a scratch folder, all patches first); the
-new wheel copies every other member's compressed bytes as they are, renames the dist-info folder for the
+Only the files the patches touch are extracted and patched (in a scratch folder, all patches first; where the
+stack does not apply with zero fuzz, file by file with a three-way merge against the pin's own files, see
+``merge``); the new wheel copies every other member's compressed bytes as they are, renames the dist-info folder for the
 new version, rewrites METADATA's Version, adds build-manifest.json and regenerates RECORD. The source wheel
 is verified first (every member against RECORD, safety's checks), since its members are copied raw under a
 new RECORD. Wheel and manifest are written into a locked staging folder in the destination, checked there
@@ -23,12 +24,13 @@ from typing import Any, BinaryIO
 
 from packaging.version import Version
 
-from g4build.errors import UnsafeArchiveError, UsageError, ValidationError
+from g4build.errors import PatchConflictError, UnsafeArchiveError, UsageError, ValidationError
 from g4build.faults import fault
 from g4build.fsutil import staging_dir, sweep_staging
 from g4build.manifest import MANIFEST_NAME, dumps, make_manifest
 from g4build.pins import Pin
 from g4build.series import Series, stack_digest
+from g4build.wheels.merge import APPLIED, FileOutcome, Pristine, merge_over
 from g4build.wheels.patchdir import PatchFile, apply_patches, touched_paths
 from g4build.wheels.safety import (
     check_limits,
@@ -60,6 +62,24 @@ class OverlayPlan:
     pin: Pin
     series: tuple[Series, ...]
     digest: str
+    pristine: Pristine | None = None  # the pin's own files for a merge (default: read from the pin's sdist)
+
+    def pristine_files(self, paths: Sequence[str]) -> dict[str, bytes]:
+        if self.pristine is not None:
+            return self.pristine(paths)
+        from g4build.source import pristine_files
+
+        return pristine_files(self.pin, paths)
+
+    @property
+    def fingerprints(self) -> dict[str, list[tuple[str, str]]]:
+        """Per path, (series, text) pairs a patched file must hold."""
+        found: dict[str, list[tuple[str, str]]] = {}
+        for s in self.series:
+            variant = s.variant(self.pin.name)
+            for path, texts in (variant.fingerprints if variant else {}).items():
+                found.setdefault(path, []).extend((s.name, t) for t in texts)
+        return found
 
     @property
     def patches(self) -> tuple[PatchFile, ...]:
@@ -71,8 +91,9 @@ class OverlayPlan:
         return make_manifest(self.pin, self.series, route="overlay", extra=extra, created=created)
 
 
-def plan_overlay(pin: Pin, all_series: Sequence[Series]) -> OverlayPlan:
-    """The series with patches for ``pin``, in order; refuses any that is not Python-only."""
+def plan_overlay(pin: Pin, all_series: Sequence[Series], *, pristine: Pristine | None = None) -> OverlayPlan:
+    """The series with patches for ``pin``, in order; refuses any that is not Python-only. ``pristine``: where a
+    merge gets the pin's own files (default: the pin's sdist, fetched only when a merge needs it)."""
     needed = tuple(s for s in all_series if s.patches_for(pin.name))
     if not needed:
         raise UsageError(
@@ -86,7 +107,7 @@ def plan_overlay(pin: Pin, all_series: Sequence[Series]) -> OverlayPlan:
             "it changes compiled code, which an overlay cannot do",
             hint="build the wheel instead: `g4build wheel`",
         )
-    return OverlayPlan(pin=pin, series=needed, digest=stack_digest(pin, needed))
+    return OverlayPlan(pin=pin, series=needed, digest=stack_digest(pin, needed), pristine=pristine)
 
 
 def check_version(version: Version, pin: Pin, what: str) -> None:
@@ -101,9 +122,10 @@ def check_version(version: Version, pin: Pin, what: str) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class Patched:
-    """The outcome of patching the touched files: new bytes per path, or None for a deleted file."""
+    """The outcome of patching the touched files: new bytes per path (None: deleted), and per file how."""
 
     files: dict[str, bytes | None]
+    outcomes: tuple[FileOutcome, ...] = ()
 
 
 def safe_member(name: str) -> str:
@@ -118,27 +140,34 @@ def touched_by(plan: OverlayPlan) -> set[str]:
     return {p for patch in plan.patches for p in touched_paths(patch.path.read_bytes())}
 
 
-def patch_into(root: Path, read: dict[str, bytes], plan: OverlayPlan, target: str) -> dict[str, bytes | None]:
+def patch_into(root: Path, read: dict[str, bytes], plan: OverlayPlan, target: str) -> Patched:
     """Write ``read`` (path -> bytes) into the empty folder ``root``, apply every patch there, and return the
-    changed files (``None``: removed)."""
+    changed files (``None``: removed). Where the stack does not apply with zero fuzz, each file is applied alone
+    or merged three ways with the pin's own files (``merge``); a file that does neither raises."""
     for name, data in read.items():
         dest = root / safe_member(name)
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(data)
-    apply_patches(root, plan.patches, target=target)
+    try:
+        apply_patches(root, plan.patches, target=target)
+    except PatchConflictError as exc:
+        merged, outcomes = merge_over(read, plan.patches, pin=plan.pin.name, pristine=plan.pristine_files,
+                                      fingerprints=plan.fingerprints, first=exc, target=target)
+        return Patched(files=merged, outcomes=outcomes)
     files: dict[str, bytes | None] = {}
     for rel in sorted(touched_by(plan)):
         path = root / rel
         new = path.read_bytes() if path.is_file() else None
         if new != read.get(rel):
             files[rel] = new
-    return files
+    return Patched(files=files, outcomes=tuple(FileOutcome(path=rel, how="applied", detail=APPLIED)
+                                               for rel in sorted(touched_by(plan))))
 
 
 def patch_files(read: dict[str, bytes], plan: OverlayPlan, target: str) -> Patched:
     """``patch_into`` a scratch folder of its own (the wheel route)."""
     with tempfile.TemporaryDirectory(prefix="g4build-overlay-") as tmp:
-        return Patched(files=patch_into(Path(tmp), read, plan, target))
+        return patch_into(Path(tmp), read, plan, target)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,10 +180,12 @@ class OverlayResult:
     manifest: Path
     leftovers_removed: tuple[Path, ...] = ()  # staging folders of killed runs, removed
     leftovers_kept: tuple[Path, ...] = ()  # ... and those in use by another run (or not claimable here)
+    files: tuple[FileOutcome, ...] = ()  # per touched file: applied / merged / already
 
     def to_dict(self) -> dict[str, Any]:
         return {"wheel": str(self.wheel), "version": self.version, "changed": list(self.changed),
                 "added": list(self.added), "removed": list(self.removed), "manifest": str(self.manifest),
+                "files": [o.to_dict() for o in self.files],
                 "leftovers_removed": [str(p) for p in self.leftovers_removed],
                 "leftovers_kept": [str(p) for p in self.leftovers_kept]}
 
@@ -255,7 +286,7 @@ def overlay_wheel(
         added=tuple(n for n, d in patched.files.items() if d is not None and n not in by_name),
         removed=tuple(n for n, d in patched.files.items() if d is None),
         manifest=out_dir / MANIFEST_NAME,
-        leftovers_removed=tuple(swept), leftovers_kept=tuple(kept),
+        leftovers_removed=tuple(swept), leftovers_kept=tuple(kept), files=patched.outcomes,
     )
 
 

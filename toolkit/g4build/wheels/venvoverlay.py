@@ -113,7 +113,7 @@ def refuse_linked_folders(site: Path, rels: list[str] | set[str], *, hint: str =
 def _patch(scratch: Path, read: dict[str, bytes], plan: OverlayPlan, target: str) -> dict[str, bytes | None]:
     """Patch copies of the touched files in ``scratch`` (inside the state folder); return the changed ones."""
     scratch.mkdir()
-    return patch_into(scratch, read, plan, target)
+    return dict(patch_into(scratch, read, plan, target).files)
 
 
 def overlay_venv(venv: Path, plan: OverlayPlan) -> VenvResult:

@@ -10,6 +10,11 @@
 # CUTLASS and FlashInfer MoE kernels. Point model and speculative.model at your copies, e.g.
 # --set model=D:/models/gemma-4-26B-A4B-it-NVFP4 --set speculative.model=D:/models/gemma4-dflash-0.2b
 #
+# FlashInfer: where `import flashinfer` finds nothing at start (a wheel built without FlashInfer,
+# as on Windows), the script sets these instead of letting vLLM fail:
+#   VLLM_USE_FLASHINFER_SAMPLER=0: vLLM's default sampler is FlashInfer's, imported at engine start
+#   VLLM_NVFP4_GEMM_BACKEND=cutlass: forces FlashInfer's NVFP4 GEMM; cutlass is vLLM's own
+#
 # How the arguments reach vllm exactly, in Windows PowerShell 5.1 and PowerShell 7.x:
 # - $vllmArgs holds each value as a single-quoted string ('' stands for one quote; nothing is expanded).
 # - Where $PSNativeCommandArgumentPassing exists (7.3+), the script sets it to 'Standard', which passes
@@ -50,6 +55,16 @@ $wheel = Join-Path -Path $PSScriptRoot -ChildPath 'vllm-0.21.0+cu130.g4.01234567
 & python -m pip install $wheel
 if ($LASTEXITCODE -ne 0) { exit $LASTEXITCODE }
 
+# FlashInfer: where it is not installed, close the paths that would import it (see the header).
+if (Get-Command -Name 'python' -CommandType Application -ErrorAction SilentlyContinue) {
+    & python -c 'import importlib.util, sys; sys.exit(0 if importlib.util.find_spec(''flashinfer'') else 3)'
+    if ($LASTEXITCODE -eq 3) {
+        [Console]::Error.WriteLine('note: FlashInfer is not installed: serving without it (VLLM_USE_FLASHINFER_SAMPLER=0, VLLM_NVFP4_GEMM_BACKEND=cutlass)')
+        $env:VLLM_USE_FLASHINFER_SAMPLER = '0'
+        $env:VLLM_NVFP4_GEMM_BACKEND = 'cutlass'
+    }
+}
+
 $vllmArgs = @(
     'serve'
     './models/gemma-4-26B-A4B-it-NVFP4'
@@ -69,6 +84,8 @@ $vllmArgs = @(
     '--enable-auto-tool-choice'
     '--tool-call-parser'
     'gemma4'
+    '--mm-processor-cache-gb'
+    '0'
     '--speculative-config'
     '{"method":"dflash","model":"./models/gemma4-dflash-0.2b","num_speculative_tokens":15,"attention_backend":"flash_attn"}'
 )
@@ -91,6 +108,8 @@ $vllmArgsLegacy = @(
     '--enable-auto-tool-choice'
     '--tool-call-parser'
     'gemma4'
+    '--mm-processor-cache-gb'
+    '0'
     '--speculative-config'
     '"{\"method\":\"dflash\",\"model\":\"./models/gemma4-dflash-0.2b\",\"num_speculative_tokens\":15,\"attention_backend\":\"flash_attn\"}"'
 )

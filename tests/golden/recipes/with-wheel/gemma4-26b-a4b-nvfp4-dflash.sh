@@ -11,6 +11,11 @@
 # CUTLASS and FlashInfer MoE kernels. Point model and speculative.model at your copies, e.g.
 # --set model=D:/models/gemma-4-26B-A4B-it-NVFP4 --set speculative.model=D:/models/gemma4-dflash-0.2b
 #
+# FlashInfer: where `import flashinfer` finds nothing at start (a wheel built without FlashInfer,
+# as on Windows), the script sets these instead of letting vLLM fail:
+#   VLLM_USE_FLASHINFER_SAMPLER=0: vLLM's default sampler is FlashInfer's, imported at engine start
+#   VLLM_NVFP4_GEMM_BACKEND=cutlass: forces FlashInfer's NVFP4 GEMM; cutlass is vLLM's own
+#
 # Quoting: each value below is one single-quoted word ('\'' stands for a quote), so bash expands
 # nothing inside it and vllm receives it exactly as the recipe wrote it. That is why shellcheck's
 # notes on literal $/backticks (SC2016), on '\'' (SC1003) and on typographic quotes (SC1112) are off.
@@ -45,6 +50,17 @@ fi
 script_dir="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 python3 -m pip install "${script_dir}"/'vllm-0.21.0+cu130.g4.0123456789-cp38-abi3-linux_x86_64.whl'
 
+# FlashInfer: where it is not installed, close the paths that would import it (see the header).
+if command -v python3 >/dev/null 2>&1; then
+  flashinfer_rc=0
+  python3 -c 'import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('\''flashinfer'\'') else 3)' || flashinfer_rc=$?
+  if [[ "${flashinfer_rc}" -eq 3 ]]; then
+    echo 'note: FlashInfer is not installed: serving without it (VLLM_USE_FLASHINFER_SAMPLER=0, VLLM_NVFP4_GEMM_BACKEND=cutlass)' >&2
+    export VLLM_USE_FLASHINFER_SAMPLER='0'
+    export VLLM_NVFP4_GEMM_BACKEND='cutlass'
+  fi
+fi
+
 vllm_args=(
   'serve'
   './models/gemma-4-26B-A4B-it-NVFP4'
@@ -64,6 +80,8 @@ vllm_args=(
   '--enable-auto-tool-choice'
   '--tool-call-parser'
   'gemma4'
+  '--mm-processor-cache-gb'
+  '0'
   '--speculative-config'
   '{"method":"dflash","model":"./models/gemma4-dflash-0.2b","num_speculative_tokens":15,"attention_backend":"flash_attn"}'
 )
