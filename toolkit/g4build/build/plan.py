@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from g4build.build.arch import ArchInfo, check_cuda, check_os_arch, cuda_arch_list, flashinfer_arch_list
+from g4build.depseries import BuildSeries
 from g4build.errors import UsageError
 from g4build.manifest import local_label
 from g4build.pins import Pin
@@ -130,6 +131,7 @@ class BuildPlan:
     steps: tuple[Step, ...]
     notes: tuple[str, ...] = ()
     jobs_from_machine: bool = False  # a script computes MAX_JOBS on the machine it runs on (unless set there)
+    build_series: tuple[dict[str, Any], ...] = ()  # BuildSeries.record of each build series the steps apply
 
     @property
     def identity(self) -> str:
@@ -149,6 +151,7 @@ class BuildPlan:
             "steps": [s.to_dict() for s in self.steps],
             "setup": list(self.setup),
             "notes": list(self.notes),
+            "build_series": list(self.build_series),
         }
 
 
@@ -163,9 +166,11 @@ def base_os_of(pin: Pin, os_name: str | None) -> str | None:
     return "windows" if os_name == "windows" and "windows" in pin.bases else None
 
 
-def wheel_version(pin: Pin, series: Sequence[Series], cuda: str, os_name: str | None = None) -> str:
-    """``<upstream>+cu<XY>.g4.<digest>``; a build from the pin's base tree for ``os_name`` gets its own digest."""
-    return f"{pin.version}+{local_label(cuda, pin, series, base_os_of(pin, os_name))}"
+def wheel_version(pin: Pin, series: Sequence[Series], cuda: str, os_name: str | None = None,
+                  build: Sequence[BuildSeries] = ()) -> str:
+    """``<upstream>+cu<XY>.g4.<digest>``; a build from the pin's base tree for ``os_name`` gets its own digest,
+    and the build series the compiled code carries count too."""
+    return f"{pin.version}+{local_label(cuda, pin, series, base_os_of(pin, os_name), [b.series for b in build])}"
 
 
 def check_target(target: Target, pin: Pin, *, flashinfer: bool = True) -> None:
@@ -216,9 +221,26 @@ def build_env(target: Target, pin: Pin | None, version: str, layout: Layout, opt
     return env
 
 
+def build_series_steps(pin: Pin, build: Sequence[BuildSeries], layout: Layout, g4b: tuple[str, ...]) -> list[Step]:
+    """One step per build series, after the prefetch: vLLM's own to the tree, a dependency's to a patched copy
+    that the CMake initial cache then names. Always run (cheap once the copy exists): a prefetch that ran again
+    rewrote the initial cache with the pristine copies."""
+    steps = []
+    for b in build:
+        v = b.variant(pin.name)
+        n = len(b.series.patches_for(pin.name))
+        at = f" @ {v.commit[:12]}" if v is not None and v.commit else ""
+        steps.append(Step(
+            name=f"deps-{b.name}", title=f"patch {b.project}{at}: {b.name} v{b.version} ({n} patch{'es' * (n != 1)})",
+            command=(*g4b, "deps", "apply", "--pin", pin.name, "--tree", layout.src, "--series", b.name,
+                     "--cache", layout.cache, "--write", layout.deps_file),
+            cwd=layout.root, resumable=False))
+    return steps
+
+
 def vllm_steps(
     *, pin: Pin, target: Target, layout: Layout, opts: Options, source: tuple[Step, ...], extra: tuple[Step, ...],
-    version: str, pre: tuple[Step, ...] = (),
+    version: str, pre: tuple[Step, ...] = (), build: Sequence[BuildSeries] = (),
 ) -> tuple[Step, ...]:
     g4b, py, src, out = opts.g4build, opts.python, layout.src, layout.out
     arch = target.arch.name
@@ -232,6 +254,7 @@ def vllm_steps(
         Step(name="prefetch", title="prefetch CMake dependencies",
              command=(*g4b, "prefetch", "--tree", src, "--cache", layout.cache, "--write", layout.deps_file),
              cwd=layout.root),
+        *build_series_steps(pin, build, layout, g4b),
     ]
     # torch before anything that depends on it: the fork's requirements/windows.txt (xformers wants torch >= 2.10)
     # would otherwise pull PyPI's torch, which on Windows is the CPU build

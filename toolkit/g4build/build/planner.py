@@ -18,6 +18,7 @@ from g4build.build.plan import (
     vllm_steps,
     wheel_version,
 )
+from g4build.depseries import BuildSeries
 from g4build.pins import Pin
 from g4build.series import Series
 
@@ -41,8 +42,12 @@ def make_plan(
     layout: Layout,
     opts: Options,
     cuda_home: str | None = None,
+    build: Sequence[BuildSeries] = (),
+    uncovered: Sequence[BuildSeries] = (),
 ) -> BuildPlan:
-    """The whole vLLM build for ``target``; raises UsageError/BuildError for what is wrong before any step."""
+    """The whole vLLM build for ``target``; raises UsageError/BuildError for what is wrong before any step.
+    ``build``: the pin's build series (applied after the prefetch); ``uncovered``: build series with no
+    variant for the pin (named in the notes: that fix is missing from this build)."""
     check_target(target, pin, flashinfer=opts.flashinfer)
     notes: list[str] = []
     if target.os == "windows":
@@ -51,7 +56,12 @@ def make_plan(
         notes.append("sccache: on (--sccache)" if opts.sccache else
                      "sccache: off on Windows (cl.exe crashes under it with CUDA 13 at high parallelism); "
                      "--sccache turns it on")
-    version = wheel_version(pin, series, target.cuda, target.os)
+    version = wheel_version(pin, series, target.cuda, target.os, build)
+    for b in build:
+        notes.append(f"build series {b.name} v{b.version}: {b.series.title}")
+    for b in uncovered:
+        notes.append(f"build series {b.name} has no variant for {pin.name}: {b.project} is built as upstream "
+                     f"has it ({b.series.title.lower()} is missing)")
     env = build_env(target, pin, version, layout, opts)
     pre: tuple[Step, ...]
     if target.os == "windows":
@@ -78,10 +88,11 @@ def make_plan(
     if opts.launcher and target.os != "windows":
         notes.append(f"compiler launcher: {opts.launcher} (vLLM's setup.py picks it up from PATH)")
     steps = vllm_steps(pin=pin, target=target, layout=layout, opts=opts, source=source, extra=extra,
-                       version=version, pre=pre)
+                       version=version, pre=pre, build=build)
     jobs_from_machine = target.os == "windows" and not opts.jobs_given
     if jobs_from_machine:
         notes.append(f"MAX_JOBS: the script counts the RAM of the machine it runs on (~{GB_PER_NVCC_JOB:g} GB per "
                      f"nvcc job, at most its cores); {opts.jobs} here. Set MAX_JOBS or plan with --jobs to fix it")
     return BuildPlan(target=target, pin=pin.name, version=version, layout=layout, env=env, setup=setup,
-                     steps=steps, notes=tuple(notes), jobs_from_machine=jobs_from_machine)
+                     steps=steps, notes=tuple(notes), jobs_from_machine=jobs_from_machine,
+                     build_series=tuple(b.record(pin.name) for b in build))

@@ -181,7 +181,10 @@ def register(app: typer.Typer) -> None:
                        launcher=launcher, sccache=sccache,
                        python=python_cmd(target, python_exe), python_exe=python_exe, recipes=recipe_list,
                        torch_index=torch_index or None)
-        plan = make_plan(pin, series_for(pin), target, layout=layout, opts=opts, cuda_home=cuda_home)
+        from g4build.depseries import build_series_for, uncovered
+
+        plan = make_plan(pin, series_for(pin), target, layout=layout, opts=opts, cuda_home=cuda_home,
+                         build=build_series_for(pin), uncovered=uncovered(pin))
         if emit_script is not None:
             from g4build.build.script import render
 
@@ -259,11 +262,15 @@ def register(app: typer.Typer) -> None:
         from g4build.manifest import make_manifest
 
         pin = load_pins().get(pin_name)
+        from g4build.depseries import build_series_for
+
         series = series_for(pin)
+        build = build_series_for(pin)
         extra = build_extra(arch=arch, os_name=os_name, cuda=cuda, state=state)
-        manifest = make_manifest(pin, series, route="build", extra=extra, base_os=base_os_of(pin, os_name))
+        manifest = make_manifest(pin, series, route="build", extra=extra, base_os=base_os_of(pin, os_name),
+                                 build=build)
         # with --cuda the wheel's version is known: only that wheel is stamped, not older ones in --out
-        touched = stamp(out, manifest, version=wheel_version(pin, series, cuda, os_name) if cuda else None)
+        touched = stamp(out, manifest, version=wheel_version(pin, series, cuda, os_name, build) if cuda else None)
         if as_json:
             print_json({"out": str(out), "wheels_stamped": touched, "manifest": manifest})
         else:
