@@ -184,14 +184,19 @@ def load_all_build(root: Path | None = None) -> list[BuildSeries]:
     return result
 
 
-def build_series_for(pin: Pin, root: Path | None = None) -> list[BuildSeries]:
-    """The build series with patches for ``pin``, in order."""
+def build_series_for(pin: Pin, root: Path | None = None, *, base_os: str | None = None) -> list[BuildSeries]:
+    """The build series with patches for ``pin``, in order. None for a build from the pin's base tree of an OS
+    (Windows: the fork's CMake files, and the dependency commits they declare, are not the ones a variant for
+    the pin is written and checked against)."""
+    if base_os is not None:
+        return []
     return [b for b in load_all_build(root) if b.applies_to(pin.name)]
 
 
-def uncovered(pin: Pin, root: Path | None = None) -> list[BuildSeries]:
-    """Build series that have no variant for ``pin`` (the plan says so: their fix is missing from that build)."""
-    return [b for b in load_all_build(root) if b.series.variant(pin.name) is None]
+def uncovered(pin: Pin, root: Path | None = None, *, base_os: str | None = None) -> list[BuildSeries]:
+    """Build series a build of ``pin`` goes without (the plan says so: their fix is missing from that build):
+    those with no variant for the pin, and on an OS base tree all of them."""
+    return [b for b in load_all_build(root) if base_os is not None or b.series.variant(pin.name) is None]
 
 
 def get_build_series(name: str, root: Path | None = None) -> BuildSeries:

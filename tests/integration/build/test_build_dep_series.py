@@ -61,7 +61,7 @@ def test_the_fixture_is_the_text_the_series_records(pin21: Pin) -> None:
     variant = series.variant(pin21.name)
     assert variant is not None and variant.commit == FA_COMMIT
     assert hashlib.sha256((FIXTURE / "CMakeLists.txt").read_bytes()).hexdigest() == variant.files["CMakeLists.txt"]
-    assert [b.name for b in build_series_for(pin21)] == ["vllm-flash-attn"]
+    assert [b.name for b in build_series_for(pin21)] == ["vllm-flash-attn", "vllm-kernel-archs"]
 
 
 @pytest.mark.network
@@ -118,7 +118,7 @@ def test_patched_copy_is_made_once_reused_and_carries_the_series(tmp_path: Path,
     (pristine / ".g4build-prefetched").write_text("test\n")
     root = project_for(tmp_path / "project", _git("rev-parse", "HEAD", cwd=pristine))
     monkeypatch.setenv("G4BUILD_HOME", str(root))
-    build = load_all_build()
+    build = [b for b in load_all_build() if b.project == "vllm-flash-attn"]
     copy = patched_dependency(pristine, build, pin21)
     assert copy.parent == pristine.parent and copy.name.startswith(pristine.name + ".g4-")
     text = (copy / "CMakeLists.txt").read_text(encoding="utf-8")
@@ -161,8 +161,8 @@ def test_deps_apply_points_the_initial_cache_at_the_patched_copy(tmp_path: Path,
                             "--write", str(init)], capsys)
     assert code == 0, err
     pristine = prefetch(find_deps(tree)[0], cache)
-    argv = ["--root", str(root), "deps", "apply", "--pin", "vllm-0.21.0", "--tree", str(tree), "--cache", str(cache),
-            "--write", str(init), "--json"]
+    argv = ["--root", str(root), "deps", "apply", "--pin", "vllm-0.21.0", "--tree", str(tree), "--series",
+            "vllm-flash-attn", "--cache", str(cache), "--write", str(init), "--json"]
     code, out, err = run_cli(argv, capsys)
     assert code == 0, err
     (row,) = json.loads(out)["applied"]
@@ -189,7 +189,8 @@ def test_deps_apply_refuses_a_dependency_commit_the_series_is_not_written_for(
     init = tmp_path / "init.cmake"
     init.write_text("untouched\n")
     code, _, err = run_cli(["--root", str(root), "deps", "apply", "--pin", "vllm-0.21.0", "--tree", str(tree),
-                            "--cache", str(tmp_path / "deps"), "--write", str(init)], capsys)
+                            "--series", "vllm-flash-attn", "--cache", str(tmp_path / "deps"), "--write", str(init)],
+                           capsys)
     assert code == 2, err
     assert "is written for vllm-flash-attn aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" in err
     assert init.read_text() == "untouched\n" and not (tmp_path / "deps").exists()

@@ -59,9 +59,10 @@ def make_plan(
     version = wheel_version(pin, series, target.cuda, target.os, build)
     for b in build:
         notes.append(f"build series {b.name} v{b.version}: {b.series.title}")
+    on = f"{pin.name}'s {target.os} base tree" if target.os == "windows" and "windows" in pin.bases else pin.name
     for b in uncovered:
-        notes.append(f"build series {b.name} has no variant for {pin.name}: {b.project} is built as upstream "
-                     f"has it ({b.series.title.lower()} is missing)")
+        notes.append(f"build series {b.name} has no variant for {on}: {b.project} is built as that tree has it "
+                     f"(missing: {b.series.title})")
     env = build_env(target, pin, version, layout, opts)
     pre: tuple[Step, ...]
     if target.os == "windows":

@@ -183,8 +183,9 @@ def register(app: typer.Typer) -> None:
                        torch_index=torch_index or None)
         from g4build.depseries import build_series_for, uncovered
 
+        base_os = base_os_of(pin, target.os)
         plan = make_plan(pin, series_for(pin), target, layout=layout, opts=opts, cuda_home=cuda_home,
-                         build=build_series_for(pin), uncovered=uncovered(pin))
+                         build=build_series_for(pin, base_os=base_os), uncovered=uncovered(pin, base_os=base_os))
         if emit_script is not None:
             from g4build.build.script import render
 
@@ -265,7 +266,7 @@ def register(app: typer.Typer) -> None:
         from g4build.depseries import build_series_for
 
         series = series_for(pin)
-        build = build_series_for(pin)
+        build = build_series_for(pin, base_os=base_os_of(pin, os_name))
         extra = build_extra(arch=arch, os_name=os_name, cuda=cuda, state=state)
         manifest = make_manifest(pin, series, route="build", extra=extra, base_os=base_os_of(pin, os_name),
                                  build=build)
