@@ -137,6 +137,27 @@ def test_patched_copy_is_made_once_reused_and_carries_the_series(tmp_path: Path,
     assert again.applied and again.ok
 
 
+def test_a_prefetched_copy_carried_as_files_is_checked_and_patched(tmp_path: Path, pin21: Pin) -> None:
+    """An offline machine gets the dependency as an archive of files (no .git, a submodule's .git file left)."""
+    pristine = tmp_path / "cache" / f"vllm-flash-attn-{FA_COMMIT}"
+    shutil.copytree(FIXTURE, pristine)
+    (pristine / "csrc" / "cutlass").mkdir(parents=True)
+    (pristine / "csrc" / "cutlass" / ".git").write_text("gitdir: ../../.git/modules/csrc/cutlass\n")
+    (pristine / ".g4build-prefetched").write_text("carried\n")
+    build = [get_build_series("vllm-flash-attn")]
+    copy = patched_dependency(pristine, build, pin21)
+    assert "add_custom_target(_vllm_fa3_C)" in (copy / "CMakeLists.txt").read_text(encoding="utf-8")
+    assert [c.series for c in series_commits(copy)] == ["vllm-flash-attn"]
+    assert not (pristine / ".git").exists()  # the carried copy itself stays as it was
+    # a carried copy whose files are not the recorded ones is refused, and nothing is left behind
+    other = tmp_path / "cache2" / f"vllm-flash-attn-{FA_COMMIT}"
+    shutil.copytree(pristine, other)
+    (other / "CMakeLists.txt").write_text("# another commit\n" + (FIXTURE / "CMakeLists.txt").read_text())
+    with pytest.raises(PatchConflictError, match="files changed since the series was written"):
+        patched_dependency(other, build, pin21)
+    assert sorted(p.name for p in other.parent.iterdir() if not p.name.endswith(".lock")) == [other.name]
+
+
 def _vllm_tree(path: Path, remote: Path, tag: str) -> Path:
     """The two CMake files of a vLLM tree that declare vllm-flash-attn, at a local remote."""
     (path / "cmake" / "external_projects").mkdir(parents=True)

@@ -76,7 +76,7 @@ def _pristine_bytes(tree: Path, rel: str, commit: str | None) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
-def check_dependency(tree: Path, build: BuildSeries, pin: Pin) -> DepCheck:
+def check_dependency(tree: Path, build: BuildSeries, pin: Pin, *, check_commit: bool = True) -> DepCheck:
     """Check ``build``'s variant for ``pin`` against ``tree`` (a dependency's copy, or the vLLM tree)."""
     variant = build.variant(pin.name)
     if variant is None or not build.applies_to(pin.name):
@@ -87,7 +87,7 @@ def check_dependency(tree: Path, build: BuildSeries, pin: Pin) -> DepCheck:
     commit: str | None = None
     if gittree.is_repo_top(tree):
         commit = gittree.pristine_commit(tree)
-    if not build.is_dependency or variant.commit is None:
+    if not build.is_dependency or variant.commit is None or not check_commit:
         state: CommitState = "not-recorded"
     elif commit is None:
         state = "not-git"
@@ -121,10 +121,22 @@ def require_ok(check: DepCheck) -> None:
         raise conflict_error(check.report, tree_hint=check.tree)
 
 
-def apply_build_series(tree: Path, build: BuildSeries, pin: Pin) -> DepCheck:
+def _commit_all(tree: Path, message: str) -> None:
+    for nested in sorted(tree.rglob(".git"), reverse=True):  # leftovers of submodules: plain files from now on
+        if nested.is_dir() and not nested.is_symlink():
+            remove_tree(nested)
+        else:
+            nested.unlink()
+    gittree.run_git(["init", "-q"], cwd=tree)
+    gittree.run_git(["add", "-A", "-f", "."], cwd=tree)
+    gittree.run_git(["commit", "-q", "--no-verify", "-m", message], cwd=tree, env=gittree.identity_env(tree))
+
+
+def apply_build_series(tree: Path, build: BuildSeries, pin: Pin, *, check_commit: bool = True) -> DepCheck:
     """Apply one build series to a git tree (one commit per patch, all or nothing); a tree that already carries
-    it is left as it is. Returns the check made before."""
-    check = check_dependency(tree, build, pin)
+    it is left as it is. Returns the check made before. ``check_commit=False``: the caller has verified what the
+    tree is (a patched copy made here from the prefetched clone of the declared commit)."""
+    check = check_dependency(tree, build, pin, check_commit=check_commit)
     require_ok(check)
     if not check.applied:
         apply_stack(tree, [build.series], pin=pin.name, version=pin.version)
@@ -146,8 +158,12 @@ def patched_dependency(pristine: Path, build: Sequence[BuildSeries], pin: Pin) -
         try:
             shutil.copytree(pristine, tmp, symlinks=True)
             (tmp / PREFETCH_STAMP).unlink()
+            if not gittree.is_repo_top(tmp):  # a copy carried as files (an offline machine): check them, then
+                for b in build:  # make the git tree that applying (one commit per patch) and rolling back need
+                    require_ok(check_dependency(tmp, b, pin))
+                _commit_all(tmp, f"{pristine.name} as prefetched (files, not a git clone)")
             for b in build:
-                apply_build_series(tmp, b, pin)
+                apply_build_series(tmp, b, pin, check_commit=False)
             record = {"pristine": pristine.name, "pin": pin.name, "series": [b.record(pin.name) for b in build],
                       "head": gittree.head(tmp)}
             (tmp / PATCHED_STAMP).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
