@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from g4build import __version__
+from g4build.depseries import BuildSeries
 from g4build.errors import UsageError, ValidationError
 from g4build.forkport import fixup_patches
 from g4build.pins import Pin
@@ -23,9 +24,10 @@ MANIFEST_NAME = "build-manifest.json"
 SCHEMA = 1
 
 
-def local_label(cuda: str, pin: Pin, series: Iterable[Series], base_os: str | None = None) -> str:
+def local_label(cuda: str, pin: Pin, series: Iterable[Series], base_os: str | None = None,
+                build: Iterable[Series] = ()) -> str:
     """The local version label g4build gives a wheel: ``cu130.g4.<digest>``."""
-    return f"cu{cuda.replace('.', '')}.g4.{stack_digest(pin, series, base_os)}"
+    return f"cu{cuda.replace('.', '')}.g4.{stack_digest(pin, series, base_os, build)}"
 
 
 def created_time(derived: _dt.datetime | None = None) -> str:
@@ -49,19 +51,21 @@ def created_time(derived: _dt.datetime | None = None) -> str:
 
 def make_manifest(
     pin: Pin, series: Iterable[Series], *, route: str, extra: dict[str, Any] | None = None,
-    base_os: str | None = None, created: _dt.datetime | None = None,
+    base_os: str | None = None, created: _dt.datetime | None = None, build: Iterable[BuildSeries] = (),
 ) -> dict[str, Any]:
     """``route`` is ``build`` or ``overlay``; ``extra`` adds env, tools, timings, wheels...; ``base_os``: the
     build's source was the pin's base tree for that OS (recorded, and part of the digest); ``created``: a time
-    derived from the inputs (see ``created_time``)."""
+    derived from the inputs (see ``created_time``); ``build``: the build series the compiled code carries
+    (recorded with project, dependency commit and patch sha256s, and part of the digest)."""
     chosen = list(series)
+    builds = list(build)
     data: dict[str, Any] = {
         "schema": SCHEMA,
         "g4build": __version__,
         "created": created_time(created),
         "route": route,
         "pin": pin.to_dict(),
-        "digest": stack_digest(pin, chosen, base_os),
+        "digest": stack_digest(pin, chosen, base_os, [b.series for b in builds]),
         "series": [
             {
                 "name": s.name,
@@ -71,6 +75,8 @@ def make_manifest(
             for s in chosen
         ],
     }
+    if builds:
+        data["build_series"] = [b.record(pin.name) for b in builds]
     if base_os is not None and base_os in pin.bases:
         base = pin.bases[base_os]
         fixups = fixup_patches(base_os, pin) if base.onto else []

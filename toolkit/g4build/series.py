@@ -204,15 +204,20 @@ def get_series(name: str, root: Path | None = None) -> Series:
     raise UsageError(f"unknown series '{name}': expected one of {known}", hint="run `g4build patches list`")
 
 
-def stack_digest(pin: Pin, series: Iterable[Series], base_os: str | None = None) -> str:
+def stack_digest(pin: Pin, series: Iterable[Series], base_os: str | None = None, build: Iterable[Series] = ()) -> str:
     """A short digest of pin + series contents, used in wheel versions (``+cu130.g4.<digest>``); with
-    ``base_os`` the pin's base tree for that OS (fork commit, onto, keep_pin, fixups) counts too."""
+    ``base_os`` the pin's base tree for that OS (fork commit, onto, keep_pin, fixups) counts too; ``build``: the
+    build series a compiled wheel also carries (``patches/deps/``; none for an overlay)."""
     h = hashlib.sha256()
     h.update(f"{pin.name}\0{pin.upstream.commit}\0{pin.sdist.sha256}\0".encode())
     if base_os is not None and base_os in pin.bases:
         h.update(f"base\0{base_digest(pin, base_os)}\0".encode())
     for s in series:
         h.update(f"{s.name}\0{s.version}\0".encode())
+        for p in s.patches_for(pin.name):
+            h.update(hashlib.sha256(p.read_bytes()).digest())
+    for s in build:  # after a marker, so a build series can never read as one of the series
+        h.update(f"build\0{s.name}\0{s.version}\0".encode())
         for p in s.patches_for(pin.name):
             h.update(hashlib.sha256(p.read_bytes()).digest())
     return h.hexdigest()[:10]

@@ -51,6 +51,10 @@ def test_wheel_ships_every_data_file_and_the_installed_cli_reads_them(tmp_path: 
     recipes = json.loads(g4("recipe", "list", "--json"))
     assert "gemma4-26b-a4b-nvfp4-dflash" in {r["name"] for r in recipes}
     assert "sm120" in g4("ci", "matrix", "--json")
+    # the build series (patches/deps/, one level deeper) are there too, and a Linux plan applies them
+    assert "vllm-flash-attn" in {b["name"] for b in json.loads(g4("deps", "list", "--json"))["build_series"]}
+    linux = json.loads(g4("wheel", "--arch", "sm120", "--os", "linux", "--dry-run", "--json"))
+    assert "deps-vllm-flash-attn" in [step["name"] for step in linux["steps"]]
 
 
 @pytest.mark.network  # as above: pip builds the wheel

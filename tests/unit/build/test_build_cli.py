@@ -124,10 +124,11 @@ def test_manifest_goes_beside_the_wheels_and_into_the_vllm_dist_info(
 ) -> None:
     from g4build.build.plan import wheel_version
     from g4build.cli.wheel import series_for
+    from g4build.depseries import build_series_for
     from g4build.pins import load_pins
 
     pin = load_pins().get("vllm-0.21.0")
-    version = wheel_version(pin, series_for(pin), "13.0")
+    version = wheel_version(pin, series_for(pin), "13.0", build=build_series_for(pin))  # as the plan names it
     vllm = _wheel(tmp_path, version=version)
     other = _wheel(tmp_path, "flashinfer_python", "0.6.8.post1")
     earlier = _wheel(tmp_path, version="0.21.0+cu130.g4.0ld")  # an earlier build's wheel left in --out
@@ -192,7 +193,7 @@ def test_every_g4build_command_in_a_plan_exists(capsys: pytest.CaptureFixture[st
     assert code == 0
     windows = json.loads(_run(["wheel", "--arch", "sm120", "--os", "windows", "--dry-run", "--json"], capsys)[1])
     commands = [s["command"][1:] for s in json.loads(out)["steps"] + windows["steps"] if s["command"][0] == "g4build"]
-    assert {c[0] for c in commands} >= {"source", "patches", "prefetch", "validate", "manifest", "recipe",
+    assert {c[0] for c in commands} >= {"source", "patches", "prefetch", "deps", "validate", "manifest", "recipe",
                                         "cuda-shim"}
     for argv in commands:
         if argv[0] == "patches" and "patches" not in root.commands:

@@ -16,6 +16,7 @@ from typing import Any
 
 from g4build.build.arch import ArchInfo, check_cuda, check_os_arch, cuda_arch_list, flashinfer_arch_list
 from g4build.build.flashinfer import FlashInferWheel
+from g4build.depseries import BuildSeries
 from g4build.errors import UsageError
 from g4build.manifest import local_label
 from g4build.pins import Pin
@@ -103,6 +104,12 @@ class Layout:
     def log_dir(self) -> str:
         return self.join("logs")
 
+    @property
+    def compiler_cache(self) -> str:
+        """The compiler cache's folder: beside the prefetched dependencies, shared by every build (its entries
+        are keyed by content, so builds of other pins or series versions only add to it)."""
+        return self.sep.join([self.cache.rstrip("/\\"), "compiler-cache"])
+
 
 @dataclass(frozen=True, kw_only=True)
 class Options:
@@ -111,7 +118,7 @@ class Options:
     nvcc_threads: int = 1
     flashinfer: bool = True
     existing_torch: bool = True
-    launcher: str | None = None  # "ccache" / "sccache" when found
+    launcher: str | None = None  # the compiler cache, "sccache" or "ccache" (Linux: when found; Windows: --sccache)
     sccache: bool = False  # --sccache: on Windows a compiler launcher is used only when asked for
     g4build: tuple[str, ...] = ("g4build",)
     python: tuple[str, ...] = ("python",)
@@ -132,6 +139,7 @@ class BuildPlan:
     steps: tuple[Step, ...]
     notes: tuple[str, ...] = ()
     jobs_from_machine: bool = False  # a script computes MAX_JOBS on the machine it runs on (unless set there)
+    build_series: tuple[dict[str, Any], ...] = ()  # BuildSeries.record of each build series the steps apply
 
     @property
     def identity(self) -> str:
@@ -151,6 +159,7 @@ class BuildPlan:
             "steps": [s.to_dict() for s in self.steps],
             "setup": list(self.setup),
             "notes": list(self.notes),
+            "build_series": list(self.build_series),
         }
 
 
@@ -165,9 +174,11 @@ def base_os_of(pin: Pin, os_name: str | None) -> str | None:
     return "windows" if os_name == "windows" and "windows" in pin.bases else None
 
 
-def wheel_version(pin: Pin, series: Sequence[Series], cuda: str, os_name: str | None = None) -> str:
-    """``<upstream>+cu<XY>.g4.<digest>``; a build from the pin's base tree for ``os_name`` gets its own digest."""
-    return f"{pin.version}+{local_label(cuda, pin, series, base_os_of(pin, os_name))}"
+def wheel_version(pin: Pin, series: Sequence[Series], cuda: str, os_name: str | None = None,
+                  build: Sequence[BuildSeries] = ()) -> str:
+    """``<upstream>+cu<XY>.g4.<digest>``; a build from the pin's base tree for ``os_name`` gets its own digest,
+    and the build series the compiled code carries count too."""
+    return f"{pin.version}+{local_label(cuda, pin, series, base_os_of(pin, os_name), [b.series for b in build])}"
 
 
 def check_target(target: Target, pin: Pin, *, flashinfer: bool = True) -> None:
@@ -213,14 +224,43 @@ def build_env(target: Target, pin: Pin | None, version: str, layout: Layout, opt
         env["FLASHINFER_CUDA_ARCH_LIST"] = flashinfer_arch_list(target.arch, target.cuda)
     if opts.launcher is None:
         env["VLLM_DISABLE_SCCACHE"] = "1"
-    elif opts.launcher == "ccache":
-        env["VLLM_DISABLE_SCCACHE"] = "1"  # vLLM prefers sccache when both exist; pick the one we found
+    else:
+        if opts.launcher == "ccache":
+            env["VLLM_DISABLE_SCCACHE"] = "1"  # vLLM prefers sccache when both exist; pick the one we found
+        env.update(compiler_cache_env(opts.launcher, layout))
     return env
+
+
+def compiler_cache_env(launcher: str, layout: Layout) -> dict[str, str]:
+    """The compiler cache for every C, C++ and CUDA unit, named to CMake itself (vLLM's setup.py appends
+    CMAKE_ARGS after its own choice, so this one wins), and its folder. The build's paths do not change with
+    the series version (the source folder, the patched dependency copies), so after a Python-only series bump
+    every unit is a cache hit: no nvcc runs."""
+    launchers = " ".join(f"-DCMAKE_{lang}_COMPILER_LAUNCHER={launcher}" for lang in ("C", "CXX", "CUDA"))
+    return {"CMAKE_ARGS": f"-C {layout.deps_file} {launchers}",
+            "SCCACHE_DIR" if launcher == "sccache" else "CCACHE_DIR": layout.compiler_cache}
+
+
+def build_series_steps(pin: Pin, build: Sequence[BuildSeries], layout: Layout, g4b: tuple[str, ...]) -> list[Step]:
+    """One step per build series, after the prefetch: vLLM's own to the tree, a dependency's to a patched copy
+    that the CMake initial cache then names. Always run (cheap once the copy exists): a prefetch that ran again
+    rewrote the initial cache with the pristine copies."""
+    steps = []
+    for b in build:
+        v = b.variant(pin.name)
+        n = len(b.series.patches_for(pin.name))
+        at = f" @ {v.commit[:12]}" if v is not None and v.commit else ""
+        steps.append(Step(
+            name=f"deps-{b.name}", title=f"patch {b.project}{at}: {b.name} v{b.version} ({n} patch{'es' * (n != 1)})",
+            command=(*g4b, "deps", "apply", "--pin", pin.name, "--tree", layout.src, "--series", b.name,
+                     "--cache", layout.cache, "--write", layout.deps_file),
+            cwd=layout.root, resumable=False))
+    return steps
 
 
 def vllm_steps(
     *, pin: Pin, target: Target, layout: Layout, opts: Options, source: tuple[Step, ...], extra: tuple[Step, ...],
-    version: str, pre: tuple[Step, ...] = (),
+    version: str, pre: tuple[Step, ...] = (), build: Sequence[BuildSeries] = (),
 ) -> tuple[Step, ...]:
     g4b, py, src, out = opts.g4build, opts.python, layout.src, layout.out
     arch = target.arch.name
@@ -234,6 +274,7 @@ def vllm_steps(
         Step(name="prefetch", title="prefetch CMake dependencies",
              command=(*g4b, "prefetch", "--tree", src, "--cache", layout.cache, "--write", layout.deps_file),
              cwd=layout.root),
+        *build_series_steps(pin, build, layout, g4b),
     ]
     # torch before anything that depends on it: the fork's requirements/windows.txt (xformers wants torch >= 2.10)
     # would otherwise pull PyPI's torch, which on Windows is the CPU build
@@ -340,6 +381,8 @@ def extension_plan(
     version, build type): the same machinery, small enough for CI to run for real."""
     env = {k: v for k, v in build_env(target, None, version, layout, opts).items()
            if k not in ("CMAKE_ARGS", "FETCHCONTENT_BASE_DIR")}
+    if opts.launcher:  # the compiler cache without vLLM's dependency cache file
+        env["CMAKE_ARGS"] = compiler_cache_env(opts.launcher, layout)["CMAKE_ARGS"].split(" ", 2)[2]
     if cuda_home:
         env["CUDA_HOME"] = cuda_home
     step = wheel_step(name, f"build the {name} wheel", opts, project, layout.out)

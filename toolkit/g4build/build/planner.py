@@ -19,6 +19,7 @@ from g4build.build.plan import (
     vllm_steps,
     wheel_version,
 )
+from g4build.depseries import BuildSeries
 from g4build.errors import UsageError
 from g4build.pins import Pin
 from g4build.series import Series
@@ -43,8 +44,12 @@ def make_plan(
     layout: Layout,
     opts: Options,
     cuda_home: str | None = None,
+    build: Sequence[BuildSeries] = (),
+    uncovered: Sequence[BuildSeries] = (),
 ) -> BuildPlan:
-    """The whole vLLM build for ``target``; raises UsageError/BuildError for what is wrong before any step."""
+    """The whole vLLM build for ``target``; raises UsageError/BuildError for what is wrong before any step.
+    ``build``: the pin's build series (applied after the prefetch); ``uncovered``: build series with no
+    variant for the pin (named in the notes: that fix is missing from this build)."""
     check_target(target, pin, flashinfer=opts.flashinfer)
     if opts.flashinfer_wheels and target.os != "windows":
         raise UsageError(f"--flashinfer-wheel is for Windows builds: a {target.os} build compiles FlashInfer itself "
@@ -57,7 +62,13 @@ def make_plan(
         notes.append("sccache: on (--sccache)" if opts.sccache else
                      "sccache: off on Windows (cl.exe crashes under it with CUDA 13 at high parallelism); "
                      "--sccache turns it on")
-    version = wheel_version(pin, series, target.cuda, target.os)
+    version = wheel_version(pin, series, target.cuda, target.os, build)
+    for b in build:
+        notes.append(f"build series {b.name} v{b.version}: {b.series.title}")
+    on = f"{pin.name}'s {target.os} base tree" if target.os == "windows" and "windows" in pin.bases else pin.name
+    for b in uncovered:
+        notes.append(f"build series {b.name} has no variant for {on}: {b.project} is built as that tree has it "
+                     f"(missing: {b.series.title})")
     env = build_env(target, pin, version, layout, opts)
     pre: tuple[Step, ...]
     if target.os == "windows":
@@ -85,12 +96,17 @@ def make_plan(
         source = linux.source_steps(pin, layout, opts.g4build)
         extra = ()
     if opts.launcher and target.os != "windows":
-        notes.append(f"compiler launcher: {opts.launcher} (vLLM's setup.py picks it up from PATH)")
+        notes.append(f"compiler cache: {opts.launcher} for every C/C++/CUDA unit, kept in {layout.compiler_cache}: "
+                     "after a Python-only series bump no CUDA unit is compiled again")
+    elif target.os != "windows":
+        notes.append("compiler cache: none found (sccache or ccache on PATH): every rebuild, even after a "
+                     "Python-only series bump, compiles every CUDA unit again; `pip install sccache` gives one")
     steps = vllm_steps(pin=pin, target=target, layout=layout, opts=opts, source=source, extra=extra,
-                       version=version, pre=pre)
+                       version=version, pre=pre, build=build)
     jobs_from_machine = target.os == "windows" and not opts.jobs_given
     if jobs_from_machine:
         notes.append(f"MAX_JOBS: the script counts the RAM of the machine it runs on (~{GB_PER_NVCC_JOB:g} GB per "
                      f"nvcc job, at most its cores); {opts.jobs} here. Set MAX_JOBS or plan with --jobs to fix it")
     return BuildPlan(target=target, pin=pin.name, version=version, layout=layout, env=env, setup=setup,
-                     steps=steps, notes=tuple(notes), jobs_from_machine=jobs_from_machine)
+                     steps=steps, notes=tuple(notes), jobs_from_machine=jobs_from_machine,
+                     build_series=tuple(b.record(pin.name) for b in build))

@@ -18,6 +18,7 @@ from rich.markup import escape
 from g4build import __version__
 from g4build.cli import (
     ci,
+    deps,
     doctor,
     image,
     overlay,
@@ -41,7 +42,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for _module in (pins, source, patches, wheel, validate, overlay, recipe, ci, image, doctor):
+for _module in (pins, source, patches, deps, wheel, validate, overlay, recipe, ci, image, doctor):
     _module.register(app)
 
 

@@ -190,7 +190,11 @@ def register(app: typer.Typer) -> None:
                        python=python_cmd(target, python_exe), python_exe=python_exe, recipes=recipe_list,
                        torch_index=torch_index or None,
                        flashinfer_wheels=tuple(parse_spec(item) for item in flashinfer_wheels or ()))
-        plan = make_plan(pin, series_for(pin), target, layout=layout, opts=opts, cuda_home=cuda_home)
+        from g4build.depseries import build_series_for, uncovered
+
+        base_os = base_os_of(pin, target.os)
+        plan = make_plan(pin, series_for(pin), target, layout=layout, opts=opts, cuda_home=cuda_home,
+                         build=build_series_for(pin, base_os=base_os), uncovered=uncovered(pin, base_os=base_os))
         if emit_script is not None:
             from g4build.build.script import render
 
@@ -301,15 +305,19 @@ def register(app: typer.Typer) -> None:
         from g4build.manifest import make_manifest
 
         pin = load_pins().get(pin_name)
+        from g4build.depseries import build_series_for
+
         series = series_for(pin)
+        build = build_series_for(pin, base_os=base_os_of(pin, os_name))
         extra = build_extra(arch=arch, os_name=os_name, cuda=cuda, state=state)
         if os_name == "windows":  # what the launch scripts and `recipe check --wheel` read
             extra["flashinfer"] = manifest_record(pin, out, [parse_spec(i) for i in flashinfer_wheels or ()])
         elif flashinfer_wheels:
             raise UsageError("--flashinfer-wheel is for Windows builds (--os windows)")
-        manifest = make_manifest(pin, series, route="build", extra=extra, base_os=base_os_of(pin, os_name))
+        manifest = make_manifest(pin, series, route="build", extra=extra, base_os=base_os_of(pin, os_name),
+                                 build=build)
         # with --cuda the wheel's version is known: only that wheel is stamped, not older ones in --out
-        touched = stamp(out, manifest, version=wheel_version(pin, series, cuda, os_name) if cuda else None)
+        touched = stamp(out, manifest, version=wheel_version(pin, series, cuda, os_name, build) if cuda else None)
         if as_json:
             print_json({"out": str(out), "wheels_stamped": touched, "manifest": manifest})
         else:
