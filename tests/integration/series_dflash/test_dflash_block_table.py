@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from tests.integration.series_dflash.dflash_stubs import auto_stub, patched_modules
+from tests.integration.series_dflash.dflash_stubs import patched_modules
 
 pytestmark = pytest.mark.network
 
@@ -144,93 +144,3 @@ def test_unpatched_gemma4_mtp_hands_padded_table_to_flash_attention(pristine_021
     """Negative control: 0.21.0 as released passes the 24-row table with 17 requests, and FlashAttention refuses."""
     with pytest.raises(RuntimeError, match=r"block_table must have shape"):
         _gemma4_build(pristine_021)
-
-
-class BaseProposerStandIn:
-    """SpecDecodeBaseProposer, as far as the DFlash metadata path uses it: one slot buffer for all layers."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def _get_slot_mapping(self, num_tokens: int, slot_mapping: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        view = self._slot_mapping_buffer[:num_tokens]  # type: ignore[attr-defined]
-        return {name: view for name in self._draft_attn_layer_names}  # type: ignore[attr-defined]
-
-
-class _Backend:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def full_cls_name(self) -> str:
-        return self.name
-
-
-class _DraftLayer:
-    def get_attn_backend(self) -> _Backend:
-        return _Backend("FLASH_ATTN")
-
-
-def test_dflash_sliding_and_full_groups_get_their_own_cut_tables(patched_021: Path) -> None:
-    """0.21.0's backported multi-group DFlash: a Gemma 4 style drafter (layers 0, 2 sliding and causal; 1, 3 full
-    and non-causal) in two KV cache groups gets one metadata per group, each with its own block table cut to the
-    17 real requests, its own query slots, and its own causality."""
-    names = [f"model.layers.{60 + i}.self_attn.attn" for i in range(4)]
-    sliding = {names[0], names[2]}
-    layers = {name: _DraftLayer() for name in names}
-    overrides = {
-        "vllm.v1.worker.utils.AttentionGroup": StandInAttentionGroup,
-        "vllm.config.get_layers_from_vllm_config": lambda vllm_config, layer_type, layer_names=None: layers,
-        "vllm.v1.spec_decode.utils.PADDING_SLOT_ID": -1,
-        "vllm.v1.spec_decode.llm_base_proposer.SpecDecodeBaseProposer": BaseProposerStandIn,
-        "vllm.v1.kv_cache_interface.UniformTypeKVCacheSpecs": auto_stub("UniformTypeKVCacheSpecs"),
-    }
-    real = ["vllm.v1.attention.backend", "vllm.v1.spec_decode.dflash"]
-    with patched_modules(patched_021, real, overrides) as mods:
-        proposer_cls = mods["vllm.v1.spec_decode.dflash"].DFlashProposer
-        proposer = proposer_cls.__new__(proposer_cls)
-        # What SpecDecodeBaseProposer.__init__ would have set; the real DFlashProposer.__init__ runs below.
-        proposer.max_batch_size, proposer.num_speculative_tokens, proposer.max_num_tokens = PADDED_REQS, NUM_SPEC, 256
-        spec_config = types.SimpleNamespace(method="dflash")
-        proposer_cls.__init__(proposer, types.SimpleNamespace(speculative_config=spec_config), torch.device("cpu"))
-        proposer.vllm_config, proposer.device = None, torch.device("cpu")
-        proposer._draft_attn_layer_names = set(names)
-        proposer.model = types.SimpleNamespace(
-            get_draft_kv_cache_layer_names=lambda: names,
-            get_draft_attn_causal=lambda: [n in sliding for n in names],
-        )
-        spec = types.SimpleNamespace(block_size=16)
-        kv_cache_config = types.SimpleNamespace(
-            kv_cache_groups=[
-                types.SimpleNamespace(
-                    layer_names=["model.layers.0.attn", *sorted(set(names) - sliding)], kv_cache_spec=spec
-                ),
-                types.SimpleNamespace(layer_names=["model.layers.1.attn", *sorted(sliding)], kv_cache_spec=spec),
-            ]
-        )
-        proposer.initialize_attn_backend(kv_cache_config)
-        assert proposer.kv_cache_gid == 0, "the runner must hand DFlash the full-attention group's metadata"
-
-        tables = _padded_tables()
-        for gid, table in tables.items():
-            proposer.set_per_group_block_table(gid, table)
-        q_total = NUM_REQS * (1 + NUM_SPEC)
-        proposer._extra_query_slots[1][:q_total] = 7  # as the kernel would have written the sliding group's slots
-        cad = _cad(mods["vllm.v1.attention.backend"], tables[0][:NUM_REQS], proposer._slot_mapping_buffer[:q_total])
-        _, per_layer = proposer.build_per_group_and_layer_attn_metadata(cad)
-
-        by_gid = {g.kv_cache_group_id: g for g in proposer.draft_attn_groups}
-        assert set(by_gid) == {0, 1}
-        for gid, group in by_gid.items():
-            (call,) = group.fa.calls
-            assert tuple(call["block_table"].shape) == (NUM_REQS, MAX_BLOCKS)
-            assert torch.equal(call["block_table"], tables[gid][:NUM_REQS])
-            assert call["causal"] is (gid == 1)
-        assert set(per_layer) == set(names)
-        assert all(per_layer[n].causal for n in sliding)
-        assert not any(per_layer[n].causal for n in set(names) - sliding)
-        assert bool((per_layer[names[0]].slot_mapping == 7).all()), "the sliding group must use its own slots"
-        assert per_layer[names[1]].slot_mapping.data_ptr() == proposer._slot_mapping_buffer.data_ptr()
-        # The forward pass's per-layer slot mappings follow the same split.
-        slots = proposer._get_slot_mapping(q_total)
-        assert bool((slots[names[2]] == 7).all())
-        assert slots[names[3]].data_ptr() == proposer._slot_mapping_buffer.data_ptr()

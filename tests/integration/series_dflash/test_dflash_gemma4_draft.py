@@ -149,14 +149,12 @@ def test_backported_layer_attention_on_021(patched_021: Path) -> None:
             (512, True),
             (None, False),
         ]
-        assert q.dflash_needs_non_causal(gemma_like)
         all_swa = types.SimpleNamespace(num_hidden_layers=2, dflash_config={"use_swa": True, "swa_window_size": 128})
         assert [q.dflash_layer_attention(all_swa, i) for i in range(2)] == [(128, False), (128, False)]
         plain = types.SimpleNamespace(num_hidden_layers=2)
         assert [q.dflash_layer_attention(plain, i) for i in range(2)] == [(None, False), (None, False)]
         forced = types.SimpleNamespace(num_hidden_layers=1, is_causal=True, dflash_config={})
         assert q.dflash_layer_attention(forced, 0) == (None, True)
-        assert not q.dflash_needs_non_causal(forced)
         no_window = types.SimpleNamespace(num_hidden_layers=1, dflash_config={"use_swa": True})
         with pytest.raises(ValueError, match="swa_window_size"):
             q.dflash_layer_attention(no_window, 0)
