@@ -80,8 +80,9 @@ def test_metadata_builders_are_created_with_their_layers(v1_facts: Facts, backen
 
 @pytest.mark.parametrize(("pin", "mode"), [("vllm-0.21.0", "all"), ("vllm-0.33.0", "padding")])
 def test_query_buffers_hold_cuda_graph_padded_steps(v1_facts: Facts, pin: str, mode: str) -> None:
-    """Finding (d): with max_num_seqs 6 and 6 speculative tokens, a 6-request step has 42 queries and the drafter's
-    dispatcher runs it at the capture size 48; positions and slot mappings must hold 48 rows. 0.33.0's V1
+    """Finding (d): with max_num_seqs 6, 6 speculative tokens and piecewise CUDA graphs, a 6-request step has 42
+    queries and the drafter's dispatcher runs it at the capture size 48; positions and slot mappings must hold 48
+    rows. (Full decode graphs round the capture sizes to multiples of 1 + k, which makes 42 one.) 0.33.0's V1
     proposer sizes them itself (upstream's fix); the 0.21.0 series does it in 0005."""
     padding = _run(v1_facts, "triton", pin, mode)["padding"]
     assert [(p["queries"], p["padded"]) for p in padding][-1] == (42, 48)
