@@ -1,9 +1,14 @@
 """Run vLLM's DFlash input-expansion Triton kernel from a (patched) source file and check it against a plain-Python
 reference: a padded verification batch (17 real requests in a 24-row CUDA-graph block table) with rejected drafts.
 
-Checks: rejected context rows get slot -1 (their K/V is not written to the draft cache), accepted rows get their
-block-table slot, query positions continue from the last *accepted* token, input ids / sample indices / query
-slots match, and nothing outside the real requests' rows is touched.
+Checks: every context row gets its block-table slot, query positions continue from the last *accepted* token,
+input ids / sample indices / query slots match, and nothing outside the real requests' rows is touched. Then the
+cache writes are replayed in the order vLLM's V1 DFlash proposer makes them (every context row's K/V first, by
+precompute_and_store_context_kv; then each draft layer writes its query rows' K/V before it attends) and what the
+draft attention reads (each request's positions up to its last query) is compared with the same replay in which
+rejected context rows write nothing: identical, because the query rows overwrite exactly the rejected rows'
+positions. The replay in the opposite order (queries first) must differ, or the comparison could not see a
+rejected write at all.
 
     python run_dflash_kernel.py --kernel-source vllm/v1/spec_decode/utils.py [--device cuda|cpu] [--json]
 
@@ -27,7 +32,6 @@ from typing import Any
 import torch
 
 KERNEL_NAME = "copy_and_expand_dflash_inputs_kernel"
-PAD_SLOT = -1
 SENTINEL = -7  # written into every output before the launch: untouched rows keep it
 
 
@@ -128,7 +132,7 @@ def reference(b: Batch) -> dict[str, list[int]]:
         for j in range(n):
             pos = b.start_pos[r] + j
             out["context_positions"][row + j] = pos
-            out["context_slots"][row + j] = slot(r, pos) if j < n - rej else PAD_SLOT
+            out["context_slots"][row + j] = slot(r, pos)
         last_accepted = b.start_pos[r] + n - rej - 1
         for k in range(q):
             pos = last_accepted + 1 + k
@@ -192,11 +196,47 @@ def run_kernel(kernel: Any, b: Batch, device: str) -> dict[str, list[int]]:
     return {k: v.cpu().tolist() for k, v in outs.items()}
 
 
+def rejected_context_rows(b: Batch) -> list[int]:
+    """Context rows that carry rejected draft tokens (the last rejected[r] rows of request r)."""
+    rows, start = [], 0
+    for n, rej in zip(b.ctx_lens, b.rejected, strict=True):
+        rows += range(start + n - rej, start + n)
+        start += n
+    return rows
+
+
+def draft_reads(b: Batch, got: dict[str, list[int]], skip_rows: set[int], queries_first: bool = False) -> list[str]:
+    """Replay the kernel's slot mappings as cache writes (a slot holds the tag of its last writer; negative slots
+    write nothing), context rows then query rows unless queries_first, and return, per real request, the tags at
+    every position from its first context position to its last query position: what the draft attention reads
+    of this step's writes."""
+    cache: dict[int, str] = {}
+
+    def context() -> None:
+        for row, s in enumerate(got["context_slots"]):
+            if s >= 0 and row not in skip_rows:
+                cache[s] = f"context row {row}"
+
+    def queries() -> None:
+        for i, s in enumerate(got["query_slots"][: b.num_reqs * (1 + b.num_spec)]):
+            if s >= 0:
+                cache[s] = f"query row {i}"
+
+    for step in (queries, context) if queries_first else (context, queries):
+        step()
+    reads = []
+    for r in range(b.num_reqs):
+        last_accepted = b.start_pos[r] + b.ctx_lens[r] - b.rejected[r] - 1
+        for pos in range(b.start_pos[r], last_accepted + b.num_spec + 1):
+            block = b.block_table[r][min(pos // b.block_size, b.max_blocks - 1)]
+            reads.append(f"request {r} position {pos}: {cache.get(block * b.block_size + pos % b.block_size)}")
+    return reads
+
+
 def compare(b: Batch, got: dict[str, list[int]], want: dict[str, list[int]]) -> dict[str, str]:
     """One verdict per check: 'ok' or the first mismatch."""
     verdicts: dict[str, str] = {}
-    rejected_rows = [i for i, s in enumerate(want["context_slots"]) if s == PAD_SLOT]
-    accepted_rows = [i for i, s in enumerate(want["context_slots"]) if s != PAD_SLOT]
+    rejected = rejected_context_rows(b)
 
     def first_diff(name: str, rows: list[int]) -> str:
         for i in rows:
@@ -204,12 +244,19 @@ def compare(b: Batch, got: dict[str, list[int]], want: dict[str, list[int]]) -> 
                 return f"{name}[{i}]: expected {want[name][i]}, found {got[name][i]}"
         return "ok"
 
-    verdicts["rejected_context_slots_unwritten"] = first_diff("context_slots", rejected_rows)
-    verdicts["accepted_context_slots"] = first_diff("context_slots", accepted_rows)
-    verdicts["context_positions"] = first_diff("context_positions", list(range(len(want["context_positions"]))))
-    for name in ("query_positions", "query_slots", "input_ids", "token_indices"):
+    for name in ("context_slots", "context_positions", "query_positions", "query_slots", "input_ids", "token_indices"):
         verdicts[name] = first_diff(name, list(range(len(want[name]))))
-    verdicts["rejected_rows_present"] = "ok" if rejected_rows else "the batch has no rejected rows"
+    verdicts["rejected_rows_present"] = "ok" if rejected else "the batch has no rejected rows"
+
+    as_run = draft_reads(b, got, skip_rows=set())
+    without_rejected = draft_reads(b, got, skip_rows=set(rejected))
+    pairs = zip(as_run, without_rejected, strict=True)
+    diff = next((f"{x} (rejected rows writing nothing: {y})" for x, y in pairs if x != y), None)
+    verdicts["draft_reads_same_without_rejected_writes"] = diff or "ok"
+    reversed_order = draft_reads(b, got, skip_rows=set(), queries_first=True)
+    verdicts["replay_sees_rejected_writes_in_other_order"] = (
+        "ok" if reversed_order != without_rejected else "queries-first replay reads the same: the check is blind"
+    )
     return verdicts
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from tests.integration.series_dflash.in_tree import PATCHED, PATCHED_021, PRISTINE_021, Tree, scenario, under_test
+from tests.integration.series_dflash.in_tree import PATCHED, PRISTINE_021, Tree, scenario
 
 pytestmark = pytest.mark.network
 
@@ -146,105 +146,3 @@ def test_unpatched_gemma4_mtp_hands_padded_table_to_flash_attention(pristine_021
     failure = pristine_021.failure(gemma4_mtp_calls)
     assert failure.type == "builtins.RuntimeError" and failure.message == FA_SHAPE_ERROR, failure.traceback
 
-
-class _Backend:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def full_cls_name(self) -> str:
-        return self.name
-
-
-class _DraftLayer:
-    def get_attn_backend(self) -> _Backend:
-        return _Backend("FLASH_ATTN")
-
-
-NAMES = [f"model.layers.{60 + i}.self_attn.attn" for i in range(4)]
-SLIDING = {NAMES[0], NAMES[2]}
-
-
-@scenario(PATCHED_021)
-def dflash_multi_group(tree: Path) -> dict[str, Any]:
-    """0.21.0's backported multi-group DFlash metadata for a Gemma 4 style drafter (see the test below)."""
-    base = importlib.import_module("vllm.v1.spec_decode.llm_base_proposer").SpecDecodeBaseProposer
-
-    class Uninitialised(base):  # type: ignore[misc,valid-type]
-        """The tree's SpecDecodeBaseProposer without its __init__ (device buffers from a full VllmConfig); the
-        fields this path reads are set below."""
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            pass
-
-    layers = {name: _DraftLayer() for name in NAMES}
-    overrides = {
-        "vllm.v1.spec_decode.llm_base_proposer.SpecDecodeBaseProposer": Uninitialised,
-        "vllm.v1.worker.utils.AttentionGroup": StandInAttentionGroup,
-        "vllm.config.get_layers_from_vllm_config": lambda vllm_config, layer_type, layer_names=None: layers,
-    }
-    with under_test(["vllm.v1.spec_decode.dflash"], overrides) as mods:
-        proposer_cls = mods["vllm.v1.spec_decode.dflash"].DFlashProposer
-        proposer = proposer_cls.__new__(proposer_cls)
-        # What SpecDecodeBaseProposer.__init__ would have set; the real DFlashProposer.__init__ runs below.
-        proposer.max_batch_size, proposer.num_speculative_tokens, proposer.max_num_tokens = PADDED_REQS, NUM_SPEC, 256
-        spec_config = types.SimpleNamespace(method="dflash")
-        proposer_cls.__init__(proposer, types.SimpleNamespace(speculative_config=spec_config), torch.device("cpu"))
-        proposer.vllm_config, proposer.device = None, torch.device("cpu")
-        proposer._draft_attn_layer_names = set(NAMES)
-        proposer.model = types.SimpleNamespace(
-            get_draft_kv_cache_layer_names=lambda: NAMES,
-            get_draft_attn_causal=lambda: [n in SLIDING for n in NAMES],
-        )
-        spec = types.SimpleNamespace(block_size=16)
-        kv_cache_config = types.SimpleNamespace(
-            kv_cache_groups=[
-                types.SimpleNamespace(
-                    layer_names=["model.layers.0.attn", *sorted(set(NAMES) - SLIDING)], kv_cache_spec=spec
-                ),
-                types.SimpleNamespace(layer_names=["model.layers.1.attn", *sorted(SLIDING)], kv_cache_spec=spec),
-            ]
-        )
-        proposer.initialize_attn_backend(kv_cache_config)
-        kv_cache_gid = proposer.kv_cache_gid
-
-        for gid, table in _padded_tables().items():
-            proposer.set_per_group_block_table(gid, table)
-        q_total = NUM_REQS * (1 + NUM_SPEC)
-        proposer._extra_query_slots[1][:q_total] = 7  # as the kernel would have written the sliding group's slots
-        cad = _cad(_padded_tables()[0][:NUM_REQS], proposer._slot_mapping_buffer[:q_total])
-        _, per_layer = proposer.build_per_group_and_layer_attn_metadata(cad)
-        main = proposer._slot_mapping_buffer.data_ptr()
-        slots = {name: meta.slot_mapping for name, meta in per_layer.items()}
-        forward = proposer._get_slot_mapping(q_total)  # the forward pass's per-layer slot mappings
-        return {
-            "kv_cache_gid": kv_cache_gid,
-            "calls": {g.kv_cache_group_id: g.fa.calls for g in proposer.draft_attn_groups},
-            "causal": {name: meta.causal for name, meta in per_layer.items()},
-            "slots": {name: s.clone() for name, s in slots.items()},
-            "slots_in_main_buffer": {name: s.data_ptr() == main for name, s in slots.items()},
-            "forward_slots": {name: s.clone() for name, s in forward.items()},
-            "forward_slots_in_main_buffer": {name: s.data_ptr() == main for name, s in forward.items()},
-        }
-
-
-def test_dflash_sliding_and_full_groups_get_their_own_cut_tables(patched_021: Tree) -> None:
-    """0.21.0's backported multi-group DFlash: a Gemma 4 style drafter (layers 0, 2 sliding and causal; 1, 3 full
-    and non-causal) in two KV cache groups gets one metadata per group, each with its own block table cut to the
-    17 real requests, its own query slots, and its own causality."""
-    got = patched_021.result(dflash_multi_group)
-    assert got["kv_cache_gid"] == 0, "the runner must hand DFlash the full-attention group's metadata"
-    tables = _padded_tables()
-    assert set(got["calls"]) == {0, 1}
-    for gid, calls in got["calls"].items():
-        (call,) = calls
-        assert tuple(call["block_table"].shape) == (NUM_REQS, MAX_BLOCKS)
-        assert torch.equal(call["block_table"], tables[gid][:NUM_REQS])
-        assert call["causal"] is (gid == 1)
-    assert set(got["causal"]) == set(NAMES)
-    assert all(got["causal"][n] for n in SLIDING)
-    assert not any(got["causal"][n] for n in set(NAMES) - SLIDING)
-    assert bool((got["slots"][NAMES[0]] == 7).all()), "the sliding group must use its own slots"
-    assert got["slots_in_main_buffer"][NAMES[1]] and not got["slots_in_main_buffer"][NAMES[0]]
-    # The forward pass's per-layer slot mappings follow the same split.
-    assert bool((got["forward_slots"][NAMES[2]] == 7).all())
-    assert got["forward_slots_in_main_buffer"][NAMES[3]] and not got["forward_slots_in_main_buffer"][NAMES[2]]

@@ -179,11 +179,9 @@ def layer_attention(tree: Path) -> dict[str, Any]:
         no_window_error = str(exc)
     return {
         "gemma_like": [q.dflash_layer_attention(gemma_like, i) for i in range(4)],
-        "gemma_like_non_causal": q.dflash_needs_non_causal(gemma_like),
         "all_swa": [q.dflash_layer_attention(all_swa, i) for i in range(2)],
         "plain": [q.dflash_layer_attention(plain, i) for i in range(2)],
         "forced": q.dflash_layer_attention(forced, 0),
-        "forced_non_causal": q.dflash_needs_non_causal(forced),
         "no_window_error": no_window_error,
     }
 
@@ -191,9 +189,7 @@ def layer_attention(tree: Path) -> dict[str, Any]:
 def test_backported_layer_attention_on_021(patched_021: Tree) -> None:
     got = patched_021.result(layer_attention)
     assert got["gemma_like"] == [(512, True), (None, False), (512, True), (None, False)]
-    assert got["gemma_like_non_causal"] is True
     assert got["all_swa"] == [(128, False), (128, False)]
     assert got["plain"] == [(None, False), (None, False)]
     assert got["forced"] == (None, True)
-    assert got["forced_non_causal"] is False
     assert got["no_window_error"] is not None and "swa_window_size" in got["no_window_error"]
