@@ -153,12 +153,23 @@ def per_kind_facts(probe_inputs: tuple[Path, Path, Path, Path], tmp_path_factory
     def facts(pin: str, kind: str) -> dict[str, Any]:
         if (pin, kind) not in _PER_KIND:
             work = tmp_path_factory.mktemp(f"per_kind_{pin}_{kind}")
+            # What the sliding-FA recipe hands vllm serve for its attention: parsed there by the tree's own parser.
+            (work / "cli_args.json").write_text(json.dumps(recipe_attention_words()))
             _PER_KIND[(pin, kind)] = run_probe(
                 pin, kind, probe_inputs[0], "per_kind_probe.py", [str(work)], "PER_KIND_FACTS ", work
             )
         return _PER_KIND[(pin, kind)]
 
     return facts
+
+
+def recipe_attention_words() -> list[str]:
+    from g4build.recipes import load_recipe
+    from g4build.recipes.argv import serve_argv
+
+    argv = serve_argv(load_recipe("gemma4-26b-a4b-nvfp4-sliding-fa"))
+    at = argv.index("--attention-config")
+    return argv[at : at + 2]
 
 
 def run_probe(

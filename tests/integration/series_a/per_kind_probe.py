@@ -1,7 +1,8 @@
 """Runs inside a vLLM source tree (PYTHONPATH=<tree>) and prints one JSON object: the attention backend each
 layer of a model gets when the tree's own model code builds it, for several attention configs.
 
-Usage: python per_kind_probe.py WORKDIR (configs are written there).
+Usage: python per_kind_probe.py WORKDIR (configs are written there; a WORKDIR/cli_args.json of argv words, if
+present, goes through the tree's own `vllm serve` argument parser).
 
 Models (configs only; the layers are built on the meta device, nothing is loaded):
 
@@ -255,6 +256,39 @@ def mm_refusals(built: list[dict[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
+def cli_case() -> dict[str, Any] | None:
+    """WORK/cli_args.json (argv words a test rendered, e.g. a recipe's --attention-config) through the tree's own
+    `vllm serve` argument parser and EngineArgs: the attention config vLLM would run with, or the refusal."""
+    path = WORK / "cli_args.json"
+    if not path.is_file():
+        return None
+    words = json.loads(path.read_text())
+    import io
+
+    import vllm.platforms as platforms
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.platforms.cuda import CudaPlatform
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    saved = platforms._current_platform
+    platforms._current_platform = CudaPlatform()  # the parser's defaults ask for the device type
+    stderr = io.StringIO()
+    try:
+        parser = FlexibleArgumentParser()
+        EngineArgs.add_cli_args(parser)
+        with contextlib.redirect_stderr(stderr):
+            namespace = parser.parse_args(words)
+        config = EngineArgs.from_cli_args(namespace).attention_config
+        per_kind = getattr(config, "backend_per_kind", None)
+        return {"words": words, "error": None,
+                "backend_per_kind": None if per_kind is None else {k: v.name for k, v in per_kind.items()},
+                "backend": None if config.backend is None else config.backend.name}
+    except (Exception, SystemExit) as exc:
+        return {"words": words, "error": f"{type(exc).__name__}: {exc} {stderr.getvalue()[-1500:]}"}
+    finally:
+        platforms._current_platform = saved
+
+
 def main() -> None:
     from vllm.config import set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
@@ -288,6 +322,7 @@ def main() -> None:
             result["refusals"] = mm_refusals(built)
             result["v2_runner"] = v2_refusal(config) if V021 else None
         facts[name] = result
+    facts["cli"] = cli_case()
     print("PER_KIND_FACTS " + json.dumps(facts))
 
 

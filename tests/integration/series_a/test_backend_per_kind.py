@@ -95,3 +95,19 @@ def test_021_v2_runner_refuses_per_kind_backends(per_kind_facts: Facts) -> None:
     runner makes mixed FlashAttention / Triton views block-major): it refuses per-kind backends by name."""
     refusal = per_kind_facts("vllm-0.21.0", "patched")["gemma4_sliding_fa"]["v2_runner"]
     assert refusal is not None and "VLLM_USE_V2_MODEL_RUNNER" in refusal and "backend_per_kind" in refusal
+
+
+@pytest.mark.parametrize("pin", PINS)
+def test_the_recipes_attention_config_is_what_vllm_serve_parses(per_kind_facts: Facts, pin: str) -> None:
+    """The words the sliding-FA recipe renders (`--attention-config JSON`) through the tree's own `vllm serve` argument
+    parser and EngineArgs: the patched trees run with the sliding layers' backend named; 0.21.0 as released refuses
+    the field (0.33.0 has it upstream)."""
+    cli = per_kind_facts(pin, "patched")["cli"]
+    assert cli["words"][0] == "--attention-config"
+    assert cli["error"] is None, cli["error"]
+    assert cli["backend_per_kind"] == {"sliding_window": "FLASH_ATTN"} and cli["backend"] is None
+    pristine = per_kind_facts(pin, "pristine")["cli"]
+    if pin == "vllm-0.21.0":
+        assert pristine["error"] is not None and "backend_per_kind" in pristine["error"]
+    else:
+        assert pristine["backend_per_kind"] == {"sliding_window": "FLASH_ATTN"}
