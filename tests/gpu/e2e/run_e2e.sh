@@ -15,6 +15,9 @@
 #   dflash | mtp   speculative decoding on the overlaid wheel
 #   kernel         mm-prefix-fa against a dense reference on the wheel's FlashAttention kernels
 #   report         tests/gpu/results/vllm-0.21.0-e2e.json from the runs (also copied to $OUT when set)
+#   sliding-fa     the target alone, every layer on Triton, then its sliding layers on FlashAttention (two engine
+#                  starts, sliding_fa_runs.py; G4E2E_FA_VERSION=2 forces FA2)
+#   sliding-fa-report  tests/gpu/results/vllm-0.21.0-sliding-fa.json from those runs (sliding_fa_report.py)
 #
 # G4E2E_NUMERICS=batch-invariant runs the engine steps under vLLM's VLLM_BATCH_INVARIANT=1 (results NAME-bi);
 # batch-invariant-casts adds Inductor's emulate_precision_casts (NAME-bi-casts), batch-invariant-eager the
@@ -99,17 +102,24 @@ step_prepare() {
   say "prepared: $(du -sh "$stage/pristine" "$stage/patched" | tr '\n' ' ')"
 }
 
-engine_run() {  # NAME VARIANT MODE (G4E2E_DTYPE=float16: NAME-float16; G4E2E_NUMERICS=batch-invariant: NAME-bi)
-  local name=$1 variant=$2 mode=$3 start rc=0
-  [ -z "${G4E2E_DTYPE:-}" ] || [ "$G4E2E_DTYPE" = bfloat16 ] || name=$name-$G4E2E_DTYPE
+run_suffix() {  # the result-name suffix of G4E2E_DTYPE and G4E2E_NUMERICS (-float16, -bi, ...)
+  local suffix=
+  [ -z "${G4E2E_DTYPE:-}" ] || [ "$G4E2E_DTYPE" = bfloat16 ] || suffix=-$G4E2E_DTYPE
   case ${G4E2E_NUMERICS:-default} in
     default) ;;
-    batch-invariant) name=$name-bi ;;
-    batch-invariant-casts) name=$name-bi-casts ;;
-    batch-invariant-eager) name=$name-bi-eager ;;
+    batch-invariant) suffix=$suffix-bi ;;
+    batch-invariant-casts) suffix=$suffix-bi-casts ;;
+    batch-invariant-eager) suffix=$suffix-bi-eager ;;
     *) echo "G4E2E_NUMERICS=$G4E2E_NUMERICS: expected default, batch-invariant, batch-invariant-casts or" \
-         "batch-invariant-eager"; return 2 ;;
+         "batch-invariant-eager" >&2; return 2 ;;
   esac
+  printf '%s' "$suffix"
+}
+
+engine_run() {  # NAME VARIANT MODE (G4E2E_DTYPE=float16: NAME-float16; G4E2E_NUMERICS=batch-invariant: NAME-bi)
+  local name=$1 variant=$2 mode=$3 start rc=0 suffix
+  suffix=$(run_suffix) || return 2
+  name=$name$suffix
   [ -d "$stage/$variant" ] || { echo "step $name: $variant wheel not installed (run prepare first)"; return 7; }
   say "run $name ($mode on the $variant wheel)"
   start=$(date +%s)
@@ -128,6 +138,31 @@ PY
   fi
 }
 
+sliding_fa_run() {  # VARIANT (triton | fa): the target alone on the overlaid wheel, one engine start
+  local variant=$1 name start rc=0 suffix
+  suffix=$(run_suffix) || return 2
+  name=sliding-fa-$variant$suffix
+  [ -d "$stage/patched" ] || { echo "step $name: overlaid wheel not installed (run prepare first)"; return 7; }
+  say "run $name"
+  start=$(date +%s)
+  # the e2e folder on the path: the engine core process unpickles the functions sent to it by reference too
+  PYTHONPATH=$stage/patched:$stage/deps:$here timeout -k 20 "$run_limit" "$py" "$here/sliding_fa_runs.py" \
+    --variant "$variant" --models "$stage/models" --json "$stage/runs/$name.json" > "$stage/logs/$name.log" 2>&1 \
+    || rc=$?
+  say "run $name exited $rc after $(( $(date +%s) - start )) s"
+  tail -3 "$stage/logs/$name.log"
+}
+
+step_sliding_fa() {  # Triton first, then FlashAttention: side by side in one call, on one warm machine
+  sliding_fa_run triton
+  sliding_fa_run fa
+}
+
+step_sliding_fa_report() {
+  "$py" "$here/sliding_fa_report.py" --runs "$stage/runs" --out "$repo/tests/gpu/results" || return $?
+  [ -z "${OUT:-}" ] || cp "$repo"/tests/gpu/results/vllm-0.21.0-sliding-fa.json "$OUT"/
+}
+
 step_kernel() {
   [ -d "$stage/patched" ] || { echo "step kernel: overlaid wheel not installed"; return 7; }
   say "mm-prefix-fa kernel check"
@@ -141,11 +176,13 @@ step_report() {
   [ -z "${OUT:-}" ] || cp "$repo"/tests/gpu/results/vllm-0.21.0-*.json "$OUT"/
 }
 
-[ $# -gt 0 ] || { sed -n '2,27p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,31p' "$0"; exit 2; }
 status=0
 for s in "$@"; do
   case $s in
     stash|deps|prepare|kernel|report) "step_$s" || { echo "step $s failed ($?)"; status=1; } ;;
+    sliding-fa) step_sliding_fa ;;
+    sliding-fa-report) step_sliding_fa_report || { echo "step $s failed ($?)"; status=1; } ;;
     pristine) engine_run pristine-dflash pristine dflash ;;
     baseline) engine_run baseline patched baseline ;;
     dflash) engine_run dflash patched dflash ;;

@@ -126,6 +126,7 @@ def probe_inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, 
 
 
 _FACTS: dict[tuple[str, str], dict[str, Any]] = {}
+_PER_KIND: dict[tuple[str, str], dict[str, Any]] = {}
 
 
 @pytest.fixture(scope="session")
@@ -134,25 +135,58 @@ def tree_facts(probe_inputs: tuple[Path, Path, Path, Path]):  # type: ignore[no-
 
     def facts(pin: str, kind: str) -> dict[str, Any]:
         if (pin, kind) not in _FACTS:
-            tree = sdist_tree(pin) if kind == "pristine" else patched_tree(pin)
             boot, target, draft, draft_mixed = probe_inputs
-            env = dict(os.environ)
-            env["PYTHONPATH"] = os.pathsep.join([str(boot), str(tree)])
-            env["PYTHONDONTWRITEBYTECODE"] = "1"  # the pristine tree is shared read-only
-            env["VLLM_LOGGING_LEVEL"] = "WARNING"
-            proc = subprocess.run(
-                [sys.executable, str(HERE / "series_a_tree_probe.py"), str(target), str(draft), str(draft_mixed)],
-                cwd=target.parent,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=900,
+            _FACTS[(pin, kind)] = run_probe(
+                pin, kind, boot, "series_a_tree_probe.py", [str(target), str(draft), str(draft_mixed)],
+                "SERIES_A_FACTS ", target.parent,
             )
-            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("SERIES_A_FACTS ")]
-            assert proc.returncode == 0 and lines, (
-                f"probe failed in {tree} (rc={proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-            )
-            _FACTS[(pin, kind)] = json.loads(lines[-1].removeprefix("SERIES_A_FACTS "))
         return _FACTS[(pin, kind)]
 
     return facts
+
+
+@pytest.fixture(scope="session")
+def per_kind_facts(probe_inputs: tuple[Path, Path, Path, Path], tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """facts(pin, "pristine" | "patched"): the backend of every layer of a tiny Gemma 4 and a tiny Gemma 3 as
+    the tree's own model code builds them, per attention config (per_kind_probe.py)."""
+
+    def facts(pin: str, kind: str) -> dict[str, Any]:
+        if (pin, kind) not in _PER_KIND:
+            work = tmp_path_factory.mktemp(f"per_kind_{pin}_{kind}")
+            # What the sliding-FA recipe hands vllm serve for its attention: parsed there by the tree's own parser.
+            (work / "cli_args.json").write_text(json.dumps(recipe_attention_words()))
+            _PER_KIND[(pin, kind)] = run_probe(
+                pin, kind, probe_inputs[0], "per_kind_probe.py", [str(work)], "PER_KIND_FACTS ", work
+            )
+        return _PER_KIND[(pin, kind)]
+
+    return facts
+
+
+def recipe_attention_words() -> list[str]:
+    from g4build.recipes import load_recipe
+    from g4build.recipes.argv import serve_argv
+
+    argv = serve_argv(load_recipe("gemma4-26b-a4b-nvfp4-sliding-fa"))
+    at = argv.index("--attention-config")
+    return argv[at : at + 2]
+
+
+def run_probe(
+    pin: str, kind: str, boot: Path, script: str, args: list[str], marker: str, cwd: Path
+) -> dict[str, Any]:
+    """Run a probe script inside the pin's pristine or patched tree; its last ``marker`` line is the JSON."""
+    tree = sdist_tree(pin) if kind == "pristine" else patched_tree(pin)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(boot), str(tree)])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # the pristine tree is shared read-only
+    env["VLLM_LOGGING_LEVEL"] = "WARNING"
+    proc = subprocess.run(
+        [sys.executable, str(HERE / script), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(marker)]
+    assert proc.returncode == 0 and lines, (
+        f"{script} failed in {tree} (rc={proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    )
+    result: dict[str, Any] = json.loads(lines[-1].removeprefix(marker))
+    return result

@@ -184,13 +184,22 @@ def per_kind() -> None:
     from vllm.v1.spec_decode.dflash import DFlashProposer
     from vllm.v1.spec_decode.gemma4 import Gemma4Proposer
 
-    if "backend_per_kind" not in AttentionConfig.__dataclass_fields__:  # 0.21.0 has no per-kind overrides
+    facts["runner"] = None
+    if "backend_per_kind" not in AttentionConfig.__dataclass_fields__:  # 0.21.0 as released: no per-kind overrides
         facts["per_kind"] = None
-        facts["runner"] = None
         return
-    from vllm.model_executor.models.qwen3_dflash import _resolve_layer_attention
+    from vllm.model_executor.models import qwen3_dflash
     from vllm.v1.attention import selector
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    # A draft layer's sliding window: 0.33.0's own helper, or the one 0.21.0's series adds.
+    layer_window = getattr(qwen3_dflash, "_resolve_layer_attention", None) or qwen3_dflash.dflash_layer_attention
+
+    def kind_name(is_sliding: bool) -> str:
+        if hasattr(selector, "get_attn_spec_kind"):  # 0.33.0: a KVCacheSpecKind
+            kind = selector.get_attn_spec_kind(use_mla=False, has_sliding_window=is_sliding, attn_type="decoder")
+            return str(kind.value)
+        return str(selector.attention_layer_kind(False, is_sliding, "decoder"))  # 0.21.0 with the series
 
     def with_per_kind(attention_backend: str | None) -> Any:
         config = configs(attention_backend, MIXED_DRAFT_DIR)
@@ -203,9 +212,7 @@ def per_kind() -> None:
     auto, explicit = with_per_kind(None), with_per_kind("flash_attn")
     hf_config = explicit.speculative_config.draft_model_config.hf_config
     with set_current_vllm_config(explicit):
-        sliding = [
-            _resolve_layer_attention(hf_config, i)[0] is not None for i in range(hf_config.num_hidden_layers)
-        ]
+        sliding = [layer_window(hf_config, i)[0] is not None for i in range(hf_config.num_hidden_layers)]
 
     chosen: list[Any] = []
     resolve = selector._cached_get_attn_backend
@@ -215,7 +222,6 @@ def per_kind() -> None:
         out: dict[str, str | None] = {}
         with set_current_vllm_config(config):
             for is_sliding in sliding:
-                kind = selector.get_attn_spec_kind(use_mla=False, has_sliding_window=is_sliding, attn_type="decoder")
                 selector.get_attn_backend(
                     head_size=128,
                     dtype=torch.bfloat16,
@@ -223,18 +229,21 @@ def per_kind() -> None:
                     use_mm_prefix=config.model_config.is_mm_prefix_lm,
                     has_sliding_window=is_sliding,
                 )
-                out[kind.value] = None if chosen[-1] is None else chosen[-1].name
+                out[kind_name(is_sliding)] = None if chosen[-1] is None else chosen[-1].name
         return out
 
     result: dict[str, Any] = {"target": selected(explicit)}
     for name, config in (("auto", auto), ("explicit", explicit)):
         result[f"v1_dflash_{name}"] = selected(proposer(DFlashProposer, config)._create_draft_vllm_config())
-        layers, builders = v2_configs(config)
-        result[f"v2_layers_{name}"] = selected(layers)
-        result[f"v2_builders_{name}"] = selected(builders)
+        if v2_present():  # 0.21.0 has no V2 DFlash path
+            layers, builders = v2_configs(config)
+            result[f"v2_layers_{name}"] = selected(layers)
+            result[f"v2_builders_{name}"] = selected(builders)
     result["v1_mtp"] = selected(proposer(Gemma4Proposer, explicit)._create_draft_vllm_config())
     selector._cached_get_attn_backend = resolve
     facts["per_kind"] = result
+    if not hasattr(explicit, "_get_v2_model_runner_unsupported_features"):
+        return  # 0.21.0: DFlash drafts on V1 only
     # A CUDA machine has Triton with an active driver; this one may not (the runner choice reads it).
     import vllm.config.vllm as vllm_config_module
 

@@ -1,5 +1,5 @@
 """gemma4-backend-decoupling, through the pinned trees' own config code: a DFlash drafter on a multimodal-prefix
-target with a forced backend (Gemma4's) gets neither the mm-prefix flag nor the forced backend (nor, on 0.33.0, the
+target with a forced backend (Gemma4's) gets neither the mm-prefix flag nor the forced backend (nor the
 target's per-kind backends), an explicit attention_backend wins for every drafter layer kind, and KV-shared MTP
 (Gemma4Proposer) keeps inheriting. Pristine trees show the bug."""
 
@@ -55,11 +55,16 @@ PER_KIND = "FLEX_ATTENTION"  # the target's backend_per_kind, for both kinds
 KINDS = ("full_attention", "sliding_window")
 
 
-def test_033_drafter_layers_ignore_the_targets_per_kind_backends(tree_facts: Facts) -> None:
-    per_kind = tree_facts("vllm-0.33.0", "patched")["per_kind"]
+@pytest.mark.parametrize("pin", PINS)
+def test_drafter_layers_ignore_the_targets_per_kind_backends(tree_facts: Facts, pin: str) -> None:
+    """0.33.0 has per-kind backends upstream; on 0.21.0 this series adds them (0002), and the V1 DFlash drafter
+    (0.21.0 has no V2 DFlash path) must not take the target's."""
+    per_kind = tree_facts(pin, "patched")["per_kind"]
     # The selector does read the target's per-kind map (for the target's own layers).
     assert per_kind["target"] == dict.fromkeys(KINDS, PER_KIND)
-    for path in ("v1_dflash", "v2_layers", "v2_builders"):
+    paths = ("v1_dflash", "v2_layers", "v2_builders") if pin == "vllm-0.33.0" else ("v1_dflash",)
+    assert ("v2_layers_auto" in per_kind) is (pin == "vllm-0.33.0")
+    for path in paths:
         # No speculative backend: the selector chooses for each drafter layer, not the target's map.
         assert per_kind[f"{path}_auto"] == dict.fromkeys(KINDS), path
         # An explicit speculative backend wins for every drafter layer kind.

@@ -7,7 +7,10 @@ import math
 from typing import Any
 
 from g4build.errors import RecipeError
-from g4build.recipes.model import ArgValue, Recipe
+from g4build.recipes.model import SLIDING_ATTENTION_BACKENDS, ArgValue, Recipe
+
+ATTENTION_CONFIG = "attention-config"
+SLIDING_KIND = "sliding_window"  # vLLM's name for the sliding-window layers' kind (KV cache group)
 
 
 def compact_json(value: Any) -> str:
@@ -64,13 +67,47 @@ def option_words(option: str, value: ArgValue) -> list[str]:
     return [f"{flag}={word}"] if _looks_like_option(word) else [flag, word]
 
 
+def attention_config(recipe: Recipe) -> dict[str, Any] | None:
+    """``--attention-config`` as the recipe asks for it: ``args.attention-config`` with, for
+    ``sliding_attention_backend``, ``backend_per_kind`` naming that backend for the sliding-window layers (the
+    same JSON on every pin that has per-kind backends). None when neither is set."""
+    given = recipe.args.get(ATTENTION_CONFIG)
+    if recipe.sliding_attention_backend is None:
+        return given if isinstance(given, dict) else None
+    if given is not None and not isinstance(given, dict):
+        raise RecipeError(
+            f"args.{ATTENTION_CONFIG} is {given!r}; with sliding_attention_backend it must be a mapping to add "
+            "backend_per_kind to",
+            hint=f"write args.{ATTENTION_CONFIG} as a YAML mapping, or drop it",
+        )
+    config = dict(given or {})
+    per_kind = config.get("backend_per_kind") or {}
+    if not isinstance(per_kind, dict):
+        raise RecipeError(f"args.{ATTENTION_CONFIG}.backend_per_kind is {per_kind!r}: expected a mapping")
+    wanted = SLIDING_ATTENTION_BACKENDS[recipe.sliding_attention_backend]
+    already = per_kind.get(SLIDING_KIND)
+    if already is not None and str(already).upper() != wanted:
+        raise RecipeError(
+            f"args.{ATTENTION_CONFIG}.backend_per_kind.{SLIDING_KIND} is {already!r}, but "
+            f"sliding_attention_backend asks for {recipe.sliding_attention_backend}",
+            hint="keep one of the two",
+        )
+    config["backend_per_kind"] = {**per_kind, SLIDING_KIND: wanted}
+    return config
+
+
 def serve_argv(recipe: Recipe) -> list[str]:
-    """``serve MODEL [--served-model-name ...] [args in recipe order] [--speculative-config JSON]``."""
+    """``serve MODEL [--served-model-name ...] [args in recipe order] [--attention-config JSON]
+    [--speculative-config JSON]``; an ``args.attention-config`` keeps its place, with the sliding-window layers'
+    backend added when the recipe names one."""
     argv = ["serve", recipe.model]
     if recipe.served_model_names:
         argv += ["--served-model-name", *recipe.served_model_names]
+    attention = attention_config(recipe)
     for option, value in recipe.args.items():
-        argv += option_words(option, value)
+        argv += option_words(option, attention if option == ATTENTION_CONFIG and attention is not None else value)
+    if attention is not None and ATTENTION_CONFIG not in recipe.args:
+        argv += option_words(ATTENTION_CONFIG, attention)
     if recipe.speculative:
         argv += ["--speculative-config", compact_json(recipe.speculative)]
     return argv

@@ -38,6 +38,7 @@ TOP_LEVEL_KEYS = (
     "env",
     "args",
     "speculative",
+    "sliding_attention_backend",
     "footprint",
     "notes",
 )
@@ -53,6 +54,10 @@ KV_KEYS = (
     "sliding_window",
 )
 FOOTPRINT_KEYS = ("weights_gib", "kv")
+# sliding_attention_backend: the backends a model's sliding-window layers can be given apart from its other layers
+# (vLLM's attention_config.backend_per_kind), by the name vLLM's enum gives each. FlashAttention is the one the
+# series make exact for multimodal-prefix models (Gemma 4) without FA4.
+SLIDING_ATTENTION_BACKENDS = {"flash_attn": "FLASH_ATTN"}
 # Options that have their own recipe field, so they cannot also appear under ``args``.
 RESERVED_OPTIONS = {
     "model": "model",
@@ -127,6 +132,8 @@ class Recipe:
     speculative: dict[str, Any] | None
     footprint: Footprint | None
     notes: str
+    # The sliding-window layers' own backend (a key of SLIDING_ATTENTION_BACKENDS), None: the model's choice.
+    sliding_attention_backend: str | None = None
     source: Path | None = field(default=None, compare=False)
 
     @property
@@ -151,6 +158,7 @@ class Recipe:
             "env": dict(self.env),
             "args": dict(self.args),
             "speculative": self.speculative,
+            "sliding_attention_backend": self.sliding_attention_backend,
             "footprint": None
             if self.footprint is None
             else {
@@ -261,6 +269,18 @@ def _kv(raw: Any, where: str) -> KvGeometry | None:
     return KvGeometry(**{k: _count(v, f"{where}.{k}") for k, v in data.items()})
 
 
+def _sliding_backend(raw: Any, where: str) -> str | None:
+    if raw is None:
+        return None
+    name = str(_text(raw, where)).lower()
+    if name not in SLIDING_ATTENTION_BACKENDS:
+        raise ConfigError(
+            f"{where}: expected {' or '.join(SLIDING_ATTENTION_BACKENDS)} (sliding-window layers on that backend) or "
+            f"null (the model's own choice), found {raw!r}"
+        )
+    return name
+
+
 def parse_recipe(data: dict[str, Any], where: str, *, source: Path | None = None) -> Recipe:
     """Validate a recipe mapping (after overrides) into a ``Recipe``."""
     check_tree(data, where)  # NUL, control characters or a lone surrogate would break the rendered script
@@ -323,6 +343,8 @@ def parse_recipe(data: dict[str, Any], where: str, *, source: Path | None = None
         speculative=speculative,
         footprint=footprint,
         notes=_text(data.get("notes", ""), f"{where}.notes") or "",
+        sliding_attention_backend=_sliding_backend(data.get("sliding_attention_backend"),
+                                                   f"{where}.sliding_attention_backend"),
         source=source,
     )
 

@@ -7,60 +7,21 @@ Nothing here reads files or imports vLLM; the CLI gathers the context at the edg
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from g4build.pins import Pin
-from g4build.recipes.checkpoint import CheckpointInfo
+from g4build.recipes.findings import FA2_MAX_HEAD_DIM, CheckContext, Finding, Rule, Severity, WheelInfo
 from g4build.recipes.flashinfer import FlashInferInfo, fixed_paths, off_switches
 from g4build.recipes.model import KvGeometry, Recipe
+from g4build.recipes.sliding_fa import rule_sliding_fa
 from g4build.series import Series
 
-Severity = Literal["error", "warning", "info"]
+__all__ = ["RULES", "CheckContext", "Finding", "Rule", "Severity", "WheelInfo", "check", "errors"]
 
 MAX_SPEC_TOKENS = 16  # DFlash drafters verify blocks of 16 (15 drafted); MTP uses a handful
-FA2_MAX_HEAD_DIM = 256
 RUNTIME_OVERHEAD_GIB = 1.5  # CUDA context, activations, CUDA graphs: a rough allowance
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
 GIB = 1024**3
 MOE_BACKENDS_REJECTING_GELU_TANH = ("cutlass", "flashinfer")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Finding:
-    rule: str
-    severity: Severity
-    message: str
-    hint: str = ""
-
-    def to_dict(self) -> dict[str, str]:
-        return {"rule": self.rule, "severity": self.severity, "message": self.message, "hint": self.hint}
-
-
-@dataclass(frozen=True, kw_only=True)
-class WheelInfo:
-    """What a g4build wheel's build-manifest.json says it carries."""
-
-    file: str
-    pin: str | None
-    series: dict[str, int] = field(default_factory=dict)  # name -> version
-    flashinfer: FlashInferInfo | None = None  # whether installing the wheel brings FlashInfer
-
-
-@dataclass(frozen=True, kw_only=True)
-class CheckContext:
-    pin: Pin | None = None  # the recipe's pin (or the wheel's), resolved from patches/pins.yaml
-    known_pins: tuple[str, ...] = ()
-    series: tuple[Series, ...] = ()
-    target: CheckpointInfo | None = None
-    drafter: CheckpointInfo | None = None
-    wheel: WheelInfo | None = None
-    transformers_model_types: frozenset[str] | None = None  # None: no transformers to ask here
-    transformers_asked: bool = False  # False: the caller did not look (rendering), so say nothing firm
-
-
-Rule = Callable[[Recipe, CheckContext], list[Finding]]
 
 
 def _is_gemma4(recipe: Recipe, ctx: CheckContext) -> bool:
@@ -383,6 +344,7 @@ RULES: tuple[Rule, ...] = (
     rule_flashinfer,
     rule_mm_processor_cache,
     rule_vram,
+    rule_sliding_fa,
 )
 
 

@@ -1,0 +1,52 @@
+"""What the recipe rules return and what they are given (``rules.py`` and the rule modules beside it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from g4build.pins import Pin
+from g4build.recipes.checkpoint import CheckpointInfo
+from g4build.recipes.flashinfer import FlashInferInfo
+from g4build.recipes.model import Recipe
+from g4build.series import Series
+
+Severity = Literal["error", "warning", "info"]
+FA2_MAX_HEAD_DIM = 256  # FlashAttention 2 (all SM120 has) serves head dims up to this
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    rule: str
+    severity: Severity
+    message: str
+    hint: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {"rule": self.rule, "severity": self.severity, "message": self.message, "hint": self.hint}
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelInfo:
+    """What a g4build wheel's build-manifest.json says it carries."""
+
+    file: str
+    pin: str | None
+    series: dict[str, int] = field(default_factory=dict)  # name -> version
+    flashinfer: FlashInferInfo | None = None  # whether installing the wheel brings FlashInfer
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckContext:
+    pin: Pin | None = None  # the recipe's pin (or the wheel's), resolved from patches/pins.yaml
+    known_pins: tuple[str, ...] = ()
+    series: tuple[Series, ...] = ()
+    target: CheckpointInfo | None = None
+    drafter: CheckpointInfo | None = None
+    wheel: WheelInfo | None = None
+    transformers_model_types: frozenset[str] | None = None  # None: no transformers to ask here
+    transformers_asked: bool = False  # False: the caller did not look (rendering), so say nothing firm
+
+
+Rule = Callable[[Recipe, CheckContext], list[Finding]]
