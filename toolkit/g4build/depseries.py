@@ -185,18 +185,18 @@ def load_all_build(root: Path | None = None) -> list[BuildSeries]:
 
 
 def build_series_for(pin: Pin, root: Path | None = None, *, base_os: str | None = None) -> list[BuildSeries]:
-    """The build series with patches for ``pin``, in order. None for a build from the pin's base tree of an OS
-    (Windows: the fork's CMake files, and the dependency commits they declare, are not the ones a variant for
-    the pin is written and checked against)."""
-    if base_os is not None:
-        return []
-    return [b for b in load_all_build(root) if b.applies_to(pin.name)]
+    """The build series with patches for ``pin``, in order. On an OS base tree (Windows: the fork's tree) only
+    those for a FetchContent dependency: the base tree declares its own dependency commits, and applying checks
+    the declared commit against the variant's (a different one stops the build, exit 2); vLLM's own CMake files
+    there are the fork's, not the ones a ``project: vllm`` variant is written and checked against."""
+    return [b for b in load_all_build(root) if b.applies_to(pin.name) and (base_os is None or b.is_dependency)]
 
 
 def uncovered(pin: Pin, root: Path | None = None, *, base_os: str | None = None) -> list[BuildSeries]:
     """Build series a build of ``pin`` goes without (the plan says so: their fix is missing from that build):
-    those with no variant for the pin, and on an OS base tree all of them."""
-    return [b for b in load_all_build(root) if base_os is not None or b.series.variant(pin.name) is None]
+    those with no variant for the pin, and on an OS base tree those for vLLM's own CMake."""
+    return [b for b in load_all_build(root)
+            if b.series.variant(pin.name) is None or (base_os is not None and not b.is_dependency)]
 
 
 def get_build_series(name: str, root: Path | None = None) -> BuildSeries:

@@ -17,7 +17,7 @@ from .conftest import OPTS, run_cli, target
 
 
 def _plan(pin: Pin, os_name: str = "linux"):  # type: ignore[no-untyped-def]
-    """As `g4build wheel` plans: the build series of the pin, none on an OS base tree."""
+    """As `g4build wheel` plans: the build series of the pin (on an OS base tree, the dependency ones)."""
     t = target(os_name)
     lay = default_layout(pin, t, base="/home/u/.cache/g4build")
     base_os = base_os_of(pin, os_name)
@@ -40,10 +40,16 @@ def test_each_build_series_is_a_step_after_the_prefetch(pin21: Pin, os_name: str
     assert "vllm-flash-attn @ f5bc33cfc02c" in step.title
 
 
-def test_the_windows_base_goes_without_them_and_says_so(pin21: Pin) -> None:
+def test_the_windows_base_takes_the_dependency_series_only_and_says_so(pin21: Pin) -> None:
+    """The fork declares vllm-flash-attn at the pin's commit (checked when applying): its FA2-for-the-arch patch
+    applies there too, or the Windows wheel's FA2 is 8.0+PTX and fails validate --arch sm120. vLLM's own CMake is
+    the fork's: vllm-kernel-archs is left out, and the notes say so."""
     plan = _plan(pin21, "windows")
-    assert not [s for s in plan.steps if s.name.startswith("deps-")] and plan.build_series == ()
-    assert sum("vllm-0.21.0's windows base tree" in n for n in plan.notes) == 2
+    names = [s.name for s in plan.steps]
+    assert names.index("prefetch") + 1 == names.index("deps-vllm-flash-attn") and "deps-vllm-kernel-archs" not in names
+    assert [b["name"] for b in plan.to_dict()["build_series"]] == ["vllm-flash-attn"]
+    notes = [n for n in plan.notes if "vllm-0.21.0's windows base tree" in n]
+    assert len(notes) == 1 and "vllm-kernel-archs" in notes[0]
 
 
 def test_plan_json_lists_the_build_series_with_patch_sha256(pin21: Pin) -> None:

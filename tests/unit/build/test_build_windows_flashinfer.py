@@ -13,10 +13,11 @@ import pytest
 from tests.unit.wheels.wheelsfactory import build_wheel
 
 from g4build.build.flashinfer import FlashInferWheel, check_names, parse_spec
-from g4build.build.plan import Options
+from g4build.build.plan import Options, base_os_of
 from g4build.build.planner import default_layout, make_plan
 from g4build.build.script import render_powershell
 from g4build.cli.wheel import series_for
+from g4build.depseries import build_series_for, uncovered
 from g4build.errors import UsageError
 from g4build.pins import Pin
 from g4build.recipes.context import read_wheel_info
@@ -37,9 +38,12 @@ def _wheel(folder: Path, name: str) -> tuple[Path, str]:
 
 
 def _plan(pin: Pin, wheels: tuple[FlashInferWheel, ...], os_name: str = "windows"):  # type: ignore[no-untyped-def]
+    """As `g4build wheel` plans it: with the build series for the pin's base tree of that OS."""
     t = target(os_name)
+    base_os = base_os_of(pin, os_name)
     return make_plan(pin, series_for(pin), t, layout=default_layout(pin, t, base="/tmp/g4b"),
-                     opts=Options(jobs=4, flashinfer_wheels=wheels))
+                     opts=Options(jobs=4, flashinfer_wheels=wheels), build=build_series_for(pin, base_os=base_os),
+                     uncovered=uncovered(pin, base_os=base_os))
 
 
 def test_plan_checks_the_wheels_before_the_source_and_records_them(pin21: Pin) -> None:
