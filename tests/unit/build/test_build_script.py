@@ -63,7 +63,9 @@ def test_bash_script_runs_resumes_and_cleans(tmp_path: Path, pin21: Pin) -> None
 
 def test_bash_script_stops_at_a_failing_step(tmp_path: Path, pin21: Pin) -> None:
     plan, log = _echo_plan(pin21, tmp_path)
-    text = render_bash(plan).replace("step prefetch ", "step prefetch_broken '' /nonexistent '' -- false; step x ", 1)
+    # the step's folder is created by the script (mkdir -p): keep it inside this test's folder
+    broken = tmp_path / "broken-step"
+    text = render_bash(plan).replace("step prefetch ", f"step prefetch_broken '' {broken} '' -- false; step x ", 1)
     script = tmp_path / "b.sh"
     script.write_text(text)
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
