@@ -10,6 +10,11 @@
 # The registry wheel's FlashAttention 2 is sm_80 code that the driver compiles at first use on SM120; a
 # g4build wheel built for sm120 carries native code.
 #
+# FlashInfer: where `import flashinfer` finds nothing at start (a wheel built without FlashInfer,
+# as on Windows), the script sets these instead of letting vLLM fail:
+#   VLLM_USE_FLASHINFER_SAMPLER=0: vLLM's default sampler is FlashInfer's, imported at engine start
+#   VLLM_NVFP4_GEMM_BACKEND=cutlass: forces FlashInfer's NVFP4 GEMM; cutlass is vLLM's own
+#
 # How the arguments reach vllm exactly, in Windows PowerShell 5.1 and PowerShell 7.x:
 # - $vllmArgs holds each value as a single-quoted string ('' stands for one quote; nothing is expanded).
 # - Where $PSNativeCommandArgumentPassing exists (7.3+), the script sets it to 'Standard', which passes
@@ -46,6 +51,16 @@ if ($LASTEXITCODE -eq 0 -and -not ($caps -contains '12.0')) {
     [Console]::Error.WriteLine('warning: this recipe is for sm120 (compute capability 12.0); nvidia-smi reports: ' + ($caps -join ' '))
 }
 
+# FlashInfer: where it is not installed, close the paths that would import it (see the header).
+if (Get-Command -Name 'python' -CommandType Application -ErrorAction SilentlyContinue) {
+    & python -c 'import importlib.util, sys; sys.exit(0 if importlib.util.find_spec(''flashinfer'') else 3)'
+    if ($LASTEXITCODE -eq 3) {
+        [Console]::Error.WriteLine('note: FlashInfer is not installed: serving without it (VLLM_USE_FLASHINFER_SAMPLER=0, VLLM_NVFP4_GEMM_BACKEND=cutlass)')
+        $env:VLLM_USE_FLASHINFER_SAMPLER = '0'
+        $env:VLLM_NVFP4_GEMM_BACKEND = 'cutlass'
+    }
+}
+
 $vllmArgs = @(
     'serve'
     './models/gemma-4-26B-A4B-it-NVFP4'
@@ -65,6 +80,8 @@ $vllmArgs = @(
     '--enable-auto-tool-choice'
     '--tool-call-parser'
     'gemma4'
+    '--mm-processor-cache-gb'
+    '0'
     '--attention-config'
     '{"backend_per_kind":{"sliding_window":"FLASH_ATTN"}}'
 )
@@ -87,6 +104,8 @@ $vllmArgsLegacy = @(
     '--enable-auto-tool-choice'
     '--tool-call-parser'
     'gemma4'
+    '--mm-processor-cache-gb'
+    '0'
     '--attention-config'
     '"{\"backend_per_kind\":{\"sliding_window\":\"FLASH_ATTN\"}}"'
 )
