@@ -159,13 +159,16 @@ def test_a_prefetched_copy_carried_as_files_is_checked_and_patched(tmp_path: Pat
 
 
 def _vllm_tree(path: Path, remote: Path, tag: str) -> Path:
-    """The two CMake files of a vLLM tree that declare vllm-flash-attn, at a local remote."""
+    """The two CMake files of a vLLM tree that declare vllm-flash-attn, at a local remote, in the shape of vLLM's
+    (VLLM_FLASH_ATTN_SRC_DIR chooses the source, then symlinks FA4's cute folder: a developer mode)."""
     (path / "cmake" / "external_projects").mkdir(parents=True)
     (path / "CMakeLists.txt").write_text("project(v)\n")
     (path / "cmake" / "external_projects" / "vllm_flash_attn.cmake").write_text(
         "if (DEFINED ENV{VLLM_FLASH_ATTN_SRC_DIR})\n  set(VLLM_FLASH_ATTN_SRC_DIR $ENV{VLLM_FLASH_ATTN_SRC_DIR})\n"
-        "endif()\nFetchContent_Declare(\n  vllm-flash-attn\n"
-        f"  GIT_REPOSITORY {remote.as_posix()}\n  GIT_TAG {tag}\n  GIT_PROGRESS TRUE\n)\n")
+        "endif()\nif(VLLM_FLASH_ATTN_SRC_DIR)\n  FetchContent_Declare(vllm-flash-attn SOURCE_DIR "
+        "${VLLM_FLASH_ATTN_SRC_DIR})\nelse()\n  FetchContent_Declare(\n  vllm-flash-attn\n"
+        f"  GIT_REPOSITORY {remote.as_posix()}\n  GIT_TAG {tag}\n  GIT_PROGRESS TRUE\n)\nendif()\n"
+        "if(VLLM_FLASH_ATTN_SRC_DIR)\n  install(CODE \"file(CREATE_LINK a b SYMBOLIC)\")\nendif()\n")
     return path
 
 
@@ -192,11 +195,20 @@ def test_deps_apply_points_the_initial_cache_at_the_patched_copy(tmp_path: Path,
     assert copy != pristine and "add_custom_target(_vllm_fa3_C)" in (copy / "CMakeLists.txt").read_text()
     text = init.read_text(encoding="utf-8")
     assert f'set(FETCHCONTENT_SOURCE_DIR_VLLM-FLASH-ATTN "{copy.as_posix()}"' in text
-    assert f'set(VLLM_FLASH_ATTN_SRC_DIR "{copy.as_posix()}"' in text
+    # vLLM's own switch is a developer mode (FA4's cute folder symlinked): never set, and unset from the cache
+    assert "set(VLLM_FLASH_ATTN_SRC_DIR" not in text.replace("unset(", "")
+    assert text.splitlines().count("unset(VLLM_FLASH_ATTN_SRC_DIR CACHE)") == 1
     assert f'"{pristine.as_posix()}"' not in text
     # a second run (a resumed build) finds the copy and writes the same file
     code, out, _ = run_cli(argv, capsys)
     assert code == 0 and json.loads(out)["applied"][0]["path"] == str(copy)
+    assert init.read_text(encoding="utf-8") == text
+    # a file an older g4build wrote (the switch set to the pristine clone) ends the same as a fresh one
+    stale = text.replace("unset(VLLM_FLASH_ATTN_SRC_DIR CACHE)\n",
+                         f'set(VLLM_FLASH_ATTN_SRC_DIR "{pristine.as_posix()}" CACHE PATH "g4build prefetch")\n')
+    init.write_text(stale, encoding="utf-8")
+    code, _, err = run_cli(argv, capsys)
+    assert code == 0, err
     assert init.read_text(encoding="utf-8") == text
 
 

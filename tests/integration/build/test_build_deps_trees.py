@@ -35,6 +35,9 @@ def test_parser_reads_every_git_dependency_of_the_pin(pin: str) -> None:
         assert deps[name].repository.startswith("https://")
     assert all("${" not in d.tag + d.repository for d in deps.values())
     assert deps["cutlass"].declared_in == "CMakeLists.txt"
+    # only vllm-flash-attn's switch does more than choose the source (FA4's cute folder symlinked): left out
+    assert [n for n, d in deps.items() if d.src_dir_dev_mode] == ["vllm-flash-attn"]
+    assert deps["vllm-flash-attn"].cache_vars == ("FETCHCONTENT_SOURCE_DIR_VLLM-FLASH-ATTN",)
     if pin == "vllm-0.21.0":
         assert set(deps) == set(EXPECTED[pin])
         assert deps["deepgemm"].submodules == ("third-party/cutlass", "third-party/fmt")

@@ -165,6 +165,35 @@ def test_verdict_line_native_unused_and_missing(tmp_path: Path, project: Path) -
     assert "1 have no code for it (_moe_C.abi3.so" in checks["verdict sm_120"]["detail"]
 
 
+CUTE = Path(__file__).resolve().parents[2] / "fixtures" / "vllm_flash_attn_f5bc33c" / "flash_attn" / "cute"
+CUTE_DIR = "vllm/vllm_flash_attn/cute/"
+
+
+def _rewrite(data: bytes) -> bytes:
+    """What vLLM's install rule does to each copied file (string(REPLACE ...) in vllm_flash_attn.cmake)."""
+    return data.replace(b"flash_attn.cute", b"vllm.vllm_flash_attn.cute")
+
+
+def test_fa4_cute_files_must_carry_vllms_rewritten_imports(tmp_path: Path, project: Path) -> None:
+    py = sorted(f for f in CUTE.iterdir() if f.suffix == ".py")
+    copied = {CUTE_DIR + f.name: _rewrite(f.read_bytes()) for f in py}  # vLLM's copy: *.py, rewritten
+    checks = _checks(build_wheel(tmp_path / "copied", {**PRISTINE, **copied}))
+    assert checks["fa4-cute"] == (True, "4 FlashAttention 4 files, imports rewritten to vllm.vllm_flash_attn.cute")
+    assert all(ok for ok, _ in checks.values()), checks
+    # the folder as a symlink to the source: setuptools stores the source's files (all of them) as they are
+    linked = {CUTE_DIR + f.name: f.read_bytes() for f in CUTE.iterdir()}
+    checks = _checks(build_wheel(tmp_path / "linked", {**PRISTINE, **linked}))
+    assert checks["members"][0] and checks["record"][0]  # regular files: nothing else catches it
+    ok, detail = checks["fa4-cute"]
+    assert not ok and detail.startswith(f"2 of 4 FlashAttention 4 files under {CUTE_DIR} still import "
+                                        "flash_attn.cute: __init__.py, flash_fwd_sm120.py (2 non-Python files")
+    assert "Build without VLLM_FLASH_ATTN_SRC_DIR" in detail
+    # the rewrite run on files rewritten before (a source copy written through such a link)
+    twice = {name: _rewrite(data) for name, data in copied.items()}
+    ok, detail = _checks(build_wheel(tmp_path / "twice", {**PRISTINE, **twice}))["fa4-cute"]
+    assert not ok and "2 FlashAttention 4 files import vllm.vllm_vllm.vllm_flash_attn.cute: __init__.py" in detail
+
+
 @pytest.mark.skipif(os.name == "nt" or os.geteuid() == 0, reason="a file its owner cannot read: POSIX, not root")
 def test_cli_json_reports_every_wheel_when_the_first_cannot_be_read(
     tmp_path: Path, small_wheel: Path, project: Path

@@ -48,6 +48,33 @@ def test_initial_cache_names_both_variables(tmp_path: Path) -> None:
     assert 'set(LIB_SRC_DIR "' in text
 
 
+# the shape of vLLM's vllm_flash_attn.cmake: the switch chooses the source, then changes how a folder is installed
+DEV_MODE = CMAKE + """
+if(LIB_SRC_DIR)
+  install(CODE "file(CREATE_LINK \\"${lib_SOURCE_DIR}/py\\" \\"\\${CMAKE_INSTALL_PREFIX}/py\\" SYMBOLIC)")
+else()
+  install(DIRECTORY ${lib_SOURCE_DIR}/py/ DESTINATION py)
+endif()
+"""
+
+
+def test_a_switch_tested_again_after_the_source_is_a_developer_mode_left_out_and_unset(tmp_path: Path) -> None:
+    (plain,) = parse_cmake(CMAKE, "x.cmake")
+    assert not plain.src_dir_dev_mode and plain.cache_vars == ("FETCHCONTENT_SOURCE_DIR_LIB", "LIB_SRC_DIR")
+    assert plain.unset_vars == ()
+    (dep,) = parse_cmake(DEV_MODE, "x.cmake")
+    assert dep.src_dir_var == "LIB_SRC_DIR" and dep.src_dir_dev_mode
+    assert dep.cache_vars == ("FETCHCONTENT_SOURCE_DIR_LIB",) and dep.unset_vars == ("LIB_SRC_DIR",)
+    text = initial_cache([(dep, tmp_path / "lib")])
+    assert f'set(FETCHCONTENT_SOURCE_DIR_LIB "{(tmp_path / "lib").as_posix()}" CACHE PATH' in text
+    assert not any(line.startswith("set(LIB_SRC_DIR") for line in text.splitlines())
+    assert "unset(LIB_SRC_DIR CACHE)" in text.splitlines()
+    # conditions that only use the switch's value (a path check) are no second test of the switch
+    (again,) = parse_cmake(CMAKE + "if(NOT IS_ABSOLUTE LIB_SRC_DIR)\nendif()\n# if(LIB_SRC_DIR) in a comment\n",
+                           "x.cmake")
+    assert not again.src_dir_dev_mode
+
+
 def _git(*args: str, cwd: Path) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 

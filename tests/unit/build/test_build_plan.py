@@ -48,6 +48,8 @@ def test_plan_for_each_combination(pin21: Pin, os_name: str, arch: str, cuda: st
     assert names.index("use-existing-torch") < names.index("build-requirements") < names.index("vllm")
     assert names[-1] == "manifest"
     assert env["CMAKE_ARGS"] == f"-C {plan.layout.deps_file}"
+    # vLLM's developer switch (FA4's cute folder as a symlink) blanked whatever the user's environment says
+    assert env["VLLM_FLASH_ATTN_SRC_DIR"] == ""
     vllm = plan.step("vllm")
     assert vllm.cwd == plan.layout.src and "--no-build-isolation" in vllm.command
     if os_name == "windows":

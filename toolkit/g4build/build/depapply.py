@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from g4build import gittree
-from g4build.build.deps import CMakeDep
+from g4build.build.deps import CMakeDep, unset_line
 from g4build.depseries import BuildSeries, patched_copy_key
 from g4build.errors import BuildError, PatchConflictError, SourceError
 from g4build.fsutil import remove_tree
@@ -184,10 +184,17 @@ def read_patched_record(copy: Path) -> dict[str, Any] | None:
 
 
 def point_cache_at(text: str, dep: CMakeDep, path: Path, label: str) -> str:
-    """The ``cmake -C`` file ``text`` with ``dep``'s variables naming ``path`` instead of what they named."""
-    names = [dep.fetchcontent_var, *([dep.src_dir_var] if dep.src_dir_var else [])]
+    """The ``cmake -C`` file ``text`` with ``dep``'s variables naming ``path`` instead of what they named, and
+    its developer-mode override unset (a file an older g4build wrote may still set it)."""
     out = text
-    for name in names:
+    for name in dep.unset_vars:  # a stale line setting it becomes the unset, in its place
+        stale = rf'^set\({re.escape(name)} "[^"\n]*" CACHE PATH "[^"\n]*"\)$'
+        if unset_line(name) not in out.splitlines():
+            out, n = re.subn(stale, unset_line(name), out, count=1, flags=re.MULTILINE)
+            if n == 0:
+                out = out.rstrip("\n") + "\n" + unset_line(name) + "\n"
+        out = re.sub(stale + r"\n?", "", out, flags=re.MULTILINE)
+    for name in dep.cache_vars:
         pattern = re.compile(rf'^set\({re.escape(name)} "[^"\n]*" CACHE PATH "[^"\n]*"\)$', re.MULTILINE)
         line = f'set({name} "{path.as_posix()}" CACHE PATH "{label}")'
         out, n = pattern.subn(line.replace("\\", "\\\\"), out)  # a literal replacement: escape backslashes

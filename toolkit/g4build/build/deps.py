@@ -5,6 +5,14 @@ vLLM's CMakeLists.txt and ``cmake/external_projects/*.cmake`` declare what they 
 list kept here) keeps g4build right when upstream moves a tag. The prefetched copies are named in a CMake
 initial-cache file (``cmake -C``): ``FETCHCONTENT_SOURCE_DIR_<NAME>`` for every dependency plus the
 project's own ``*_SRC_DIR`` override where one exists, so a second build needs no network.
+
+An override the pin's CMake tests again after choosing the source is a developer mode, not just a source
+location, and is left out (and unset, as a build folder configured before keeps it in its CMakeCache.txt):
+FetchContent's own variable already takes every declared dependency from the prefetched copy. vLLM's
+``VLLM_FLASH_ATTN_SRC_DIR`` is one: with it set, ``vllm_flash_attn.cmake`` installs FlashAttention 4's
+``flash_attn/cute`` folder as a symlink into the source instead of a copy with ``flash_attn.cute`` imports
+rewritten to ``vllm.vllm_flash_attn.cute``; setuptools stores the files behind the link in the wheel as they
+are, so the wheel imports a ``flash_attn`` package it does not carry.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from g4build.index import cache_lock
 _DECLARE = re.compile(r"FetchContent_Declare\s*\((?P<body>[^()]*(?:\([^()]*\)[^()]*)*)\)", re.IGNORECASE)
 _SET = re.compile(r"^\s*set\s*\(\s*(?P<name>\w+)\s+\"?(?P<value>[^\s\")]+)\"?", re.IGNORECASE | re.MULTILINE)
 _ENV_SRC = re.compile(r"DEFINED\s+ENV\{(?P<var>\w+_SRC_DIR)\}")
+_IF_VAR = r"\b(?:else)?if\s*\(\s*(?:NOT\s+)?{var}\b"  # if(VAR), elseif(NOT VAR ...): a condition on the switch
 _COMMENT = re.compile(r"#[^\n]*")
 _KEYWORDS = {"GIT_REPOSITORY", "GIT_TAG", "GIT_SHALLOW", "GIT_PROGRESS", "GIT_SUBMODULES", "SOURCE_DIR",
              "BINARY_DIR", "SOURCE_SUBDIR", "CONFIGURE_COMMAND", "BUILD_COMMAND", "URL", "URL_HASH"}
@@ -35,12 +44,28 @@ class CMakeDep:
     submodules: tuple[str, ...]  # GIT_SUBMODULES (empty: all of them)
     src_dir_var: str | None  # the project's own override, e.g. VLLM_FLASH_ATTN_SRC_DIR
     declared_in: str  # relative path of the .cmake file
+    # the pin's CMake tests src_dir_var again after choosing the source: the switch changes more than where the
+    # source comes from (vllm-flash-attn: FA4's cute folder symlinked, its imports not rewritten)
+    src_dir_dev_mode: bool = False
 
     @property
     def fetchcontent_var(self) -> str:
         """FetchContent reads ``FETCHCONTENT_SOURCE_DIR_`` + the name upper-cased, nothing else changed
         (``vllm-flash-attn`` -> ``..._VLLM-FLASH-ATTN``)."""
         return "FETCHCONTENT_SOURCE_DIR_" + self.name.upper()
+
+    @property
+    def cache_vars(self) -> tuple[str, ...]:
+        """What an initial cache sets to the prefetched source: FetchContent's own variable (FetchContent_MakeAvailable
+        and FetchContent_Populate(name) take the declared dependency from it, no download), and the project's
+        override unless it is a developer mode."""
+        switch = (self.src_dir_var,) if self.src_dir_var and not self.src_dir_dev_mode else ()
+        return (self.fetchcontent_var, *switch)
+
+    @property
+    def unset_vars(self) -> tuple[str, ...]:
+        """The developer-mode override, removed from the cache (an earlier configure may have stored it)."""
+        return (self.src_dir_var,) if self.src_dir_var and self.src_dir_dev_mode else ()
 
     @property
     def cache_name(self) -> str:
@@ -80,10 +105,12 @@ def parse_cmake(text: str, where: str) -> list[CMakeDep]:
                               f"resolve ({repo!r} @ {tag!r})", hint="report it: the pin's CMake changed shape")
         before = clean[: m.start()]
         env_vars = _ENV_SRC.findall(before)
+        var = env_vars[-1] if env_vars else None
+        tests = len(re.findall(_IF_VAR.format(var=re.escape(var)), clean, re.IGNORECASE)) if var else 0
         deps.append(CMakeDep(
             name=name, repository=repo, tag=tag,
             submodules=tuple(s.strip('"') for s in fields.get("GIT_SUBMODULES", [])),
-            src_dir_var=env_vars[-1] if env_vars else None, declared_in=where,
+            src_dir_var=var, declared_in=where, src_dir_dev_mode=tests > 1,
         ))
     return deps
 
@@ -101,14 +128,17 @@ def find_deps(tree: Path) -> list[CMakeDep]:
 
 
 def initial_cache(entries: Iterable[tuple[CMakeDep, Path]]) -> str:
-    """A ``cmake -C`` file naming each prefetched source."""
+    """A ``cmake -C`` file naming each prefetched source (and unsetting each developer-mode override)."""
     lines = ["# written by g4build prefetch: FetchContent sources already on disk"]
     for dep, path in entries:
         p = path.as_posix()
-        lines.append(f'set({dep.fetchcontent_var} "{p}" CACHE PATH "g4build prefetch")')
-        if dep.src_dir_var:
-            lines.append(f'set({dep.src_dir_var} "{p}" CACHE PATH "g4build prefetch")')
+        lines += [f'set({name} "{p}" CACHE PATH "g4build prefetch")' for name in dep.cache_vars]
+        lines += [unset_line(name) for name in dep.unset_vars]
     return "\n".join(lines) + "\n"
+
+
+def unset_line(name: str) -> str:
+    return f"unset({name} CACHE)"
 
 
 Runner = Callable[[list[str], Path | None], None]

@@ -219,6 +219,10 @@ def build_env(target: Target, pin: Pin | None, version: str, layout: Layout, opt
         # prefetched FetchContent sources (FETCHCONTENT_SOURCE_DIR_*, VLLM_*_SRC_DIR) as a CMake initial cache
         "CMAKE_ARGS": f"-C {layout.deps_file}",
         "FETCHCONTENT_BASE_DIR": layout.join("fetchcontent"),
+        # vLLM's developer switch, blanked should the user's environment export it: set, vllm_flash_attn.cmake
+        # installs FlashAttention 4's cute folder as a symlink to the source, its imports not rewritten (see
+        # build/deps.py); empty, it unsets the variable and the initial cache's FetchContent source is used
+        "VLLM_FLASH_ATTN_SRC_DIR": "",
     }
     if opts.flashinfer and target.os != "windows":
         env["FLASHINFER_CUDA_ARCH_LIST"] = flashinfer_arch_list(target.arch, target.cuda)
@@ -380,7 +384,7 @@ def extension_plan(
     """A plan for any CUDA extension project with the environment a vLLM build gets (arch list, jobs,
     version, build type): the same machinery, small enough for CI to run for real."""
     env = {k: v for k, v in build_env(target, None, version, layout, opts).items()
-           if k not in ("CMAKE_ARGS", "FETCHCONTENT_BASE_DIR")}
+           if k not in ("CMAKE_ARGS", "FETCHCONTENT_BASE_DIR", "VLLM_FLASH_ATTN_SRC_DIR")}
     if opts.launcher:  # the compiler cache without vLLM's dependency cache file
         env["CMAKE_ARGS"] = compiler_cache_env(opts.launcher, layout)["CMAKE_ARGS"].split(" ", 2)[2]
     if cuda_home:

@@ -236,7 +236,7 @@ def register(app: typer.Typer) -> None:
             write.parent.mkdir(parents=True, exist_ok=True)
             write.write_text(initial_cache(entries), encoding="utf-8")
         rows = [{"name": d.name, "repository": d.repository, "tag": d.tag, "path": str(p),
-                 "variables": [d.fetchcontent_var, *([d.src_dir_var] if d.src_dir_var else [])]} for d, p in entries]
+                 "variables": list(d.cache_vars), "unset": list(d.unset_vars)} for d, p in entries]
         if as_json:
             print_json(rows)
         else:

@@ -26,6 +26,13 @@ from g4build.wheels import cudatools
 from g4build.wheels.fatbin import FatbinFormatError, LibraryArchs, is_native, library_archs
 from g4build.wheels.safety import check_limits, member_problems, stream_member
 
+# FlashAttention 4's CuteDSL files in a vLLM wheel: kept as text so validation can read their imports
+FA4_CUTE = "vllm/vllm_flash_attn/cute/"
+
+
+def is_fa4_cute(name: str) -> bool:
+    return name.startswith(FA4_CUTE) and name.endswith(".py")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Member:
@@ -83,7 +90,7 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
     manifest = None
     if dist and f"{dist}/{MANIFEST_NAME}" in small:
         manifest = loads(small[f"{dist}/{MANIFEST_NAME}"], path.name)
-    keep = keep | fingerprint_paths(manifest)
+    keep = keep | fingerprint_paths(manifest) | {n for n in names if is_fa4_cute(n)}
     local = threading.local()
     tmp = tempfile.TemporaryDirectory(prefix="g4build-validate-")
 

@@ -19,7 +19,7 @@ from g4build.pins import load_pins
 from g4build.series import load_all
 from g4build.wheels import cudatools
 from g4build.wheels.fatbin import Arch
-from g4build.wheels.reading import Contents, read_wheel
+from g4build.wheels.reading import FA4_CUTE, Contents, is_fa4_cute, read_wheel
 from g4build.wheels.safety import Hashed, inside, record_duplicates, record_problems, wheel_file_problems
 from g4build.wheels.wheelfile import WheelName, metadata_fields, parse_record, tags_fit_target
 
@@ -176,6 +176,48 @@ def check_series(c: Contents, pin_name: str | None) -> Check:
     return Check(name="series", ok=True, detail=f"fingerprints present: {', '.join(seen) or 'no series claimed'}")
 
 
+# vLLM installs FlashAttention 4's CuteDSL files by copying flash_attn/cute/*.py with every "flash_attn.cute"
+# rewritten to "vllm.vllm_flash_attn.cute" (cmake/external_projects/vllm_flash_attn.cmake). A build with
+# VLLM_FLASH_ATTN_SRC_DIR set symlinks the source folder instead; setuptools stores the files behind the link as
+# they are, which import a flash_attn package the wheel does not carry. The rewrite leaves no bare
+# "flash_attn.cute", and applied to already rewritten files (a copy written through such a link) it doubles.
+_UNREWRITTEN = re.compile(rb"(?<![\w.])flash_attn\.cute\b")
+_TWICE = re.compile(rb"vllm\.vllm_vllm\.vllm_flash_attn\.cute\b")
+
+
+def check_fa4_cute(c: Contents) -> Check | None:
+    """The wheel's FA4 CuteDSL files import themselves as vllm.vllm_flash_attn.cute (None: the wheel has none).
+    An unreadable member is the record check's to report."""
+    files = sorted(n for n in c.members if is_fa4_cute(n))
+    if not files:
+        return None
+    texts = {n: t for n in files if (t := c.members[n].text) is not None}
+    bare = [n for n, t in texts.items() if _UNREWRITTEN.search(t)]
+    twice = [n for n, t in texts.items() if _TWICE.search(t)]
+
+    def names(found: list[str]) -> str:
+        return ", ".join(n.removeprefix(FA4_CUTE) for n in found[:5]) + f" and {len(found) - 5} more" * (len(found) > 5)
+
+    problems = []
+    if bare:
+        others = sum(1 for n in c.members if n.startswith(FA4_CUTE) and not is_fa4_cute(n))
+        beside = f" ({others} non-Python files beside them)" if others else ""
+        problems.append(
+            f"{len(bare)} of {len(files)} FlashAttention 4 files under {FA4_CUTE} still import flash_attn.cute: "
+            f"{names(bare)}{beside}. They are the source folder's files, not vLLM's rewritten copy (vLLM built with "
+            "VLLM_FLASH_ATTN_SRC_DIR set installs the folder as a symlink, and the wheel then holds the files as "
+            "they are); they import a flash_attn package the wheel lacks. Build without VLLM_FLASH_ATTN_SRC_DIR")
+    if twice:
+        problems.append(
+            f"{len(twice)} FlashAttention 4 files import vllm.vllm_vllm.vllm_flash_attn.cute: {names(twice)}. "
+            "vLLM's rewrite ran on files it had rewritten before: the flash-attention source the build copied "
+            "from was written through a symlinked install folder. Build from a fresh prefetched copy")
+    if problems:
+        return Check(name="fa4-cute", ok=False, detail="; ".join(problems))
+    return Check(name="fa4-cute", ok=True,
+                 detail=f"{len(files)} FlashAttention 4 files, imports rewritten to vllm.vllm_flash_attn.cute")
+
+
 # vLLM libraries built for, and only ever used on, some GPU generations (compute capability majors), read from
 # vLLM's selection code: FlashAttention 3 is chosen on Hopper only (get_flash_attn_version), FlashMLA serves
 # MLA models on Hopper and data-centre Blackwell (sm_90a / sm_100f kernels). On any other arch vLLM never
@@ -270,6 +312,8 @@ def validate_wheel(
         raise ValidationError(f"{path}: not a readable zip file ({exc})") from exc
     checks = [check_filename(wheel), check_metadata(wheel, contents, pin_version), check_record(contents, path.name),
               check_members(wheel, contents), check_series(contents, options.pin)]
+    if (cute := check_fa4_cute(contents)) is not None:
+        checks.append(cute)
     arch_checks, reports = check_archs(contents, options.archs)
     checks.extend(arch_checks)
     if options.smoke:
