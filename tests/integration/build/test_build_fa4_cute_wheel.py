@@ -16,7 +16,6 @@ and torch and installs nothing (checked below), so what is installed is vLLM's r
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import re
 import shutil
@@ -27,6 +26,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from tests.support.cmake import find_cmake
 
 from g4build.build.arch import parse_arch
 from g4build.build.deps import CMakeDep, find_deps, initial_cache
@@ -41,24 +41,7 @@ HARNESS = REPO / "tests" / "fixtures" / "fa4_cute_wheel"
 CUTE = "vllm/vllm_flash_attn/cute/"
 
 
-def _cmake() -> str | None:
-    """CMake >= 3.26 (vLLM's minimum): the pip wheel's when installed, else the one on PATH if new enough."""
-    candidates = []
-    if importlib.util.find_spec("cmake") is not None:
-        import cmake
-
-        candidates.append(str(Path(cmake.CMAKE_BIN_DIR) / "cmake"))
-    if found := shutil.which("cmake"):
-        candidates.append(found)
-    for exe in candidates:
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False).stdout
-        m = re.search(r"(\d+)\.(\d+)", out)
-        if m and (int(m[1]), int(m[2])) >= (3, 26):
-            return exe
-    return None
-
-
-CMAKE = _cmake()
+CMAKE = find_cmake()
 _skip = pytest.mark.skipif(CMAKE is None, reason="needs CMake >= 3.26 (pip install cmake)")
 
 

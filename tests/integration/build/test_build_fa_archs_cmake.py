@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.cmake import find_cmake
 
 from g4build.build.units import units_from_ninja
 from g4build.depseries import get_build_series
@@ -31,24 +32,7 @@ _SUPPORTED = re.compile(r'VERSION_GREATER_EQUAL 13\.0\)\s*\n(?:\s*#[^\n]*\n)*\s*
 pytestmark = [pytest.mark.nvcc, pytest.mark.cmake]
 
 
-def _cmake() -> str | None:
-    """CMake >= 3.26: the pip wheel's when installed, else the one on PATH if it is new enough."""
-    candidates = []
-    if importlib.util.find_spec("cmake") is not None:
-        import cmake
-
-        candidates.append(str(Path(cmake.CMAKE_BIN_DIR) / "cmake"))
-    if found := shutil.which("cmake"):
-        candidates.append(found)
-    for exe in candidates:
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False).stdout
-        m = re.search(r"(\d+)\.(\d+)", out)
-        if m and (int(m[1]), int(m[2])) >= (3, 26):
-            return exe
-    return None
-
-
-CMAKE = _cmake()
+CMAKE = find_cmake()
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
 
