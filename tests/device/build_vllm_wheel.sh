@@ -26,32 +26,7 @@ sdist=$(ls "$inputs"/vllm-*.tar.gz)
 mkdir -p "$G4BUILD_CACHE/sdists"
 [ -f "$G4BUILD_CACHE/sdists/$(basename "$sdist")" ] || cp "$sdist" "$G4BUILD_CACHE/sdists/"
 # Fill g4build's dependency cache from the carried archives, as `g4build prefetch` would leave it.
-python - "$sdist" "$inputs/deps" "$G4BUILD_CACHE/deps" <<'PY'
-import sys, tarfile, tempfile
-from pathlib import Path
-from g4build.build.deps import find_deps
-sdist, carried, cache = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-with tempfile.TemporaryDirectory() as tmp, tarfile.open(sdist) as tar:
-    wanted = [m for m in tar.getmembers() if m.name.endswith(".cmake") or m.name.endswith("/CMakeLists.txt")]
-    tar.extractall(tmp, members=wanted, filter="data")
-    deps = find_deps(next(Path(tmp).iterdir()))
-for dep in deps:
-    dest = cache / dep.cache_name
-    if (dest / ".g4build-prefetched").is_file():
-        continue
-    dest.mkdir(parents=True, exist_ok=True)
-    archive = carried / f"{dep.name}.tar.xz"
-    if archive.is_file():
-        with tarfile.open(archive) as t:
-            t.extractall(dest, filter="data")
-        how = f"from {archive.name}"
-    else:
-        how = "not carried: empty (nothing of it compiles for sm_120)"
-    if dep.name == "triton_kernels":  # Python files vLLM copies into the wheel; none carried
-        (dest / "python" / "triton_kernels" / "triton_kernels").mkdir(parents=True, exist_ok=True)
-    (dest / ".g4build-prefetched").write_text(f"{dep.repository} {dep.tag} (carried for an offline build)\n")
-    print(f"dependency {dep.name} @ {dep.tag}: {how}")
-PY
+python "$here/tests/device/fill_deps_cache.py" "$sdist" "$inputs/deps" "$G4BUILD_CACHE/deps"
 echo "host: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GB RAM; $(nvcc --version | tail -1)"
 start=$(date +%s)
 rc=0
