@@ -13,38 +13,11 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from tests.support.tree_probe import BOOT_SITECUSTOMIZE
 from tests.support.trees import patched_tree, sdist_tree
 
 HERE = Path(__file__).parent
 PINS = ["vllm-0.21.0", "vllm-0.33.0"]
-
-# Wheels built for another torch (torchvision / torchaudio from PyPI beside the CPU torch) fail at import;
-# vLLM and transformers treat them as optional, so the probe runs as if they were not installed.
-_SITECUSTOMIZE = """
-import importlib.util, sys
-_hidden = set()
-for _pkg in ("torchvision", "torchaudio", "torchcodec"):
-    if importlib.util.find_spec(_pkg) is None:
-        continue
-    try:
-        __import__(_pkg)
-    except Exception:
-        _hidden.add(_pkg)
-        for _m in [m for m in sys.modules if m.split(".")[0] == _pkg]:
-            del sys.modules[_m]
-if _hidden:
-    _find_spec = importlib.util.find_spec
-    def _hide(name, package=None):
-        return None if name.split(".")[0] in _hidden else _find_spec(name, package)
-    importlib.util.find_spec = _hide
-    class _Absent:
-        @staticmethod
-        def find_spec(name, path=None, target=None):
-            if name.split(".")[0] in _hidden:
-                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-            return None
-    sys.meta_path.insert(0, _Absent)
-"""
 
 # A multimodal-prefix target with Gemma4's head dims (256 sliding / 512 global) and a text-only DFlash drafter:
 # configs only, no weights (nothing is loaded).
@@ -118,7 +91,7 @@ def load_module(path: Path, name: str) -> ModuleType:
 def probe_inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
     root = tmp_path_factory.mktemp("series_a_probe")
     (root / "boot").mkdir()
-    (root / "boot" / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    (root / "boot" / "sitecustomize.py").write_text(BOOT_SITECUSTOMIZE)
     for name, config in (("target", _TARGET), ("draft", _DRAFT), ("draft_mixed", _MIXED_DRAFT)):
         (root / name).mkdir()
         (root / name / "config.json").write_text(json.dumps(config))
