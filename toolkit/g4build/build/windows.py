@@ -24,6 +24,7 @@ from g4build.build.flashinfer import FlashInferWheel
 from g4build.build.plan import Layout, Step, Target, python_check
 from g4build.errors import BuildError, UsageError
 from g4build.pins import Pin
+from g4build.shellquote import ps_quote
 
 NAME = "windows"
 SCRIPT = "powershell"
@@ -53,10 +54,10 @@ def long_paths_lines() -> tuple[str, ...]:
     hive, _, key = LONG_PATHS_KEY.partition("\\")
     return (
         "$fixes = @()",
-        f"$longPaths = Get-ItemPropertyValue -Path {_ps_quote(hive + ':' + chr(92) + key)} -Name 'LongPathsEnabled' "
+        f"$longPaths = Get-ItemPropertyValue -Path {ps_quote(hive + ':' + chr(92) + key)} -Name 'LongPathsEnabled' "
         "-ErrorAction SilentlyContinue",
-        f"if ($longPaths -ne 1) {{ $fixes += {_ps_quote(LONG_PATHS_FIX)} }}",
-        f"if ((git config --global --get core.longpaths) -ne 'true') {{ $fixes += {_ps_quote(GIT_LONG_PATHS_FIX)} }}",
+        f"if ($longPaths -ne 1) {{ $fixes += {ps_quote(LONG_PATHS_FIX)} }}",
+        f"if ((git config --global --get core.longpaths) -ne 'true') {{ $fixes += {ps_quote(GIT_LONG_PATHS_FIX)} }}",
         "if ($fixes) {",
         "  throw ('long paths are off: expected Windows LongPathsEnabled=1 and git core.longpaths=true (CUTLASS, '"
         " + 'FlashAttention and the fork have paths past 260 characters). Run (reg in a PowerShell run as '"
@@ -64,10 +65,6 @@ def long_paths_lines() -> tuple[str, ...]:
         " + \"`n\" + 'then open a new PowerShell and run this script again')",
         "}",
     )
-
-
-def _ps_quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def is_vs2022(version: str) -> bool:
@@ -144,10 +141,10 @@ def setup_lines(target: Target, *, explicit_python: bool = False) -> tuple[str, 
         *venv_lines(target.python, explicit=explicit_python),
         *long_paths_lines(),
         f'if (-not (Test-Path -PathType Leaf "{VSWHERE}")) {{',
-        "  throw " + _ps_quote(f"vswhere.exe not found: expected the Visual Studio Installer. {NO_VS2022}"),
+        "  throw " + ps_quote(f"vswhere.exe not found: expected the Visual Studio Installer. {NO_VS2022}"),
         "}",
         f'$vs = & "{VSWHERE}" {args}',
-        f"if (-not $vs) {{ throw {_ps_quote(NO_VS2022)} }}",
+        f"if (-not $vs) {{ throw {ps_quote(NO_VS2022)} }}",
         "cmd /c \"`\"$vs\\VC\\Auxiliary\\Build\\vcvars64.bat`\" >nul && set\" | ForEach-Object {",
         "  if ($_ -match '^([^=]+)=(.*)$') { Set-Item -Path \"env:$($Matches[1])\" -Value $Matches[2] }",
         "}",
