@@ -6,7 +6,9 @@ is skipped; ``G4BUILD_CLEAN=1`` forces every step.
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 from g4build.build.plan import GB_PER_NVCC_JOB, BuildPlan, Step
 from g4build.shellquote import bash_word, ps_quote
@@ -145,3 +147,12 @@ def render_powershell(plan: BuildPlan) -> str:
 
 def render(plan: BuildPlan) -> str:
     return render_powershell(plan) if plan.target.os == "windows" else render_bash(plan)
+
+
+def write_script(plan: BuildPlan, path: Path) -> str:
+    """Write ``plan`` as its script at ``path`` (bytes exactly as rendered; a bash one executable where that
+    means something); returns the shell's name."""
+    path.write_text(render(plan), encoding="utf-8", newline="")
+    if os.name != "nt" and plan.target.os != "windows":
+        path.chmod(0o755)
+    return "PowerShell" if plan.target.os == "windows" else "bash"
