@@ -15,8 +15,8 @@ from tests.unit.wheels.wheelsfactory import build_wheel
 from g4build.build.flashinfer import FlashInferWheel, check_names, parse_spec
 from g4build.build.plan import Options, base_os_of
 from g4build.build.planner import default_layout, make_plan
+from g4build.build.request import series_for
 from g4build.build.script import render_powershell
-from g4build.cli.wheel import series_for
 from g4build.depseries import build_series_for, uncovered
 from g4build.errors import UsageError
 from g4build.pins import Pin

@@ -208,7 +208,7 @@ def test_windows_host_facts_use_the_machines_ram(tmp_path: Path) -> None:
 
     from g4build.build.host import mem_gb, probe
     from g4build.build.plan import max_jobs
-    from g4build.cli.wheel import machine_choices
+    from g4build.build.request import machine_choices
 
     windows = RecordedProbe("windows-5090-cuda129")  # 64 GiB, 32 logical cores, as GlobalMemoryStatusEx said
     assert windows.system == "windows"

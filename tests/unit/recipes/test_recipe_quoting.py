@@ -12,9 +12,7 @@ from tests.unit.recipes.recipe_shell_semantics import (
     windows_split,
 )
 
-from g4build.recipes.render_bash import quote as bash_quote
-from g4build.recipes.render_powershell import quote as ps_quote
-from g4build.recipes.render_powershell import windows_word
+from g4build.shellquote import bash_quote, ps_quote, windows_word
 
 HOSTILE = [
     "plain",

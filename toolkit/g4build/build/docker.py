@@ -8,7 +8,6 @@ container, so a second run resumes; the wheels are copied out of the output fold
 from __future__ import annotations
 
 import io
-import shlex
 import tarfile
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from g4build.build.native import error_tail
 from g4build.build.plan import BuildPlan, Layout
 from g4build.build.script import render_bash
 from g4build.errors import BuildError, ImageError
+from g4build.shellquote import bash_word
 
 WORK = "/g4b/work"
 DEPS = "/g4b/deps"
@@ -44,7 +44,7 @@ TOOL_COPY = "/g4b/g4build-src"  # a writable copy: installing writes build/ and 
 
 def copy_tool(src: str, dst: str) -> list[str]:
     """Shell lines copying the g4build project (without .git and build outputs) from ``src`` to ``dst``."""
-    q_src, q_dst = shlex.quote(src), shlex.quote(dst)
+    q_src, q_dst = bash_word(src), bash_word(dst)
     return [
         f"rm -rf {q_dst} && mkdir -p {q_dst}",
         f"tar -C {q_src} --exclude=./.git --exclude=./build --exclude='*.egg-info' -cf - . | tar -C {q_dst} -xf -",

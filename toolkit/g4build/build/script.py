@@ -6,30 +6,28 @@ is skipped; ``G4BUILD_CLEAN=1`` forces every step.
 
 from __future__ import annotations
 
+import os
 import re
-import shlex
+from pathlib import Path
 
 from g4build.build.plan import GB_PER_NVCC_JOB, BuildPlan, Step
+from g4build.shellquote import bash_word, ps_quote
 
 _SAFE_GLOB = re.compile(r"^[A-Za-z0-9._*?+-]+$")
-
-
-def _ps(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
 
 
 def _ps_arg(a: str, sep: str) -> str:
     head, _, tail = a.rpartition(sep)
     if "*" in tail and head and _SAFE_GLOB.match(tail):
-        return f"(Get-ChildItem -Path {_ps(a)}).FullName"
-    return _ps(a)
+        return f"(Get-ChildItem -Path {ps_quote(a)}).FullName"
+    return ps_quote(a)
 
 
 def _sh_arg(a: str) -> str:
     head, _, tail = a.rpartition("/")
     if "*" in tail and head and _SAFE_GLOB.match(tail):
-        return f"{shlex.quote(head)}/{tail}"
-    return shlex.quote(a)
+        return f"{bash_word(head)}/{tail}"
+    return bash_word(a)
 
 
 def _header(plan: BuildPlan, comment: str) -> list[str]:
@@ -50,9 +48,9 @@ def render_bash(plan: BuildPlan) -> str:
         if k == "MAX_JOBS":  # a user may know better than the machine it was planned on
             lines.append(f'export MAX_JOBS="${{MAX_JOBS:-{v}}}"')
         else:
-            lines.append(f"export {k}={shlex.quote(v)}")
+            lines.append(f"export {k}={bash_word(v)}")
     lines += [
-        f"DONE={shlex.quote(lay.join('.g4build-done'))}",
+        f"DONE={bash_word(lay.join('.g4build-done'))}",
         'mkdir -p "$DONE"',
         'if [ "${G4BUILD_CLEAN:-0}" = 1 ]; then rm -f "$DONE"/*; fi',
         "",
@@ -80,10 +78,10 @@ def render_bash(plan: BuildPlan) -> str:
 
 def _bash_step(plan: BuildPlan, s: Step) -> str:
     digest = s.digest(plan.env, plan.identity) if s.resumable else ""
-    envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in s.env.items())
+    envs = " ".join(f"{k}={bash_word(v)}" for k, v in s.env.items())
     cmd = " ".join(_sh_arg(a) for a in s.command)
     prefix = f"env {envs} " if envs else ""
-    return f"step {s.name} {shlex.quote(digest)} {shlex.quote(s.cwd)} {shlex.quote(s.fresh)} -- {prefix}{cmd}"
+    return f"step {s.name} {bash_word(digest)} {bash_word(s.cwd)} {bash_word(s.fresh)} -- {prefix}{cmd}"
 
 
 def _ps_max_jobs(nvcc_threads: int) -> list[str]:
@@ -108,11 +106,11 @@ def render_powershell(plan: BuildPlan) -> str:
         if k == "MAX_JOBS" and plan.jobs_from_machine:
             lines += _ps_max_jobs(int(plan.env.get("NVCC_THREADS", "1")))
         elif k == "MAX_JOBS":
-            lines.append(f"if (-not $env:MAX_JOBS) {{ $env:MAX_JOBS = {_ps(v)} }}")
+            lines.append(f"if (-not $env:MAX_JOBS) {{ $env:MAX_JOBS = {ps_quote(v)} }}")
         else:
-            lines.append(f"$env:{k} = {_ps(v)}")
+            lines.append(f"$env:{k} = {ps_quote(v)}")
     lines += [
-        f"$Done = {_ps(lay.join('.g4build-done'))}",
+        f"$Done = {ps_quote(lay.join('.g4build-done'))}",
         "New-Item -ItemType Directory -Force -Path $Done | Out-Null",
         "if ($env:G4BUILD_CLEAN -eq '1') { Remove-Item -Path (Join-Path $Done '*') -Force -ErrorAction "
         "SilentlyContinue }",
@@ -139,12 +137,22 @@ def render_powershell(plan: BuildPlan) -> str:
     ]
     for s in plan.steps:
         digest = s.digest(plan.env, plan.identity) if s.resumable else ""
-        body = [f"$env:{k} = {_ps(v)}" for k, v in s.env.items()]
+        body = [f"$env:{k} = {ps_quote(v)}" for k, v in s.env.items()]
         exe, *args = s.command
-        body.append("& " + " ".join([_ps(exe), *(_ps_arg(a, lay.sep) for a in args)]))
-        lines.append(f"Invoke-Step {_ps(s.name)} {_ps(digest)} {_ps(s.cwd)} {_ps(s.fresh)} {{ {'; '.join(body)} }}")
+        body.append("& " + " ".join([ps_quote(exe), *(_ps_arg(a, lay.sep) for a in args)]))
+        words = " ".join(ps_quote(w) for w in (s.name, digest, s.cwd, s.fresh))
+        lines.append(f"Invoke-Step {words} {{ {'; '.join(body)} }}")
     return "\r\n".join(lines) + "\r\n"
 
 
 def render(plan: BuildPlan) -> str:
     return render_powershell(plan) if plan.target.os == "windows" else render_bash(plan)
+
+
+def write_script(plan: BuildPlan, path: Path) -> str:
+    """Write ``plan`` as its script at ``path`` (bytes exactly as rendered; a bash one executable where that
+    means something); returns the shell's name."""
+    path.write_text(render(plan), encoding="utf-8", newline="")
+    if os.name != "nt" and plan.target.os != "windows":
+        path.chmod(0o755)
+    return "PowerShell" if plan.target.os == "windows" else "bash"

@@ -9,10 +9,13 @@
   step writes a private copy with a 64-byte alignment under MSVC when the installed header needs it (see
   ``cudashim``) and the build puts its folder first on the include path (``CL`` for cl.exe,
   ``NVCC_PREPEND_FLAGS`` for nvcc).
+
+The module is a ``platforms.Platform``: its module-level functions are what the planner asks of an OS.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 from collections.abc import Sequence
@@ -21,9 +24,10 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from g4build.build.flashinfer import FlashInferWheel
-from g4build.build.plan import Layout, Step, Target, python_check
+from g4build.build.plan import Layout, Options, Step, Target, python_check
 from g4build.errors import BuildError, UsageError
 from g4build.pins import Pin
+from g4build.shellquote import ps_quote
 
 NAME = "windows"
 SCRIPT = "powershell"
@@ -53,10 +57,10 @@ def long_paths_lines() -> tuple[str, ...]:
     hive, _, key = LONG_PATHS_KEY.partition("\\")
     return (
         "$fixes = @()",
-        f"$longPaths = Get-ItemPropertyValue -Path {_ps_quote(hive + ':' + chr(92) + key)} -Name 'LongPathsEnabled' "
+        f"$longPaths = Get-ItemPropertyValue -Path {ps_quote(hive + ':' + chr(92) + key)} -Name 'LongPathsEnabled' "
         "-ErrorAction SilentlyContinue",
-        f"if ($longPaths -ne 1) {{ $fixes += {_ps_quote(LONG_PATHS_FIX)} }}",
-        f"if ((git config --global --get core.longpaths) -ne 'true') {{ $fixes += {_ps_quote(GIT_LONG_PATHS_FIX)} }}",
+        f"if ($longPaths -ne 1) {{ $fixes += {ps_quote(LONG_PATHS_FIX)} }}",
+        f"if ((git config --global --get core.longpaths) -ne 'true') {{ $fixes += {ps_quote(GIT_LONG_PATHS_FIX)} }}",
         "if ($fixes) {",
         "  throw ('long paths are off: expected Windows LongPathsEnabled=1 and git core.longpaths=true (CUTLASS, '"
         " + 'FlashAttention and the fork have paths past 260 characters). Run (reg in a PowerShell run as '"
@@ -64,10 +68,6 @@ def long_paths_lines() -> tuple[str, ...]:
         " + \"`n\" + 'then open a new PowerShell and run this script again')",
         "}",
     )
-
-
-def _ps_quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def is_vs2022(version: str) -> bool:
@@ -83,13 +83,14 @@ def needs_align_shim(cuda: str) -> bool:
     return Version("13.0") <= v < Version("13.3")
 
 
-def default_layout(pin: Pin, target: Target) -> Layout:
+def default_layout(pin: Pin, target: Target, *, base: str) -> Layout:
+    """A short root on C: (``base``, the cache folder, is not used: its paths are too long for CMake)."""
     short = pin.version.replace(".", "")
     root = f"{ROOT}\\v{short}"
     return Layout(root=root, out=f"{ROOT}\\wheels", cache=f"{ROOT}\\deps", sep="\\")
 
 
-def python_cmd(exe: str | None) -> tuple[str, ...]:
+def python_cmd(target: Target, exe: str | None) -> tuple[str, ...]:
     # not `py -3.12`: the launcher with a version picks the global install past an active venv, so every
     # install would land there; `python` is the active venv's own interpreter (first on PATH once activated)
     return (exe,) if exe else ("python",)
@@ -115,7 +116,15 @@ def python_step(target: Target, layout: Layout, python: tuple[str, ...], *, expl
                 command=(*python, "-c", python_check(target.python, need_venv=not explicit)), cwd=layout.root)
 
 
-def check_layout(layout: Layout) -> None:
+def resolve_options(target: Target, opts: Options) -> tuple[Options, tuple[str, ...]]:
+    # cl.exe has been seen crashing under sccache, with CUDA 13 at high parallelism: off unless asked for
+    note = ("sccache: on (--sccache)" if opts.sccache else
+            "sccache: off on Windows (cl.exe crashes under it with CUDA 13 at high parallelism); "
+            "--sccache turns it on")
+    return dataclasses.replace(opts, launcher="sccache" if opts.sccache else None), (note,)
+
+
+def check_layout(target: Target, layout: Layout) -> None:
     if len(layout.root) > MAX_ROOT_CHARS:
         raise UsageError(
             f"build root {layout.root!r} is {len(layout.root)} characters: expected at most {MAX_ROOT_CHARS} on "
@@ -128,7 +137,8 @@ def check_layout(layout: Layout) -> None:
                              hint=f"use a root without spaces such as {ROOT}")
 
 
-def env(target: Target, layout: Layout) -> dict[str, str]:
+def env(target: Target, layout: Layout, *, cuda_home: str | None) -> dict[str, str]:
+    """``cuda_home`` is not used: the script finds CUDA on the machine it runs on (CUDA_HOME or CUDA_PATH_Vx_y)."""
     extra = {"DISTUTILS_USE_SDK": "1"}
     if needs_align_shim(target.cuda):
         shim = layout.join("cuda-shim")
@@ -137,17 +147,18 @@ def env(target: Target, layout: Layout) -> dict[str, str]:
     return extra
 
 
-def setup_lines(target: Target, *, explicit_python: bool = False) -> tuple[str, ...]:
+def setup_lines(target: Target, opts: Options) -> tuple[str, ...]:
+    explicit_python = opts.python_exe is not None
     cuda_var = "CUDA_PATH_V" + target.cuda.replace(".", "_")
     args = " ".join(f"'{a}'" for a in _VSWHERE_ARGS)
     return (
         *venv_lines(target.python, explicit=explicit_python),
         *long_paths_lines(),
         f'if (-not (Test-Path -PathType Leaf "{VSWHERE}")) {{',
-        "  throw " + _ps_quote(f"vswhere.exe not found: expected the Visual Studio Installer. {NO_VS2022}"),
+        "  throw " + ps_quote(f"vswhere.exe not found: expected the Visual Studio Installer. {NO_VS2022}"),
         "}",
         f'$vs = & "{VSWHERE}" {args}',
-        f"if (-not $vs) {{ throw {_ps_quote(NO_VS2022)} }}",
+        f"if (-not $vs) {{ throw {ps_quote(NO_VS2022)} }}",
         "cmd /c \"`\"$vs\\VC\\Auxiliary\\Build\\vcvars64.bat`\" >nul && set\" | ForEach-Object {",
         "  if ($_ -match '^([^=]+)=(.*)$') { Set-Item -Path \"env:$($Matches[1])\" -Value $Matches[2] }",
         "}",
@@ -171,6 +182,12 @@ def cuda_env(env: dict[str, str], cuda_home: str) -> dict[str, str]:
     out = {k: v for k, v in env.items() if k != "Path"}
     out.update(CUDA_HOME=cuda_home, CUDA_PATH=cuda_home, PATH=";".join([bin_dir, *rest]))
     return out
+
+
+def pre_steps(pin: Pin, target: Target, layout: Layout, opts: Options) -> tuple[Step, ...]:
+    """Before the source: the interpreter check, then the FlashInfer wheels given (checked before hours of work)."""
+    return (python_step(target, layout, opts.python, explicit=opts.python_exe is not None),
+            *flashinfer_steps(pin, target, layout, opts.g4build, opts.flashinfer_wheels))
 
 
 def source_steps(pin: Pin, layout: Layout, g4build: tuple[str, ...]) -> tuple[Step, ...]:
@@ -204,15 +221,31 @@ def flashinfer_note(pin: Pin, wheels: Sequence[FlashInferWheel]) -> str:
             f"--flashinfer-wheel PATH=SHA256 with Windows wheels of FlashInfer {pin.flashinfer}")
 
 
-def extra_steps(target: Target, layout: Layout, g4build: tuple[str, ...], python: tuple[str, ...],
-                ) -> tuple[Step, ...]:
+def extra_steps(target: Target, layout: Layout, opts: Options) -> tuple[Step, ...]:
     steps = [Step(name="windows-requirements", title="install the fork's Windows requirements",
-                  command=(*python, "-m", "pip", "install", "-r", "requirements/windows.txt"),
+                  command=(*opts.python, "-m", "pip", "install", "-r", "requirements/windows.txt"),
                   cwd=layout.src)]
     if needs_align_shim(target.cuda):
         steps.append(Step(name="cuda-shim", title="cuda.h with MSVC-safe alignment",
-                          command=(*g4build, "cuda-shim", "--dest", layout.join("cuda-shim")), cwd=layout.root))
+                          command=(*opts.g4build, "cuda-shim", "--dest", layout.join("cuda-shim")), cwd=layout.root))
     return tuple(steps)
+
+
+def notes(pin: Pin, target: Target, layout: Layout, opts: Options) -> tuple[str, ...]:
+    base = pin.bases["windows"]
+    out = [f"source: Windows base {base.remote} at {base.commit}"
+           + (f", its changes over {base.onto[:12]} forward-ported onto {pin.name}" if base.onto else ""),
+           flashinfer_note(pin, opts.flashinfer_wheels)]
+    if needs_align_shim(target.cuda):
+        out.append(f"CUDA {target.cuda} + MSVC: cuda-shim gives the build a private cuda.h with 64-byte "
+                   "CUtensorMap alignment when the installed one needs it (already patched or 13.3+: none); "
+                   "run-time JIT reads the installed header")
+    return tuple(out)
+
+
+def jobs_from_machine(opts: Options) -> bool:
+    """Unless --jobs fixed it, the PowerShell script counts the RAM and cores of the machine it runs on."""
+    return not opts.jobs_given
 
 
 # --- side effects: only on a Windows machine --------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -13,37 +12,26 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColu
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
 from g4build.cli.validate import show_report
 from g4build.errors import UsageError, ValidationError
-from g4build.index import Fetched, cache_root, fetch_verified
+from g4build.index import Fetched
 from g4build.pins import Pin, load_pins
 from g4build.series import load_all
-from g4build.wheels.overlay import PROJECT, overlay_wheel, plan_overlay
+from g4build.wheels.overlay import overlay_wheel, plan_overlay
+from g4build.wheels.registry import fetch_pin_wheel, pin_wheel
 from g4build.wheels.validate import ValidateOptions, ValidationReport, validate_wheel
 from g4build.wheels.venvoverlay import overlay_venv, undo_venv
 
 
-def platform_key() -> str:
-    if sys.platform == "win32":
-        return "win_amd64"
-    return "manylinux_x86_64"
-
-
-def fetch_pin_wheel(pin: Pin, *, quiet: bool) -> Fetched:
-    """The pin's registry wheel for this platform, verified against the pin's sha256, from the cache."""
-    key = platform_key()
-    ref = pin.wheels.get(key)
-    if ref is None:
-        raise UsageError(
-            f"pin {pin.name} names no registry wheel for {key} (pins.yaml wheels: {', '.join(pin.wheels) or 'none'})",
-            hint="pass the wheel file: `g4build overlay WHEEL --pin NAME`",
-        )
+def _fetch_with_progress(pin: Pin, *, quiet: bool) -> Fetched:
+    """``fetch_pin_wheel`` with a download bar named after the file (none with --json)."""
+    name = pin_wheel(pin).file  # a pin without this platform's wheel is refused before any bar shows
     with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                   console=console, disable=quiet, transient=True) as progress:
-        task = progress.add_task(ref.file, total=None)
+        task = progress.add_task(name, total=None)
 
         def hook(done: int, total: int | None) -> None:
             progress.update(task, completed=done, total=total)
 
-        return fetch_verified(PROJECT, ref.file, ref.sha256, cache_dir=cache_root() / "wheels", progress=hook)
+        return fetch_pin_wheel(pin, progress=hook)
 
 
 def register(app: typer.Typer) -> None:
@@ -92,7 +80,7 @@ def register(app: typer.Typer) -> None:
         plan = plan_overlay(the_pin, load_all())
         sha = None
         if wheel is None:
-            got = fetch_pin_wheel(the_pin, quiet=as_json)
+            got = _fetch_with_progress(the_pin, quiet=as_json)
             wheel, sha = got.path, got.sha256
         reports: list[ValidationReport] = []
 

@@ -4,106 +4,26 @@ flashinfer-wheels, manifest."""
 from __future__ import annotations
 
 import os
-import shutil
-import sys
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path
 
 import typer
 from rich.table import Table
 
-from g4build.build import docker as docker_exec
-from g4build.build.arch import parse_arch
-from g4build.build.executor import RunResult
-from g4build.build.flashinfer import parse_spec
-from g4build.build.host import HostFacts, cuda_home_of, host_os, preflight, probe
-from g4build.build.plan import BuildPlan, Layout, Options, Target, base_os_of, max_jobs, wheel_version
-from g4build.build.planner import default_layout, make_plan, python_cmd
+from g4build.build.cudashim import apply as apply_cuda_shim
+from g4build.build.deps import find_deps, initial_cache, prefetch
+from g4build.build.flashinfer import check_names, manifest_record, parse_spec, verify_and_copy
+from g4build.build.manifest_info import build_extra
+from g4build.build.plan import BuildPlan, base_os_of, wheel_version
+from g4build.build.request import WheelRequest, build_wheel, plan_wheel, series_for
+from g4build.build.script import write_script
+from g4build.build.stamp import stamp
 from g4build.cli._common import JSON_OPTION, console, err_console, lower_option, print_json
+from g4build.depseries import build_series_for
 from g4build.errors import UsageError
 from g4build.index import cache_root
-from g4build.pins import Pin, load_pins
-from g4build.series import Series, load_all
-
-# MAX_JOBS planned for another machine: a 32 GB / 16-core desktop; the script honours a MAX_JOBS already set.
-FOREIGN_MEM_GB, FOREIGN_CORES = 32.0, 16
-
-
-def series_for(pin: Pin) -> list[Series]:
-    """The series (in order) that have something to say about ``pin``."""
-    return [s for s in load_all() if s.variant(pin.name) is not None]
-
-
-def pin_for_release(release: str, pin_name: str | None) -> Pin:
-    """The pin of upstream release ``release``. Building needs a pin (a pinned sdist sha256 and reviewed patch
-    variants), so an unpinned release is refused with what to do; ``patches check --release`` shows drift."""
-    pins = load_pins()
-    if pin_name:
-        raise UsageError(f"give --pin or --release, not both (found {pin_name} and {release})")
-    for pin in pins.pins.values():
-        if pin.version == release:
-            return pin
-    nearest = pins.nearest(release)
-    raise UsageError(
-        f"vLLM {release} is not pinned: expected one of {', '.join(p.version for p in pins.pins.values())}",
-        hint=f"run `g4build patches check --release {release}` (it uses {nearest.name}'s patches), then add a "
-        f"pin for {release} to patches/pins.yaml with the sdist sha256 the index publishes",
-    )
-
-
-def absolute_on_target(path: str, option: str, target: Target) -> str:
-    """``path`` as an absolute path of the machine the plan runs on: steps run in different folders, so a
-    relative --out or --root would scatter the wheels. Resolved here when this machine's paths are the
-    target's kind (posix / Windows); refused when the plan is for the other kind."""
-    windows_target = target.os == "windows"
-    flavour = PureWindowsPath if windows_target else PurePosixPath
-    if flavour(path).is_absolute():
-        return path
-    if windows_target == (host_os() == "windows"):
-        return str(Path(path).resolve())
-    example = "C:\\g4b" if windows_target else "/home/me/g4b"
-    raise UsageError(f"{option} {path!r} is relative: expected an absolute path on the {target.os} machine",
-                     hint=f"give the full path there, for example {option} {example}")
-
-
-def checked_python_exe(exe: str, target: Target) -> str:
-    """--python-exe as given, refused when this machine is the target and has no such interpreter."""
-    if not exe.strip():
-        raise UsageError("--python-exe is empty: expected the path of a Python interpreter",
-                         hint="for example --python-exe C:\\g4b\\venv\\Scripts\\python.exe")
-    if target.executor == "native" and host_os() == target.os and not (Path(exe).is_file() or shutil.which(exe)):
-        raise UsageError(f"--python-exe {exe!r}: expected an existing Python interpreter, found no such file",
-                         hint="give the full path of the venv's python (Scripts\\python.exe on Windows, "
-                              "bin/python elsewhere)")
-    return exe
-
-
-def machine_choices(target: Target, host: HostFacts | None) -> tuple[int, str | None, str | None]:
-    """MAX_JOBS, compiler launcher and CUDA_HOME planned from this machine's facts where they hold for the
-    machine that compiles: RAM and cores when it is the target or runs the container; launcher and CUDA_HOME
-    only for a native build here (inside a container they are the image's, not this machine's)."""
-    compiles_here = host is not None and (host.os == target.os or target.executor == "docker")
-    jobs = max_jobs(mem_gb=host.mem_gb, cores=host.cores) if host is not None and compiles_here else \
-        max_jobs(mem_gb=FOREIGN_MEM_GB, cores=FOREIGN_CORES)
-    native_here = host is not None and host.os == target.os and target.executor == "native"
-    launcher = host.launcher if host is not None and native_here else None
-    cuda_home = cuda_home_of(host.nvcc) if host is not None and native_here and host.nvcc else None
-    return jobs, launcher, cuda_home
-
-
-def _layout(pin: Pin, target: Target, root: str | None, out: str | None) -> Layout:
-    if target.executor == "docker":
-        return docker_exec.container_layout()
-    root = absolute_on_target(root, "--root", target) if root else None
-    out = absolute_on_target(out, "--out", target) if out else None
-    if target.os != "windows" and host_os() == "windows" and not root:
-        raise UsageError(f"a {target.os} build planned on Windows needs --root: a folder on the {target.os} machine",
-                         hint="for example --root ~/g4b expanded on that machine (e.g. /home/me/g4b)")
-    lay = default_layout(pin, target, base=cache_root().as_posix())
-    if root:
-        lay = Layout(root=root, out=f"{root}{lay.sep}wheels", cache=lay.cache, sep=lay.sep)
-    if out:
-        lay = Layout(root=lay.root, out=out, cache=lay.cache, sep=lay.sep)
-    return lay
+from g4build.manifest import make_manifest
+from g4build.pins import load_pins
+from g4build.recipes import recipe_names
 
 
 def _show(plan: BuildPlan) -> None:
@@ -169,48 +89,21 @@ def register(app: typer.Typer) -> None:
         as_json: bool = JSON_OPTION,
     ) -> None:
         """Build vLLM (and FlashInfer) wheels for ARCH on OS from a pin plus its series."""
-        pin = pin_for_release(release, pin_name) if release else load_pins().get(pin_name)
-        target = Target(os=os_name, arch=parse_arch(arch), python=python, cuda=cuda or pin.cuda,
-                        executor=executor)
-        recipe_list: tuple[str, ...] = ()
-        if recipes:
-            from g4build.recipes import recipe_names
-
-            recipe_list = tuple(recipe_names())
-        layout = _layout(pin, target, root, out)
-        running = not dry_run and emit_script is None
-        # docker: the disk that matters is the host folder mounted as the build root
-        probe_at = str(docker_hosts(pin.name, root=root, out=out).work) if executor == "docker" else layout.root
-        host: HostFacts | None = probe(probe_at) if running or host_os() == target.os else None
-        default_jobs, launcher, cuda_home = machine_choices(target, host)
-        if python_exe is not None:
-            python_exe = checked_python_exe(python_exe, target)
-        opts = Options(jobs=jobs or default_jobs, jobs_given=jobs is not None, flashinfer=not no_flashinfer,
-                       launcher=launcher, sccache=sccache,
-                       python=python_cmd(target, python_exe), python_exe=python_exe, recipes=recipe_list,
-                       torch_index=torch_index or None,
-                       flashinfer_wheels=tuple(parse_spec(item) for item in flashinfer_wheels or ()))
-        from g4build.depseries import build_series_for, uncovered
-
-        base_os = base_os_of(pin, target.os)
-        plan = make_plan(pin, series_for(pin), target, layout=layout, opts=opts, cuda_home=cuda_home,
-                         build=build_series_for(pin, base_os=base_os), uncovered=uncovered(pin, base_os=base_os))
+        planned = plan_wheel(WheelRequest(
+            arch=arch, os_name=os_name, pin_name=pin_name, release=release, python=python, python_exe=python_exe,
+            cuda=cuda, executor=executor, out=out, root=root, torch_index=torch_index, jobs=jobs,
+            flashinfer=not no_flashinfer, flashinfer_wheels=tuple(flashinfer_wheels or ()), sccache=sccache,
+            recipes=tuple(recipe_names()) if recipes else (), run_here=not dry_run and emit_script is None))
+        plan = planned.plan
         if emit_script is not None:
-            from g4build.build.script import render
-
-            emit_script.write_text(render(plan), encoding="utf-8", newline="")
-            if os.name != "nt" and target.os != "windows":
-                emit_script.chmod(0o755)
-            err_console.print(f"wrote {emit_script} ({'PowerShell' if target.os == 'windows' else 'bash'})")
+            err_console.print(f"wrote {emit_script} ({write_script(plan, emit_script)})")
         if dry_run or emit_script is not None:
             if as_json:
                 print_json(plan.to_dict())
             elif dry_run:
                 _show(plan)
             return
-        assert host is not None
-        preflight(plan, host, at=probe_at)
-        result, wheels = _execute(plan, target, clean=clean, root=root, out=out)
+        result, wheels = build_wheel(planned, clean=clean)
         if as_json:
             print_json({**plan.to_dict(), "wheels": wheels, "result": [s.__dict__ for s in result.steps]})
         else:
@@ -224,8 +117,6 @@ def register(app: typer.Typer) -> None:
         as_json: bool = JSON_OPTION,
     ) -> None:
         """Clone the tree's CMake FetchContent dependencies once, so builds need no network."""
-        from g4build.build.deps import find_deps, initial_cache, prefetch
-
         cache = cache or cache_root() / "deps"
         entries = []
         for dep in find_deps(tree):
@@ -251,13 +142,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Make cuda.h's CUtensorMap alignment acceptable to MSVC for the build (CUDA 13.0-13.2 on Windows):
         a private copy when the installed header needs it; nothing when it is already patched or newer."""
-        from g4build.build.cudashim import apply
-
         home = cuda_home or Path(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "")
         if not str(home) or str(home) == ".":
             raise UsageError("no CUDA folder: expected --cuda-home or CUDA_HOME (or CUDA_PATH), found none",
                              hint="pass --cuda-home to the CUDA install folder (the one holding include\\cuda.h)")
-        result = apply(home, dest)
+        result = apply_cuda_shim(home, dest)
         if as_json:
             print_json(result.to_dict())
         else:
@@ -273,8 +162,6 @@ def register(app: typer.Typer) -> None:
         as_json: bool = JSON_OPTION,
     ) -> None:
         """Check Windows FlashInfer wheels (name, version, sha256) and copy them beside the vLLM wheel."""
-        from g4build.build.flashinfer import check_names, verify_and_copy
-
         pin = load_pins().get(pin_name)
         specs = [parse_spec(item) for item in wheels]
         check_names(specs, pin, python)
@@ -299,14 +186,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = JSON_OPTION,
     ) -> None:
         """Write build-manifest.json beside the wheels and into the vLLM wheel's dist-info."""
-        from g4build.build.flashinfer import manifest_record
-        from g4build.build.manifest_info import build_extra
-        from g4build.build.stamp import stamp
-        from g4build.manifest import make_manifest
-
         pin = load_pins().get(pin_name)
-        from g4build.depseries import build_series_for
-
         series = series_for(pin)
         build = build_series_for(pin, base_os=base_os_of(pin, os_name))
         extra = build_extra(arch=arch, os_name=os_name, cuda=cuda, state=state)
@@ -323,30 +203,3 @@ def register(app: typer.Typer) -> None:
         else:
             console.print(f"wrote {out / 'build-manifest.json'}; stamped {', '.join(touched) or 'no vLLM wheel'}")
 
-
-def docker_hosts(pin: str, *, root: str | None, out: str | None) -> docker_exec.HostPaths:
-    """Host folders the docker executor mounts (absolute: Docker refuses relative binds): --root (else the
-    cache) for source, logs and resume state; --out (else ./wheelhouse) for the wheels copied out."""
-    from g4build.data import project_root
-
-    base = cache_root()
-    return docker_exec.HostPaths(work=Path(root).resolve() if root else base / "docker" / pin, deps=base / "deps",
-                                 out=Path(out or "wheelhouse").resolve(), tool=project_root())
-
-
-def _execute(plan: BuildPlan, target: Target, *, clean: bool, root: str | None, out: str | None,
-             ) -> tuple[RunResult, str]:
-    """Run ``plan``; returns what ran and the folder on this machine that holds the wheels."""
-    if target.executor == "docker":
-        hosts = docker_hosts(plan.pin, root=root, out=out)
-        return docker_exec.DockerExecutor(hosts).run(plan, clean=clean), str(hosts.out)
-    from g4build.build.native import NativeExecutor
-
-    activate = None
-    if target.os == "windows" and sys.platform == "win32":
-        from g4build.build.windows import msvc_environment
-
-        def activate() -> dict[str, str]:
-            return msvc_environment(target.cuda)
-
-    return NativeExecutor(activate=activate).run(plan, clean=clean), plan.layout.out

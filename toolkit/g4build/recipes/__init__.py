@@ -20,8 +20,10 @@ from g4build.recipes.context import gather_context
 from g4build.recipes.flashinfer import FlashInferInfo
 from g4build.recipes.model import Recipe, load_recipe_data, parse_recipe, recipe_names
 from g4build.recipes.overrides import apply_overrides
+from g4build.recipes.render_bash import render_bash
+from g4build.recipes.render_powershell import render_powershell
 from g4build.recipes.rules import CheckContext, Finding, check, errors
-from g4build.recipes.script import SHELLS, WheelRef, plan_launch, render_plan, script_filename, write_script
+from g4build.recipes.script import SHELLS, LaunchPlan, WheelRef, plan_launch, script_filename, write_script
 
 __all__ = [
     "SHELLS",
@@ -63,6 +65,14 @@ def raise_on_errors(recipe: Recipe, findings: tuple[Finding, ...]) -> None:
         listed = "; ".join(f"[{f.rule}] {f.message}" for f in bad)
         hints = "; ".join(f.hint for f in bad if f.hint)
         raise RecipeError(f"recipe '{recipe.name}' breaks {len(bad)} rule(s): {listed}", hint=hints or None)
+
+
+def render_plan(plan: LaunchPlan, shell: str) -> str:
+    if shell == "bash":
+        return render_bash(plan)
+    if shell == "powershell":
+        return render_powershell(plan)
+    raise UsageError(f"unknown shell '{shell}': expected one of {', '.join(SHELLS)}")
 
 
 def render(recipe: Recipe, shell: str, *, wheel: WheelRef | None = None, sets: Sequence[str] = (),

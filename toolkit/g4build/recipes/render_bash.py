@@ -1,6 +1,7 @@
 """Render a launch plan as a bash script.
 
-Every value is one single-quoted word; a ``'`` inside becomes ``'\\''`` (close, escaped quote, reopen).
+Every value is one single-quoted word (``shellquote.bash_quote``); a ``'`` inside becomes ``'\\''`` (close,
+escaped quote, reopen).
 Inside single quotes bash expands nothing: ``$``, backticks, ``;``, ``"``, newlines and non-ASCII text reach
 ``vllm`` exactly as written, and no value can run a command.
 """
@@ -8,10 +9,7 @@ Inside single quotes bash expands nothing: ``$``, backticks, ``;``, ``"``, newli
 from __future__ import annotations
 
 from g4build.recipes.script import LaunchPlan, header_lines, probe_program
-
-
-def quote(value: str) -> str:
-    return "'" + value.replace("'", "'\\''") + "'"
+from g4build.shellquote import bash_quote
 
 
 def render_bash(plan: LaunchPlan) -> str:
@@ -27,7 +25,7 @@ def render_bash(plan: LaunchPlan) -> str:
         "",
     ]
     for name, value in plan.env:
-        out.append(f"export {name}={quote(value)}")
+        out.append(f"export {name}={bash_quote(value)}")
     if plan.env:
         out.append("")
     out += [
@@ -55,9 +53,9 @@ def render_bash(plan: LaunchPlan) -> str:
         paths = [plan.wheel.path, *(plan.wheel.sibling(name) for name in plan.wheel.companions)]
         if plan.wheel.beside_script:
             out.append('script_dir="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"')
-            out.append("python3 -m pip install " + " ".join(f'"${{script_dir}}"/{quote(p)}' for p in paths))
+            out.append("python3 -m pip install " + " ".join(f'"${{script_dir}}"/{bash_quote(p)}' for p in paths))
         else:
-            out.append("python3 -m pip install " + " ".join(quote(p) for p in paths))
+            out.append("python3 -m pip install " + " ".join(bash_quote(p) for p in paths))
         out.append("")
     if plan.probe_flashinfer:
         changes = ", ".join(f"{s.name}={s.value}" for s in plan.flashinfer_off)
@@ -65,15 +63,15 @@ def render_bash(plan: LaunchPlan) -> str:
             "# FlashInfer: where it is not installed, close the paths that would import it (see the header).",
             "if command -v python3 >/dev/null 2>&1; then",
             "  flashinfer_rc=0",
-            f"  python3 -c {quote(probe_program())} || flashinfer_rc=$?",
+            f"  python3 -c {bash_quote(probe_program())} || flashinfer_rc=$?",
             '  if [[ "${flashinfer_rc}" -eq 3 ]]; then',
-            f"    echo {quote('note: FlashInfer is not installed: serving without it (' + changes + ')')} >&2",
-            *(f"    export {sw.name}={quote(sw.value)}" for sw in plan.flashinfer_off),
+            f"    echo {bash_quote('note: FlashInfer is not installed: serving without it (' + changes + ')')} >&2",
+            *(f"    export {sw.name}={bash_quote(sw.value)}" for sw in plan.flashinfer_off),
             "  fi",
             "fi",
             "",
         ]
     out.append("vllm_args=(")
-    out += [f"  {quote(word)}" for word in plan.argv]
+    out += [f"  {bash_quote(word)}" for word in plan.argv]
     out += [")", 'exec vllm "${vllm_args[@]}"', ""]
     return "\n".join(out)

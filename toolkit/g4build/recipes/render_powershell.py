@@ -1,53 +1,23 @@
 """Render a launch plan as a PowerShell script that passes arguments exactly on 5.1 and 7.x.
 
-Values are PowerShell verbatim (single-quoted) strings: nothing inside is expanded. PowerShell accepts four
-single-quote characters (' and the typographic U+2018, U+2019, U+201A, U+201B) and a doubled one stands for
-itself, so each of them is doubled.
+Values are PowerShell verbatim (single-quoted) strings (``shellquote.ps_quote``): nothing inside is expanded.
+PowerShell takes five single-quote characters (' and the typographic U+2018, U+2019, U+201A, U+201B) and a
+doubled one stands for itself, so each of them is doubled.
 
 Native arguments: PowerShell 7.3+ has ``$PSNativeCommandArgumentPassing``; the script sets it to
 ``'Standard'``, which hands every array element to ``vllm`` exactly. Windows PowerShell 5.1 and 7.0-7.2
 (the "Legacy" passing) join arguments into a command line without escaping embedded double quotes and drop
 empty ones, so ``{"method":"dflash"}`` would arrive as ``{method:dflash}``. For those hosts the script
-carries a second array with each value already quoted for the Windows command line (``windows_word``):
-wrapped in ``"…"``, each ``"`` as ``\\"``, backslashes before a quote or the end doubled. Legacy passing
-leaves such a word untouched (its whitespace is inside quotes) and the program's argument parser
-(CommandLineToArgvW / the C runtime, or .NET on Unix) turns it back into the exact value.
+carries a second array with each value already quoted for the Windows command line
+(``shellquote.windows_word``): wrapped in ``"…"``, each ``"`` as ``\\"``, backslashes before a quote or the end
+doubled. Legacy passing leaves such a word untouched (its whitespace is inside quotes) and the program's argument
+parser (CommandLineToArgvW / the C runtime, or .NET on Unix) turns it back into the exact value.
 """
 
 from __future__ import annotations
 
-import re
-
 from g4build.recipes.script import LaunchPlan, header_lines, probe_program
-
-PS_SINGLE_QUOTES = "'\u2018\u2019\u201a\u201b"
-_PLAIN_WINDOWS_WORD = re.compile(r"^[A-Za-z0-9_./:=,+@%\\-]+$")
-
-
-def quote(value: str) -> str:
-    """A PowerShell verbatim string whose value is ``value``."""
-    body = "".join(c + c if c in PS_SINGLE_QUOTES else c for c in value)
-    return f"'{body}'"
-
-
-def windows_word(value: str) -> str:
-    """``value`` quoted so the Windows command-line parser returns it unchanged (and Legacy passing keeps it)."""
-    if _PLAIN_WINDOWS_WORD.fullmatch(value):
-        return value
-    out = ['"']
-    backslashes = 0
-    for char in value:
-        if char == "\\":
-            backslashes += 1
-            continue
-        if char == '"':
-            out.append("\\" * (2 * backslashes + 1) + '"')
-        else:
-            out.append("\\" * backslashes + char)
-        backslashes = 0
-    out.append("\\" * (2 * backslashes) + '"')
-    return "".join(out)
-
+from g4build.shellquote import ps_quote, windows_word
 
 HOW_ARGUMENTS_PASS = [
     "How the arguments reach vllm exactly, in Windows PowerShell 5.1 and PowerShell 7.x:",
@@ -63,7 +33,7 @@ HOW_ARGUMENTS_PASS = [
 
 def _path(beside_script: bool, path: str) -> str:
     """A PowerShell expression for a file: relative to the script's folder, or the absolute path as given."""
-    return f"Join-Path -Path $PSScriptRoot -ChildPath {quote(path)}" if beside_script else quote(path)
+    return f"Join-Path -Path $PSScriptRoot -ChildPath {ps_quote(path)}" if beside_script else ps_quote(path)
 
 
 def _array(name: str, words: list[str]) -> list[str]:
@@ -79,7 +49,7 @@ def render_powershell(plan: LaunchPlan) -> str:
         "",
     ]
     for name, value in plan.env:
-        out.append(f"$env:{name} = {quote(value)}")
+        out.append(f"$env:{name} = {ps_quote(value)}")
     if plan.env:
         out.append("")
     out += [
@@ -116,21 +86,21 @@ def render_powershell(plan: LaunchPlan) -> str:
             "",
         ]
     if plan.probe_flashinfer:
-        note = quote("note: FlashInfer is not installed: serving without it ("
+        note = ps_quote("note: FlashInfer is not installed: serving without it ("
                      + ", ".join(f"{s.name}={s.value}" for s in plan.flashinfer_off) + ")")
         out += [
             "# FlashInfer: where it is not installed, close the paths that would import it (see the header).",
             "if (Get-Command -Name 'python' -CommandType Application -ErrorAction SilentlyContinue) {",
-            f"    & python -c {quote(probe_program())}",
+            f"    & python -c {ps_quote(probe_program())}",
             "    if ($LASTEXITCODE -eq 3) {",
             f"        [Console]::Error.WriteLine({note})",
-            *(f"        $env:{sw.name} = {quote(sw.value)}" for sw in plan.flashinfer_off),
+            *(f"        $env:{sw.name} = {ps_quote(sw.value)}" for sw in plan.flashinfer_off),
             "    }",
             "}",
             "",
         ]
-    out += _array("vllmArgs", [quote(w) for w in plan.argv])
-    out += _array("vllmArgsLegacy", [quote(windows_word(w)) for w in plan.argv])
+    out += _array("vllmArgs", [ps_quote(w) for w in plan.argv])
+    out += _array("vllmArgsLegacy", [ps_quote(windows_word(w)) for w in plan.argv])
     out += [
         "if (Get-Variable -Name 'PSNativeCommandArgumentPassing' -ErrorAction SilentlyContinue) {",
         "    $PSNativeCommandArgumentPassing = 'Standard'",

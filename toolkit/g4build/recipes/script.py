@@ -195,18 +195,6 @@ def absolute_path_sets(sets: Sequence[str]) -> list[str]:
     return result
 
 
-def render_plan(plan: LaunchPlan, shell: str) -> str:
-    if shell == "bash":
-        from g4build.recipes.render_bash import render_bash
-
-        return render_bash(plan)
-    if shell == "powershell":
-        from g4build.recipes.render_powershell import render_powershell
-
-        return render_powershell(plan)
-    raise UsageError(f"unknown shell '{shell}': expected one of {', '.join(SHELLS)}")
-
-
 def script_filename(recipe_name: str, shell: str) -> str:
     if shell not in SUFFIX:
         raise UsageError(f"unknown shell '{shell}': expected one of {', '.join(SHELLS)}")
