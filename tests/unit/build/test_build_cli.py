@@ -49,7 +49,10 @@ def test_bad_input_exits_with_its_code(capsys: pytest.CaptureFixture[str], argv:
 def test_emit_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ps1 = tmp_path / "build.ps1"
     assert _run(["wheel", "--arch", "12.0f", "--os", "windows", "--emit-script", str(ps1)], capsys)[0] == 0
-    assert "Invoke-Step 'vllm'" in ps1.read_text()
+    raw = ps1.read_bytes()
+    assert raw.startswith(b"\xef\xbb\xbf")  # Windows PowerShell 5.1 reads UTF-8 only with a byte order mark
+    assert "Invoke-Step 'vllm'" in raw.decode("utf-8-sig")
+    assert [p.name for p in tmp_path.iterdir()] == ["build.ps1"]  # no temporary file left beside it
     sh = tmp_path / "build.sh"
     assert _run(["wheel", "--arch", "sm120", "--os", "linux", "--jobs", "3", "--emit-script", str(sh)], capsys)[0] == 0
     text = sh.read_text()

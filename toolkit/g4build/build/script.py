@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 
 from g4build.build.plan import GB_PER_NVCC_JOB, BuildPlan, Step
@@ -152,7 +153,19 @@ def render(plan: BuildPlan) -> str:
 def write_script(plan: BuildPlan, path: Path) -> str:
     """Write ``plan`` as its script at ``path`` (bytes exactly as rendered; a bash one executable where that
     means something); returns the shell's name."""
-    path.write_text(render(plan), encoding="utf-8", newline="")
-    if os.name != "nt" and plan.target.os != "windows":
-        path.chmod(0o755)
-    return "PowerShell" if plan.target.os == "windows" else "bash"
+    windows = plan.target.os == "windows"
+    # Windows PowerShell 5.1 reads a script without a byte order mark in the ANSI code page, which changes
+    # every non-ASCII path or value (a user folder named Müller): PowerShell scripts get one, as the
+    # launch scripts do. Written beside the target and renamed in, so a killed run leaves no half script.
+    data = render(plan).encode("utf-8-sig" if windows else "utf-8")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        if os.name != "nt" and not windows:
+            os.chmod(tmp, 0o755)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return "PowerShell" if windows else "bash"
