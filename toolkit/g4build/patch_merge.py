@@ -75,7 +75,8 @@ def merge_three(path: str, *, base: bytes | None, ours: bytes | None, theirs: by
 
 def conflict_regions(merged: bytes, *, ours: bytes, base: bytes) -> tuple[MergeConflict, ...]:
     """Each conflict of a ``--diff3`` merge output, located by its ours and base sections in the two files (an empty
-    section by the clean lines just before the conflict)."""
+    section by the clean lines just before the conflict). A section found more than once is taken where the clean
+    lines since the previous conflict put it."""
     ours_lines = ours.splitlines(keepends=True)
     base_lines = base.splitlines(keepends=True)
     found: list[MergeConflict] = []
@@ -83,7 +84,8 @@ def conflict_regions(merged: bytes, *, ours: bytes, base: bytes) -> tuple[MergeC
     mine: list[bytes] = []
     old: list[bytes] = []
     before: list[bytes] = []  # the last clean lines of the merge output
-    at_ours = at_base = 0  # search from after the previous conflict: regions come in file order
+    clean = 0  # clean lines since the previous conflict
+    end_ours = end_base = 0  # where the previous conflict ended in each file
     for line in merged.splitlines(keepends=True):
         text = line.decode("utf-8", errors="replace")
         if text.startswith(_OURS + " "):
@@ -93,41 +95,40 @@ def conflict_regions(merged: bytes, *, ours: bytes, base: bytes) -> tuple[MergeC
         elif section and text.rstrip("\r\n") == _SEP:
             section = "theirs"
         elif section and text.startswith(_THEIRS + " "):
-            o = _locate(ours_lines, mine, before, at_ours)
-            b = _locate(base_lines, old, before, at_base)
-            at_ours = o + len(mine) if o >= 0 else at_ours
-            at_base = b + len(old) if b >= 0 else at_base
+            o = _locate(ours_lines, mine, before, end_ours + clean)
+            b = _locate(base_lines, old, before, end_base + clean)
+            end_ours = o + len(mine) if o >= 0 else end_ours + clean + len(mine)
+            end_base = b + len(old) if b >= 0 else end_base + clean + len(old)
             found.append(MergeConflict(ours_line=o + 1, ours_count=len(mine), base_line=b + 1, base_count=len(old)))
-            section, before = None, []
+            section, before, clean = None, [], 0
         elif section == "ours":
             mine.append(line)
         elif section == "base":
             old.append(line)
         elif section is None:
             before = [*before[-2:], line]
+            clean += 1
     return tuple(found)
 
 
-def _locate(lines: list[bytes], block: list[bytes], before: list[bytes], start: int) -> int:
-    """Where ``block`` starts in ``lines`` (at or after ``start``); an empty block where ``before`` ends; -1: not
-    found."""
+def _locate(lines: list[bytes], block: list[bytes], before: list[bytes], estimate: int) -> int:
+    """Where ``block`` starts in ``lines``, the place nearest ``estimate`` where it is found more than once; an
+    empty block where ``before`` ends; -1: not found."""
     if block:
-        return _find(lines, block, start)
-    at = _find(lines, before, start)
+        return _find(lines, block, estimate)
+    at = _find(lines, before, estimate - len(before))
     return at + len(before) if at >= 0 else -1
 
 
-def _find(lines: list[bytes], block: list[bytes], start: int) -> int:
-    """Index of ``block`` in ``lines`` at or after ``start`` (-1: not there, or an empty block)."""
+def _find(lines: list[bytes], block: list[bytes], estimate: int) -> int:
+    """Index of ``block`` in ``lines`` nearest ``estimate`` (-1: not there, or an empty block)."""
     if not block:
         return -1
     # the merge may end a file's last line without its newline: compare without line ends
     want = [b.rstrip(b"\r\n") for b in block]
     bare = [b.rstrip(b"\r\n") for b in lines]
-    for i in range(start, len(bare) - len(want) + 1):
-        if bare[i:i + len(want)] == want:
-            return i
-    return -1
+    hits = [i for i in range(len(bare) - len(want) + 1) if bare[i:i + len(want)] == want]
+    return min(hits, key=lambda i: (abs(i - estimate), i)) if hits else -1
 
 
 def describe(conflict: MergeConflict, *, ours_name: str, base_name: str) -> str:

@@ -73,3 +73,11 @@ def test_a_conflict_marker_in_the_source_is_not_taken_for_one() -> None:
     theirs = _lines("a", "<<<<<<< not a marker", "B2", "c", "d", "e")
     got = _merge(ours, theirs, base)
     assert got.conflicts == (MergeConflict(ours_line=3, ours_count=1, base_line=3, base_count=1),)
+
+
+def test_a_short_section_found_twice_is_taken_where_the_clean_lines_put_it() -> None:
+    base = _lines(*"abcdefghijklmnop")
+    ours = _lines("top", *"aZcdefghijklmZop")  # n became Z (line 15), and line 3 already reads Z
+    theirs = _lines(*"abcdefghijklmYop")  # the patch changes n
+    got = _merge(ours, theirs, base)
+    assert [(c.ours_line, c.base_line) for c in got.conflicts] == [(15, 14)]
