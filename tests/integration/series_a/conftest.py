@@ -16,7 +16,7 @@ import pytest
 from tests.support.trees import patched_tree, sdist_tree
 
 HERE = Path(__file__).parent
-PINS = ["vllm-0.21.0", "vllm-0.33.0"]
+PINS = ["vllm-0.21.0", "vllm-0.29.0", "vllm-0.33.0"]
 
 # Wheels built for another torch (torchvision / torchaudio from PyPI beside the CPU torch) fail at import;
 # vLLM and transformers treat them as optional, so the probe runs as if they were not installed.

@@ -32,8 +32,19 @@ def backend_name(attention_config: Any) -> str | None:
     return None if backend is None else backend.name
 
 
+def gpu_runner_choice() -> None:
+    """The runner choice of a GPU machine: there Triton is installed, here it is not, and 0.26.0-0.29.0 then take
+    the V1 runner for everything (0.33.0 makes that exception only on real platforms)."""
+    import vllm.config.vllm as vllm_module
+
+    if getattr(vllm_module, "HAS_TRITON", True) is False:
+        vllm_module.HAS_TRITON = True
+
+
 def configs(attention_backend: str | None, draft_dir: str = DRAFT_DIR) -> Any:
     from vllm.config import DeviceConfig, ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
+
+    gpu_runner_choice()
     from vllm.model_executor.models.config import Gemma4Config
 
     target = ModelConfig(model=TARGET_DIR, skip_tokenizer_init=True, max_model_len=1024)
