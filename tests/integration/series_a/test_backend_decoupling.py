@@ -12,8 +12,9 @@ import pytest
 
 pytestmark = pytest.mark.network
 
-PINS = ["vllm-0.21.0", "vllm-0.29.0", "vllm-0.33.0"]
-V2_DFLASH = {"vllm-0.29.0", "vllm-0.33.0"}  # the releases with a V2 DFlash path and per-kind backends upstream
+PINS = ["vllm-0.21.0", "vllm-0.26.0", "vllm-0.29.0", "vllm-0.33.0"]
+# the releases with a V2 DFlash path and per-kind backends upstream
+V2_DFLASH = {"vllm-0.26.0", "vllm-0.29.0", "vllm-0.33.0"}
 
 Facts = Callable[[str, str], dict[str, Any]]
 
@@ -81,7 +82,11 @@ def test_gemma4_dflash_user_stays_on_v2_with_the_drafters_own_backend(tree_facts
     runner = facts["runner"]
     # Gemma 4 DFlash drafters mix sliding and full layers: only the V2 runner takes them, and it is the default.
     assert runner["draft_layers_sliding"] == [True, False]
-    assert "mixed sliding/full dflash drafts" in runner["v1_unsupported"]
+    if runner["v1_unsupported"] is not None:
+        assert "mixed sliding/full dflash drafts" in runner["v1_unsupported"]
+    else:  # 0.26.0 refuses them when the drafter's layers are built
+        assert pin == "vllm-0.26.0"
+        assert "mixed sliding/full attention require the V2 model runner" in runner["v1_layer_refusal"]
     assert runner["v2_unsupported"] == []
     assert runner["use_v2_model_runner"] is True
     assert runner["use_v2_model_runner_full_only_draft"] is True

@@ -78,8 +78,8 @@ def test_metadata_builders_are_created_with_their_layers(v1_facts: Facts, backen
     assert {b["kv_cache_group"] for b in builders} == {draft_group}
 
 
-@pytest.mark.parametrize(("pin", "mode"), [("vllm-0.21.0", "all"), ("vllm-0.29.0", "padding"),
-                                           ("vllm-0.33.0", "padding")])
+@pytest.mark.parametrize(("pin", "mode"), [("vllm-0.21.0", "all"), ("vllm-0.26.0", "padding"),
+                                           ("vllm-0.29.0", "padding"), ("vllm-0.33.0", "padding")])
 def test_query_buffers_hold_cuda_graph_padded_steps(v1_facts: Facts, pin: str, mode: str) -> None:
     """Finding (d): with max_num_seqs 6, 6 speculative tokens and piecewise CUDA graphs, a 6-request step has 42
     queries and the drafter's dispatcher runs it at the capture size 48; positions and slot mappings must hold 48
