@@ -22,7 +22,7 @@ from g4build.errors import PatchConflictError, SourceError
 from g4build.patchfile import FileDiff, parse_patch, touched_paths
 from g4build.series import Series, SeriesPatch
 
-PatchStatus = Literal["applies", "upstream", "conflict"]
+PatchStatus = Literal["applies", "merged", "upstream", "conflict"]  # merged: `patches port` only
 SeriesStatus = Literal["needed", "upstream", "partial", "conflict"]
 
 _CHECKING = re.compile(r"^Checking patch (.+)\.\.\.$")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -64,12 +65,23 @@ def test_the_fixture_is_the_text_the_series_records(pin21: Pin) -> None:
     assert [b.name for b in build_series_for(pin21)] == ["vllm-flash-attn", "vllm-kernel-archs"]
 
 
+def test_026s_commit_has_the_same_cmakelists_so_the_fixture_serves_its_variant_too() -> None:
+    variant = get_build_series("vllm-flash-attn").variant("vllm-0.26.0")
+    assert variant is not None and variant.commit == "caaa4eb59845388a20b1f435ecaafb4bd9517ad8"
+    assert hashlib.sha256((FIXTURE / "CMakeLists.txt").read_bytes()).hexdigest() == variant.files["CMakeLists.txt"]
+    [patch] = get_build_series("vllm-flash-attn").series.patches_for("vllm-0.26.0")
+    done = subprocess.run(["git", "apply", "--check", str(patch.path)], cwd=FIXTURE, capture_output=True, text=True,
+                          env={**os.environ, "GIT_CEILING_DIRECTORIES": str(FIXTURE.parent)})
+    assert done.returncode == 0, done.stderr  # zero fuzz on that CMakeLists
+
+
 @pytest.mark.network
-def test_the_series_commit_is_what_the_pins_cmake_declares(pin21: Pin) -> None:
+@pytest.mark.parametrize("pin_name", ["vllm-0.21.0", "vllm-0.26.0"])
+def test_the_series_commit_is_what_the_pins_cmake_declares(pin_name: str) -> None:
     from tests.support.trees import sdist_tree
 
-    deps = {d.name: d for d in find_deps(sdist_tree(pin21.name))}
-    variant = get_build_series("vllm-flash-attn").variant(pin21.name)
+    deps = {d.name: d for d in find_deps(sdist_tree(pin_name))}
+    variant = get_build_series("vllm-flash-attn").variant(pin_name)
     assert variant is not None and deps["vllm-flash-attn"].tag == variant.commit
 
 
@@ -125,7 +137,8 @@ def test_patched_copy_is_made_once_reused_and_carries_the_series(tmp_path: Path,
     assert all(fp in text for fp in build[0].series.pins[pin21.name].fingerprints["CMakeLists.txt"])
     assert (pristine / "CMakeLists.txt").read_bytes() == (FIXTURE / "CMakeLists.txt").read_bytes()  # untouched
     (commit,) = series_commits(copy)
-    assert (commit.series, commit.version, commit.pin) == ("vllm-flash-attn", 1, pin21.name)
+    version = get_build_series("vllm-flash-attn").version
+    assert (commit.series, commit.version, commit.pin) == ("vllm-flash-attn", version, pin21.name)
     record = read_patched_record(copy)
     assert record is not None and record["series"][0]["patches"][0]["sha256"] == hashlib.sha256(
         build[0].series.patches_for(pin21.name)[0].read_bytes()).hexdigest()
@@ -191,7 +204,8 @@ def test_deps_apply_points_the_initial_cache_at_the_patched_copy(tmp_path: Path,
     assert code == 0, err
     (row,) = json.loads(out)["applied"]
     copy = Path(row["path"])
-    assert (row["name"], row["version"], row["commit"]) == ("vllm-flash-attn", 1, head)
+    version = get_build_series("vllm-flash-attn").version
+    assert (row["name"], row["version"], row["commit"]) == ("vllm-flash-attn", version, head)
     assert copy != pristine and "add_custom_target(_vllm_fa3_C)" in (copy / "CMakeLists.txt").read_text()
     text = init.read_text(encoding="utf-8")
     assert f'set(FETCHCONTENT_SOURCE_DIR_VLLM-FLASH-ATTN "{copy.as_posix()}"' in text

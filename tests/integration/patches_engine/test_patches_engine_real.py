@@ -48,7 +48,7 @@ def pin_tree(pin: str) -> Path:
     return fetch_source(load_pins().get(pin), "sdist").path
 
 
-@pytest.mark.parametrize("pin", ["vllm-0.21.0", "vllm-0.33.0"])
+@pytest.mark.parametrize("pin", ["vllm-0.21.0", "vllm-0.26.0", "vllm-0.29.0", "vllm-0.33.0"])
 def test_check_pin_reports_the_repository_series(pin: str) -> None:
     code, out, err = run("check", "--pin", pin, "--json")
     report = json.loads(out)
@@ -62,7 +62,7 @@ def test_check_pin_reports_the_repository_series(pin: str) -> None:
     assert code == 0, err
 
 
-@pytest.mark.parametrize("pin", ["vllm-0.21.0", "vllm-0.33.0"])
+@pytest.mark.parametrize("pin", ["vllm-0.21.0", "vllm-0.26.0", "vllm-0.29.0", "vllm-0.33.0"])
 def test_apply_the_repository_series_to_a_clone(pin: str, tmp_path: Path) -> None:
     clone = tmp_path / "clone"
     _git(tmp_path, "clone", "-q", str(pin_tree(pin)), str(clone))

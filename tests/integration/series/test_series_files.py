@@ -24,7 +24,7 @@ from g4build.series import Series, load_all
 
 pytestmark = pytest.mark.network
 
-PINS = ("vllm-0.21.0", "vllm-0.33.0")
+PINS = ("vllm-0.21.0", "vllm-0.26.0", "vllm-0.29.0", "vllm-0.33.0")
 SERIES = load_all()
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -16,8 +18,10 @@ import pytest
 from tests.support.tree_probe import BOOT_SITECUSTOMIZE
 from tests.support.trees import patched_tree, sdist_tree
 
+from g4build.index import cache_lock, cache_root, fetch_verified, project_files
+
 HERE = Path(__file__).parent
-PINS = ["vllm-0.21.0", "vllm-0.33.0"]
+PINS = ["vllm-0.21.0", "vllm-0.26.0", "vllm-0.29.0", "vllm-0.33.0"]
 
 # A multimodal-prefix target with Gemma4's head dims (256 sliding / 512 global) and a text-only DFlash drafter:
 # configs only, no weights (nothing is loaded).
@@ -145,13 +149,42 @@ def recipe_attention_words() -> list[str]:
     return argv[at : at + 2]
 
 
+# Wheels a pin's probes import before the test venv's, where the venv's are newer than the release can read:
+# 0.26.0 reads Gemma 4's per-layer head_dim as one global attribute, which the venv's transformers (5.20) refuses
+# (0.29.0 and later read heterogeneous configs per layer). transformers 5.5.4 meets 0.26.0's own requirement
+# (transformers >= 5.5.3) and knows Gemma 4; it wants tokenizers <= 0.23.0 and huggingface-hub 1.x.
+WHEELS_FOR_PIN = {"vllm-0.26.0": (("transformers", "transformers-5.5.4-py3-none-any.whl"),
+                                  ("huggingface-hub", "huggingface_hub-1.33.0-py3-none-any.whl"),
+                                  ("tokenizers", "tokenizers-0.22.2-cp39-abi3-manylinux_2_17_x86_64."
+                                                 "manylinux2014_x86_64.whl"))}
+
+
+def unpacked_wheel(project: str, name: str) -> Path:
+    """A registry wheel (sha256 from the index), unpacked once per machine."""
+    dest = cache_root() / "test-trees" / "wheels" / name.removesuffix(".whl")
+    with cache_lock(dest):
+        if (dest / ".unpacked").is_file():
+            return dest
+        entry = next(x for x in project_files(project) if x.filename == name)
+        wheel = fetch_verified(project, name, entry.sha256, cache_dir=cache_root() / "wheels")
+        tmp = dest.with_name(dest.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        with zipfile.ZipFile(wheel.path) as zf:
+            zf.extractall(tmp)
+        (tmp / ".unpacked").write_text(entry.sha256)
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp.rename(dest)
+    return dest
+
+
 def run_probe(
     pin: str, kind: str, boot: Path, script: str, args: list[str], marker: str, cwd: Path
 ) -> dict[str, Any]:
     """Run a probe script inside the pin's pristine or patched tree; its last ``marker`` line is the JSON."""
     tree = sdist_tree(pin) if kind == "pristine" else patched_tree(pin)
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(boot), str(tree)])
+    extra = [str(unpacked_wheel(project, name)) for project, name in WHEELS_FOR_PIN.get(pin, ())]
+    env["PYTHONPATH"] = os.pathsep.join([str(boot), *extra, str(tree)])
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # the pristine tree is shared read-only
     env["VLLM_LOGGING_LEVEL"] = "WARNING"
     proc = subprocess.run(

@@ -32,8 +32,19 @@ def backend_name(attention_config: Any) -> str | None:
     return None if backend is None else backend.name
 
 
+def gpu_runner_choice() -> None:
+    """The runner choice of a GPU machine: there Triton is installed, here it is not, and 0.26.0-0.29.0 then take
+    the V1 runner for everything (0.33.0 makes that exception only on real platforms)."""
+    import vllm.config.vllm as vllm_module
+
+    if getattr(vllm_module, "HAS_TRITON", True) is False:
+        vllm_module.HAS_TRITON = True
+
+
 def configs(attention_backend: str | None, draft_dir: str = DRAFT_DIR) -> Any:
     from vllm.config import DeviceConfig, ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
+
+    gpu_runner_choice()
     from vllm.model_executor.models.config import Gemma4Config
 
     target = ModelConfig(model=TARGET_DIR, skip_tokenizer_init=True, max_model_len=1024)
@@ -248,13 +259,32 @@ def per_kind() -> None:
     import vllm.config.vllm as vllm_config_module
 
     vllm_config_module.HAS_TRITON = True
+    v1_unsupported = getattr(explicit, "_get_v1_model_runner_unsupported_features", None)
     facts["runner"] = {
         "draft_layers_sliding": sliding,
         "use_v2_model_runner": explicit.use_v2_model_runner,
         "use_v2_model_runner_full_only_draft": configs("flash_attn").use_v2_model_runner,
         "v2_unsupported": explicit._get_v2_model_runner_unsupported_features(),
-        "v1_unsupported": explicit._get_v1_model_runner_unsupported_features(),
+        # 0.29.0 and newer refuse mixed drafters on V1 in the config; 0.26.0 when the draft layers are built
+        "v1_unsupported": None if v1_unsupported is None else v1_unsupported(),
+        "v1_layer_refusal": v1_layer_refusal(explicit, layer_window, hf_config),
     }
+
+
+def v1_layer_refusal(config: Any, layer_window: Any, hf_config: Any) -> str | None:
+    """What the tree's own draft-layer code says about this drafter when the V1 runner is asked for."""
+    from vllm.config import set_current_vllm_config
+
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+    try:
+        with set_current_vllm_config(config):
+            for i in range(hf_config.num_hidden_layers):
+                layer_window(hf_config, i)
+    except NotImplementedError as exc:
+        return str(exc)
+    finally:
+        os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+    return None
 
 
 def flash_attention() -> None:
@@ -338,7 +368,12 @@ def forward_facts(flash_attn: Any) -> dict[str, Any]:
                 from vllm.v1.attention.backends.mm_prefix_fa import mm_prefix_spans
 
                 metadata.mm_prefix_spans = mm_prefix_spans(batch.ranges, starts, seq_lens)
-                metadata.mm_prefix_query_range_tensor = torch.zeros(1, 2, dtype=torch.int32)
+                # the builder's FA4 range tensor, which the forward reads as "this batch has ranges"
+                # (0.29.0 on: per query token; 0.26.0: per request)
+                fields_now = flash_attn.FlashAttentionMetadata.__dataclass_fields__
+                marker = "mm_prefix_query_range_tensor" if "mm_prefix_query_range_tensor" in fields_now else (
+                    "mm_prefix_range_tensor")
+                setattr(metadata, marker, torch.zeros(1, 2, dtype=torch.int32))
         kv_cache = kv_cache_for(flash_attn, batch)
         layer = SimpleNamespace(_q_scale=torch.ones(1), _k_scale=torch.ones(1), _v_scale=torch.ones(1))
         # Gemma4's opt-in clamp of the bidirectional block to the window (read on trees that know it).

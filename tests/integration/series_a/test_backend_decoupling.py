@@ -12,7 +12,9 @@ import pytest
 
 pytestmark = pytest.mark.network
 
-PINS = ["vllm-0.21.0", "vllm-0.33.0"]
+PINS = ["vllm-0.21.0", "vllm-0.26.0", "vllm-0.29.0", "vllm-0.33.0"]
+# the releases with a V2 DFlash path and per-kind backends upstream
+V2_DFLASH = {"vllm-0.26.0", "vllm-0.29.0", "vllm-0.33.0"}
 
 Facts = Callable[[str, str], dict[str, Any]]
 
@@ -38,8 +40,9 @@ def test_mtp_still_inherits_the_target(tree_facts: Facts, pin: str) -> None:
     assert facts["v1_mtp"] == {"mm_prefix": True, "backend": "TRITON_ATTN", "same_model_config": True}
 
 
-def test_v2_dflash_layers_and_builders_on_033(tree_facts: Facts) -> None:
-    facts = tree_facts("vllm-0.33.0", "patched")
+@pytest.mark.parametrize("pin", sorted(V2_DFLASH))
+def test_v2_dflash_layers_and_builders(tree_facts: Facts, pin: str) -> None:
+    facts = tree_facts(pin, "patched")
     text_only = {"mm_prefix": False, "backend": None, "flash_attn_refuses": False}
     assert facts["v2"]["layers"] == text_only
     assert facts["v2"]["builders"] == text_only
@@ -62,8 +65,8 @@ def test_drafter_layers_ignore_the_targets_per_kind_backends(tree_facts: Facts, 
     per_kind = tree_facts(pin, "patched")["per_kind"]
     # The selector does read the target's per-kind map (for the target's own layers).
     assert per_kind["target"] == dict.fromkeys(KINDS, PER_KIND)
-    paths = ("v1_dflash", "v2_layers", "v2_builders") if pin == "vllm-0.33.0" else ("v1_dflash",)
-    assert ("v2_layers_auto" in per_kind) is (pin == "vllm-0.33.0")
+    paths = ("v1_dflash", "v2_layers", "v2_builders") if pin in V2_DFLASH else ("v1_dflash",)
+    assert ("v2_layers_auto" in per_kind) is (pin in V2_DFLASH)
     for path in paths:
         # No speculative backend: the selector chooses for each drafter layer, not the target's map.
         assert per_kind[f"{path}_auto"] == dict.fromkeys(KINDS), path
@@ -73,12 +76,17 @@ def test_drafter_layers_ignore_the_targets_per_kind_backends(tree_facts: Facts, 
     assert per_kind["v1_mtp"] == dict.fromkeys(KINDS, PER_KIND)
 
 
-def test_033_gemma4_dflash_user_stays_on_v2_with_the_drafters_own_backend(tree_facts: Facts) -> None:
-    facts = tree_facts("vllm-0.33.0", "patched")
+@pytest.mark.parametrize("pin", sorted(V2_DFLASH))
+def test_gemma4_dflash_user_stays_on_v2_with_the_drafters_own_backend(tree_facts: Facts, pin: str) -> None:
+    facts = tree_facts(pin, "patched")
     runner = facts["runner"]
     # Gemma 4 DFlash drafters mix sliding and full layers: only the V2 runner takes them, and it is the default.
     assert runner["draft_layers_sliding"] == [True, False]
-    assert "mixed sliding/full dflash drafts" in runner["v1_unsupported"]
+    if runner["v1_unsupported"] is not None:
+        assert "mixed sliding/full dflash drafts" in runner["v1_unsupported"]
+    else:  # 0.26.0 refuses them when the drafter's layers are built
+        assert pin == "vllm-0.26.0"
+        assert "mixed sliding/full attention require the V2 model runner" in runner["v1_layer_refusal"]
     assert runner["v2_unsupported"] == []
     assert runner["use_v2_model_runner"] is True
     assert runner["use_v2_model_runner_full_only_draft"] is True
@@ -101,7 +109,7 @@ def test_pristine_trees_show_the_bug(tree_facts: Facts, pin: str) -> None:
     assert facts["v1_dflash_explicit"]["backend"] == "FLASH_ATTN"
     assert facts["v1_dflash_explicit"]["flash_attn_refuses"] is True
     assert facts["v1_dflash"]["mm_prefix"] is True
-    if pin == "vllm-0.33.0":
+    if pin in V2_DFLASH:
         # Upstream's V1 fix edits the target's own arch config, but the cached flag stays True.
         assert facts["target_after"]["arch_mm_prefix"] is False
         assert facts["v2"]["layers"]["mm_prefix"] is True

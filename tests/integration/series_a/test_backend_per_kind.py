@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.network
 
-PINS = ["vllm-0.21.0", "vllm-0.33.0"]
+PINS = ["vllm-0.21.0", "vllm-0.26.0", "vllm-0.29.0", "vllm-0.33.0"]
 Facts = Callable[[str, str], dict[str, Any]]
 MM_PREFIX_UNSUPPORTED = "exact multimodal-prefix rows support neither decode context parallel nor ALiBi"
 

@@ -9,7 +9,7 @@ import pytest
 from tests.integration.series_dflash.in_tree import PATCHED, Tree
 from tests.support.trees import patched_tree, sdist_tree
 
-PINS = ("vllm-0.21.0", "vllm-0.33.0")
+PINS = ("vllm-0.21.0", "vllm-0.26.0", "vllm-0.29.0", "vllm-0.33.0")
 SERIES = "dflash-batched-verification"
 
 _TREES: dict[Path, Tree] = {}

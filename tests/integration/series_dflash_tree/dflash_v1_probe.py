@@ -96,9 +96,14 @@ def write_configs() -> tuple[Path, Path]:
 
 
 def vllm_config(backend: str) -> Any:
+    import vllm.config.vllm as vllm_module
     from vllm.config import DeviceConfig, ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
     from vllm.config.compilation import CUDAGraphMode
 
+    # The runner choice of a GPU machine, where Triton is installed: without it 0.26.0-0.29.0 take the V1 runner,
+    # which refuses this mixed drafter when the config is made (0.33.0 makes that exception on real platforms only).
+    if getattr(vllm_module, "HAS_TRITON", True) is False:
+        vllm_module.HAS_TRITON = True
     target_dir, draft_dir = write_configs()
     target = ModelConfig(model=str(target_dir), skip_tokenizer_init=True, max_model_len=1024)
     spec = SpeculativeConfig(

@@ -78,12 +78,13 @@ def test_metadata_builders_are_created_with_their_layers(v1_facts: Facts, backen
     assert {b["kv_cache_group"] for b in builders} == {draft_group}
 
 
-@pytest.mark.parametrize(("pin", "mode"), [("vllm-0.21.0", "all"), ("vllm-0.33.0", "padding")])
+@pytest.mark.parametrize(("pin", "mode"), [("vllm-0.21.0", "all"), ("vllm-0.26.0", "padding"),
+                                           ("vllm-0.29.0", "padding"), ("vllm-0.33.0", "padding")])
 def test_query_buffers_hold_cuda_graph_padded_steps(v1_facts: Facts, pin: str, mode: str) -> None:
     """Finding (d): with max_num_seqs 6, 6 speculative tokens and piecewise CUDA graphs, a 6-request step has 42
     queries and the drafter's dispatcher runs it at the capture size 48; positions and slot mappings must hold 48
-    rows. (Full decode graphs round the capture sizes to multiples of 1 + k, which makes 42 one.) 0.33.0's V1
-    proposer sizes them itself (upstream's fix); the 0.21.0 series does it in 0005."""
+    rows. (Full decode graphs round the capture sizes to multiples of 1 + k, which makes 42 one.) The V1 proposers
+    of 0.29.0 and 0.33.0 size them themselves (upstream's fix); the 0.21.0 series does it in 0005."""
     padding = _run(v1_facts, "triton", pin, mode)["padding"]
     assert [(p["queries"], p["padded"]) for p in padding][-1] == (42, 48)
     assert all(p["positions"] == p["slot_mapping"] == p["padded"] for p in padding), padding

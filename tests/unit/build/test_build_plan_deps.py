@@ -11,7 +11,7 @@ from g4build.build.plan import base_os_of
 from g4build.build.planner import default_layout, make_plan
 from g4build.depseries import build_series_for, load_all_build, uncovered
 from g4build.manifest import make_manifest
-from g4build.pins import Pin
+from g4build.pins import Pin, load_pins
 
 from .conftest import OPTS, run_cli, target
 
@@ -56,7 +56,7 @@ def test_plan_json_lists_the_build_series_with_patch_sha256(pin21: Pin) -> None:
     record, _ = _plan(pin21).to_dict()["build_series"]
     series, _ = load_all_build()
     (patch,) = series.series.patches_for(pin21.name)
-    assert record == {"name": "vllm-flash-attn", "version": 1, "project": "vllm-flash-attn",
+    assert record == {"name": "vllm-flash-attn", "version": series.version, "project": "vllm-flash-attn",
                       "commit": "f5bc33cfc02c744d24a2e9d50e6db656de40611c",
                       "patches": [{"file": patch.file, "subject": patch.subject,
                                    "sha256": hashlib.sha256(patch.read_bytes()).hexdigest()}]}
@@ -80,6 +80,19 @@ def test_a_pin_without_a_variant_says_what_its_build_lacks(pin33: Pin) -> None:
     assert any("vllm-kernel-archs has no variant for vllm-0.33.0" in n for n in plan.notes)
 
 
+@pytest.mark.parametrize(("pin_name", "covered", "lacking"), [
+    ("vllm-0.26.0", ["vllm-flash-attn"], ["vllm-kernel-archs"]),  # 0.26.0's FA commit has a variant
+    ("vllm-0.29.0", [], ["vllm-flash-attn", "vllm-kernel-archs"]),  # its FA commit could not be read
+])
+def test_the_new_pins_build_what_has_a_variant_and_say_what_not(pin_name: str, covered: list[str],
+                                                                lacking: list[str]) -> None:
+    plan = _plan(load_pins().get(pin_name))
+    assert [s.name for s in plan.steps if s.name.startswith("deps-")] == [f"deps-{n}" for n in covered]
+    assert [b["name"] for b in plan.build_series] == covered
+    for name in lacking:
+        assert any(f"{name} has no variant for {pin_name}" in n for n in plan.notes), plan.notes
+
+
 def test_wheel_dry_run_json_lists_the_build_series(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(["wheel", "--arch", "sm120", "--os", "linux", "--no-flashinfer", "--dry-run", "--json"],
                            capsys)
@@ -94,6 +107,7 @@ def test_deps_list_json_names_project_commit_and_patches(capsys: pytest.CaptureF
     assert code == 0
     fa, kernels = json.loads(out)["build_series"]
     assert fa["project"] == "vllm-flash-attn" and fa["python_only"] is False
-    assert fa["commits"] == {"vllm-0.21.0": "f5bc33cfc02c744d24a2e9d50e6db656de40611c"}
+    assert fa["commits"] == {"vllm-0.21.0": "f5bc33cfc02c744d24a2e9d50e6db656de40611c",
+                             "vllm-0.26.0": "caaa4eb59845388a20b1f435ecaafb4bd9517ad8"}
     assert kernels["project"] == "vllm" and kernels["commits"] == {"vllm-0.21.0": None}
     assert {d["decision"] for d in kernels["decisions"]} == {"keep", "patch", "dependency-series"}

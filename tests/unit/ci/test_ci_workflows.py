@@ -75,7 +75,7 @@ def test_nightly_follows_the_data() -> None:
     assert set(inputs) == {"pin", "release", "arch"}
     assert inputs["arch"]["options"] == ["default", "all", *spec.axes["arch"]]
     jobs = wf["jobs"]
-    assert list(jobs) == ["resolve", "drift", "build", "check", "gpu-smoke", "publish"]
+    assert list(jobs) == ["resolve", "drift", "port", "build", "check", "gpu-smoke", "publish"]
     build = jobs["build"]
     assert build["env"]["SCCACHE_GHA_ENABLED"] == "true"
     assert build["env"]["SCCACHE_GHA_VERSION"] == "${{ matrix.cache_key }}"
@@ -91,6 +91,26 @@ def test_nightly_follows_the_data() -> None:
     assert "needs.build.result == 'success'" in jobs["publish"]["if"]
     # no registry host is written into the workflow: the index comes from pip's configuration
     assert "pypi" not in (ROOT / WORKFLOWS_DIR / spec.nightly.workflow).read_text(encoding="utf-8").lower()
+
+
+def test_nightly_ports_a_release_that_is_not_pinned() -> None:
+    spec = load_matrix()
+    port = _load(ROOT / WORKFLOWS_DIR / spec.nightly.workflow)["jobs"]["port"]
+    assert port["needs"] == ["resolve", "drift"]
+    assert port["if"] == "${{ !cancelled() && needs.resolve.outputs.pin == '' }}"
+    assert port["permissions"] == {"contents": "read"}  # the pull request goes through the configured token
+    steps = {s["name"]: s for s in port["steps"]}
+    run = steps["pin the release and port every series"]
+    assert run["env"] == {"RELEASE": "${{ needs.resolve.outputs.release }}"}
+    assert 'g4build pins add --release "$RELEASE"' in run["run"]
+    assert 'g4build patches port --all --to "$pin" --json > port-report.json' in run["run"]
+    upload = steps["upload the port (a patch) and its report"]
+    assert upload["if"] == "always()" and upload["with"]["path"].split() == [
+        "port.patch", "port-report.json", "pins-add.json", "check.json"]
+    pr = steps["open a pull request (when a token is configured)"]
+    assert pr["env"]["GH_TOKEN"] == f"${{{{ secrets.{spec.nightly.port_token_secret} }}}}"
+    assert pr["env"]["STATUS"] == "${{ steps.port.outputs.status }}"
+    assert "gh pr create" in pr["run"]
 
 
 def test_tests_workflow_runs_the_project_test_command() -> None:

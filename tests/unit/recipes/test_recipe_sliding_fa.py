@@ -100,6 +100,8 @@ def test_the_shipped_recipe_renders_it() -> None:
 # --- when it is valid ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("pin", "needed"), [
     ("vllm-0.21.0", {"gemma4-backend-decoupling": 3, "mm-prefix-fa": 3}),
+    ("vllm-0.26.0", {"mm-prefix-fa": 4}),
+    ("vllm-0.29.0", {"mm-prefix-fa": 4}),
     ("vllm-0.33.0", {"mm-prefix-fa": 3}),
 ])
 def test_wheel_must_carry_the_series_versions_that_serve_it(base_data: dict[str, Any], pin: str,

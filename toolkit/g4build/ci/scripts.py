@@ -26,6 +26,68 @@ if [ "$status" -ne 0 ]; then
 fi
 """
 
+# The port job (a release that is not pinned): pin it, port every series, and leave the change as one patch that
+# `git apply` takes at the repository root; a conflict (exit 8) is a result, reported, not a failure of the job.
+PORT = """\
+pin="vllm-$RELEASE"
+g4build pins add --release "$RELEASE" --json > pins-add.json
+set +e
+g4build patches port --all --to "$pin" --json > port-report.json
+status=$?
+set -e
+if [ "$status" -eq 0 ]; then
+  g4build patches check --pin "$pin" --json > check.json
+fi
+git add -A -- patches
+git diff --cached --binary > port.patch
+echo "status=$status" >> "$GITHUB_OUTPUT"
+{
+  echo "### Porting the series to vLLM $RELEASE (patches port exit $status)"
+  echo "The port-$pin artifact's port.patch applies at the repository root: git apply port.patch"
+  echo '```json'
+  cat port-report.json
+  echo '```'
+} >> "$GITHUB_STEP_SUMMARY"
+if [ "$status" -eq 8 ]; then
+  echo "::warning::the series do not all port to vLLM $RELEASE: port-report.json names each conflicting" \\
+    "file and hunk; port.patch holds the new pin only"
+elif [ "$status" -ne 0 ]; then
+  exit "$status"
+fi
+"""
+
+# With the token secret set: the same change as a branch and a pull request (a draft while a series conflicts).
+PORT_PR = """\
+if [ -z "$GH_TOKEN" ]; then
+  echo "the repository secret $TOKEN_NAME is not set: the port-vllm-$RELEASE artifact is the result"
+  exit 0
+fi
+branch="g4build/port-vllm-$RELEASE-run$RUN"
+git switch -c "$branch"
+git -c user.name="g4build nightly" -c user.email="g4build-nightly@localhost" commit -q \\
+  -m "pins: vllm-$RELEASE, series ported by the nightly (patches port exit $STATUS)"
+gh auth setup-git
+git push origin "$branch"
+draft=()
+title="vLLM $RELEASE: pin and ported series"
+if [ "$STATUS" != 0 ]; then
+  draft=(--draft)
+  title="vLLM $RELEASE: pin added, porting the series stopped"
+fi
+{
+  echo "Made by the nightly run $RUN: g4build pins add --release $RELEASE, then g4build patches port --all" \\
+    "--to vllm-$RELEASE (exit $STATUS)."
+  if [ "$STATUS" != 0 ]; then
+    echo "Porting stopped, so no series is in this branch yet: the report below names each conflicting file and hunk."
+  fi
+  echo
+  echo '```json'
+  cat port-report.json
+  echo '```'
+} > pr-body.md
+gh pr create "${draft[@]}" --base "$BASE" --head "$branch" --title "$title" --body-file pr-body.md
+"""
+
 TORCH = """\
 if [ -z "$G4_TORCH" ]; then
   echo "vLLM $G4_RELEASE is not pinned: no torch to install (the build step says how to pin it)"

@@ -66,6 +66,7 @@ class NightlySpec:
     gpu_runner_variable: str
     torch_index_variable: str
     smoke_cell: Selector
+    port_token_secret: str  # a repository secret: a token that may push a branch and open a pull request
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,8 +225,9 @@ def load_matrix(path: Path | None = None) -> MatrixSpec:
         gpu_runner_variable=require(nightly_raw, "gpu_runner_variable", str, nw),
         torch_index_variable=require(nightly_raw, "torch_index_variable", str, nw),
         smoke_cell=_selector(require(nightly_raw, "smoke_cell", dict, nw), axes, f"{nw}.smoke_cell"),
+        port_token_secret=require(nightly_raw, "port_token_secret", str, nw),
     )
-    for key in ("gpu_runner_variable", "torch_index_variable"):
+    for key in ("gpu_runner_variable", "torch_index_variable", "port_token_secret"):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", getattr(nightly, key)):
             raise ConfigError(f"{nw}.{key}: not a variable name: {getattr(nightly, key)!r}")
     tests_raw = require(data, "tests", dict, where)

@@ -189,6 +189,28 @@ def _nightly(spec: MatrixSpec) -> dict[str, Any]:
                   {"name": "drift-report", "path": "drift.json", "if-no-files-found": "error"}, condition="always()"),
         ],
     }
+    port: Job = {
+        "name": "port the series to an unpinned release",
+        "needs": ["resolve", "drift"],
+        "if": _expr(f"!cancelled() && {_resolved('pin')} == ''"),
+        "runs-on": linux,
+        "permissions": read,
+        "steps": [
+            _checkout(spec), _python(spec, n.tool_python), _install_g4build(),
+            _run("pin the release and port every series", scripts.PORT, {"RELEASE": _need("release")},
+                 step_id="port"),
+            _uses(spec, "upload-artifact", "upload the port (a patch) and its report",
+                  {"name": f"port-vllm-{_need('release')}",
+                   "path": "port.patch\nport-report.json\npins-add.json\ncheck.json\n",
+                   "if-no-files-found": "error"}, condition="always()"),
+            _run("open a pull request (when a token is configured)", scripts.PORT_PR, {
+                "GH_TOKEN": f"${{{{ secrets.{n.port_token_secret} }}}}", "TOKEN_NAME": n.port_token_secret,
+                "GH_REPO": "${{ github.repository }}", "BASE": "${{ github.event.repository.default_branch }}",
+                "RELEASE": _need("release"), "STATUS": _expr("steps.port.outputs.status"),
+                "RUN": "${{ github.run_number }}",
+            }),
+        ],
+    }
     build: Job = {
         "name": "build ${{ matrix.id }}",
         "needs": ["resolve", "drift"],
@@ -282,8 +304,8 @@ def _nightly(spec: MatrixSpec) -> dict[str, Any]:
         "permissions": {},
         "concurrency": {"group": "nightly-wheels-${{ github.ref }}", "cancel-in-progress": False},
         "defaults": {"run": {"shell": "bash"}},
-        "jobs": {"resolve": resolve, "drift": drift, "build": build, "check": check, "gpu-smoke": smoke,
-                 "publish": publish},
+        "jobs": {"resolve": resolve, "drift": drift, "port": port, "build": build, "check": check,
+                 "gpu-smoke": smoke, "publish": publish},
     }
 
 

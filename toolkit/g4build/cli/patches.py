@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -26,11 +26,12 @@ from g4build.patch_status import tree_status
 from g4build.patching import StackReport, check_stack, conflict_error
 from g4build.pins import Pin, load_pins
 from g4build.series import get_series, load_all
-from g4build.source import fetch_source, read_version_file, safe_extract_tar
+from g4build.source import fetch_source, pristine_files, read_version_file, safe_extract_tar
 
 patches_app = typer.Typer(help="Patch series: list, check for drift, apply, status, refresh.", no_args_is_help=True)
 
-_STYLE = {"needed": "green", "applies": "green", "upstream": "cyan", "partial": "yellow", "conflict": "bold red"}
+_STYLE = {"needed": "green", "applies": "green", "merged": "green", "upstream": "cyan", "partial": "yellow",
+          "conflict": "bold red"}
 
 TREE_OPTION = typer.Option(..., "--tree", help="A vLLM source tree (a git work tree).", file_okay=False,
                            exists=True)
@@ -330,12 +331,20 @@ def port_cmd(
             raise UsageError(f"--from {from_pin}: series {', '.join(lacking)} has no variant for it",
                              hint="pass a pin the series has patches for (`g4build patches list`), or drop --from")
     from_pins = {s.name: from_pin or from_pin_for(s, to, pinset) for s in stack if s.name in chosen}
-    pristine = None
+    at_commit = None
     if tree is None:
         with _download_progress(target.sdist.file, json_out) as hook:
             tree = fetch_source(target, "sdist", progress=hook).path
-        pristine = pristine_commit(tree)  # the cached tree may carry applied patches on top
-    ports = port(stack, chosen, to=to, from_pins=from_pins, tree=tree, dry_run=dry_run, at_commit=pristine)
+        at_commit = pristine_commit(tree)  # the cached tree may carry applied patches on top
+
+    def old_files(pin: str, paths: Sequence[str]) -> dict[str, bytes]:
+        # the three-way merge's base and theirs: the old pin's own files, from its sha256-checked sdist
+        the_pin = pinset.get(pin)
+        with _download_progress(the_pin.sdist.file, json_out) as hook:
+            return pristine_files(the_pin, paths, progress=hook)
+
+    ports = port(stack, chosen, to=to, from_pins=from_pins, tree=tree, dry_run=dry_run, pristine=old_files,
+                 at_commit=at_commit)
     not_tried = [n for n in chosen if n not in {p.series for p in ports}]
     if json_out:
         print_json({"to": to, "ok": all(p.ok for p in ports), "series": [p.to_dict() for p in ports],
@@ -350,10 +359,17 @@ def port_cmd(
                 console.print(f"  [yellow]fingerprint lost[/] {rel}: {', '.join(texts)}", highlight=False)
     bad = [p for p in ports if not p.ok]
     if bad:
+        stopped = next(r for r in bad[0].results if r.status == "conflict")
+        where = stopped.problems[0].describe() if stopped.problems else stopped.detail
+        more = f" (and {len(stopped.problems) - 1} more)" if len(stopped.problems) > 1 else ""
+        before = [p.series for p in ports if p.ok]
         raise PatchConflictError(
-            f"series {bad[0].series} does not port from {bad[0].from_pin} to {to}: a patch conflicts; "
-            f"nothing of it was written" + (f"; not tried after it: {', '.join(not_tried)}" if not_tried else ""),
-            hint=f"the report names file, hunk and line: make the change on a tree of {to} and record it with "
+            f"series {bad[0].series} does not port from {bad[0].from_pin} to {to}: {stopped.file} conflicts, "
+            f"{where}{more}; nothing was written"
+            + (f" (also not {', '.join(before)}, which ported)" if before else "")
+            + (f"; not tried after it: {', '.join(not_tried)}" if not_tried else ""),
+            hint=(f"port {', '.join(before)} alone first (`g4build patches port NAME --to {to}`); then " if before
+                  else "") + f"make the change on a tree of {to} with the series before it applied and record it with "
                  f"`g4build patches refresh {bad[0].series} --pin {to} --tree PATH --from-diff`",
         )
 

@@ -9,11 +9,14 @@ from g4build.recipes.model import Recipe
 
 # Sliding-window layers on FlashAttention (sliding_attention_backend), per pin: the series it needs and the first
 # version of each that serves it. 0.21.0 has no per-kind backends upstream (gemma4-backend-decoupling v3 adds
-# backend_per_kind); on both pins FlashAttention without FA4 serves multimodal-prefix layers (every Gemma 4
-# checkpoint with a vision tower) only through mm-prefix-fa's exact recompute, taken where FlashAttention is named
-# (v3). A pin not listed is not known to serve it.
+# backend_per_kind; 0.26.0 and later have them); on every pin FlashAttention without FA4 serves multimodal-prefix
+# layers (every Gemma 4 checkpoint with a vision tower) only through mm-prefix-fa's exact recompute, taken where
+# FlashAttention is named (v3; v4 for 0.26.0 and 0.29.0, their first variants). A pin not listed is not known to
+# serve it.
 SLIDING_FA_SERIES: dict[str, dict[str, int]] = {
     "vllm-0.21.0": {"gemma4-backend-decoupling": 3, "mm-prefix-fa": 3},
+    "vllm-0.26.0": {"mm-prefix-fa": 4},
+    "vllm-0.29.0": {"mm-prefix-fa": 4},
     "vllm-0.33.0": {"mm-prefix-fa": 3},
 }
 FA_MIN_MAJOR = 8  # FlashAttention 2 needs sm_80 or newer
