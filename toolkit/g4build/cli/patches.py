@@ -302,13 +302,15 @@ def port_cmd(
     series: str | None = typer.Argument(None, help="Series to port (or --all)."),
     all_series: bool = typer.Option(False, "--all", help="Port every series of the order."),
     to: str = typer.Option(..., "--to", help="Pin to port to (add it first: `g4build pins add`)."),
-    from_pin: str | None = typer.Option(None, "--from", help="Pin to port from (default: the nearest one below)."),
+    from_pin: str | None = typer.Option(None, "--from",
+                                        help="Pin to port from (default: the nearest release with a variant)."),
     tree: Path | None = typer.Option(None, "--tree", help="The --to pin's source tree (default: its sdist).",
                                      file_okay=False, exists=True),
     dry_run: bool = typer.Option(False, "--dry-run", help="Report what would be written; write nothing."),
     json_out: bool = JSON_OPTION,
 ) -> None:
-    """Carry series from one pin to another: applying patches are rewritten for the new tree, conflicts stop."""
+    """Carry series from one pin to another: each patch applied, or merged three ways with the old pin's files, and
+    rewritten for the new tree; a patch already there is dropped; a conflict stops with nothing written."""
     from g4build.patch_port import from_pin_for, port
 
     if (series is None) == (not all_series):
