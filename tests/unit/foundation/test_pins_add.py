@@ -104,13 +104,13 @@ def test_a_pin_added_meanwhile_is_kept_and_its_name_refused(tmp_path: Path, monk
     stale = load_pins(path)  # loaded before another run adds vllm-0.21.0
     p21 = replace(REAL.get("vllm-0.21.0"), bases={})  # `pins add` never writes bases
     write_pin(p21, stale)
-    assert list(load_pins(path).pins) == ["vllm-0.21.0", "vllm-0.33.0"]
+    assert list(load_pins(path).pins) == list(REAL.pins)  # back in its place among the real pins
     before = path.read_bytes()
     with pytest.raises(UsageError, match=r"added to .* meanwhile"):
         write_pin(p21, stale)
     assert path.read_bytes() == before
     write_pin(replace(REAL.get("vllm-0.33.0"), name="vllm-0.33.0-again"), stale)
-    assert list(load_pins(path).pins) == ["vllm-0.21.0", "vllm-0.33.0", "vllm-0.33.0-again"]  # nothing dropped
+    assert list(load_pins(path).pins) == [*REAL.pins, "vllm-0.33.0-again"]  # nothing dropped
     assert not any(p.name.endswith(".lock") for p in path.parent.iterdir())  # the lock lives in the cache
 
 
@@ -130,7 +130,9 @@ def test_a_pin_goes_in_version_order_and_comments_stay_with_their_pin(tmp_path: 
                  cuda="13.0", flashinfer="0.7.0", wheels=base.wheels)
     write_pin(middle, load_pins(path))
     new = path.read_text(encoding="utf-8")
-    assert list(load_pins(path).pins) == ["vllm-0.21.0", "vllm-0.25.0", "vllm-0.33.0"]
+    real = list(REAL.pins)
+    assert real[:2] == ["vllm-0.21.0", "vllm-0.26.0"]  # 0.25.0 belongs between them
+    assert list(load_pins(path).pins) == [real[0], "vllm-0.25.0", *real[1:]]
     assert "    bases: {}\n\n  # the newest release\n  vllm-0.33.0:\n" in new
     # every line of the old file is still there, in its order
     old_lines, new_lines = text.splitlines(), iter(new.splitlines())
