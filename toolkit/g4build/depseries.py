@@ -28,7 +28,7 @@ from typing import Any
 
 from g4build.data import load_yaml_mapping, patches_dir, require
 from g4build.errors import ConfigError, UsageError
-from g4build.pins import PIN_NAME_RE, Pin
+from g4build.pins import FULL_SHA_RE, PIN_NAME_RE, SHA256_RE, Pin
 from g4build.series import Series, load_series
 from g4build.yamlsafe import confined, tree_relative
 
@@ -96,7 +96,7 @@ class BuildSeries:
 
 
 def _sha256(value: Any, where: str) -> str:
-    if not isinstance(value, str) or len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+    if not isinstance(value, str) or not SHA256_RE.fullmatch(value):
         raise ConfigError(f"{where}: expected a sha256 (64 lower-case hex digits), found {value!r}")
     return value
 
@@ -106,7 +106,7 @@ def _dep_variant(raw: Any, project: str, where: str) -> DepVariant:
         raise ConfigError(f"{where}: expected a mapping, found {type(raw).__name__}")
     commit = raw.get("commit")
     if project != VLLM_PROJECT:
-        if not isinstance(commit, str) or len(commit) != 40 or any(c not in "0123456789abcdef" for c in commit):
+        if not isinstance(commit, str) or not FULL_SHA_RE.fullmatch(commit):
             raise ConfigError(f"{where}.commit: expected the dependency's full commit (40 hex digits), found "
                               f"{commit!r}", hint="the GIT_TAG the pin's CMake declares for it")
     elif commit is not None:

@@ -22,7 +22,6 @@ import hashlib
 import os
 import re
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -32,6 +31,7 @@ from g4build.errors import BaseConflictError, ConfigError, SourceError
 from g4build.fsutil import remove_tree
 from g4build.gittree import git_exe
 from g4build.index import cache_lock, cache_root
+from g4build.patch_merge import run_merge_file
 from g4build.pins import Base, Pin
 
 # Module-level imports that do not exist on Windows: after a port, a vllm module that still has one at the top
@@ -154,17 +154,8 @@ def merge_file(ours: bytes, base: bytes, theirs: bytes) -> tuple[bytes, str | No
         return ours, None
     if b"\0" in ours or b"\0" in base or b"\0" in theirs:
         return ours, "binary file changed on both sides"
-    with tempfile.TemporaryDirectory(prefix="g4build-merge-") as tmp:
-        names = []
-        for name, data in (("pin", ours), ("onto", base), ("fork", theirs)):
-            (Path(tmp) / name).write_bytes(data)
-            names.append(str(Path(tmp) / name))
-        proc = subprocess.run([git_exe(), "merge-file", "-p", "-q", *names], capture_output=True, check=False)
-    if proc.returncode == 0:
-        return proc.stdout, None
-    if proc.returncode > 0 and proc.returncode < 128:
-        return ours, f"{proc.returncode} conflicting hunk(s)"
-    raise SourceError(f"git merge-file failed: {proc.stderr.decode(errors='replace').strip()}")
+    rc, merged = run_merge_file(ours, base, theirs)
+    return (merged, None) if rc == 0 else (ours, f"{rc} conflicting hunk(s)")
 
 
 _FILE_MODES = {"100644", "100755", "000000"}

@@ -58,19 +58,26 @@ def merge_three(path: str, *, base: bytes | None, ours: bytes | None, theirs: by
                                                      f"{base_name}'s")
     if b"\0" in ours or b"\0" in base or b"\0" in theirs:
         return FileMerge(path=path, result=ours, why="a binary file changed on both sides")
+    rc, merged = run_merge_file(ours, base, theirs, diff3=True, marker_size=_SIZE)
+    if rc == 0:
+        return FileMerge(path=path, result=merged)
+    return FileMerge(path=path, result=ours, conflicts=conflict_regions(merged, ours=ours, base=base))
+
+
+def run_merge_file(ours: bytes, base: bytes, theirs: bytes, *, diff3: bool = False,
+                   marker_size: int | None = None) -> tuple[int, bytes]:
+    """``git merge-file -p`` on three texts: (0, merged) or (number of conflicts, text with markers)."""
     with tempfile.TemporaryDirectory(prefix="g4build-merge-") as tmp:
         names = []
         for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
             (Path(tmp) / name).write_bytes(data)
             names.append(str(Path(tmp) / name))
-        proc = subprocess.run(
-            [git_exe(), "merge-file", "-p", "-q", "--diff3", f"--marker-size={_SIZE}",
-             "-L", "ours", "-L", "base", "-L", "theirs", *names], capture_output=True, check=False)
-    if proc.returncode == 0:
-        return FileMerge(path=path, result=proc.stdout)
-    if 0 < proc.returncode < 128:
-        return FileMerge(path=path, result=ours, conflicts=conflict_regions(proc.stdout, ours=ours, base=base))
-    raise SourceError(f"git merge-file failed on {path}: {proc.stderr.decode(errors='replace').strip()}")
+        options = [*(["--diff3"] if diff3 else []), *([f"--marker-size={marker_size}"] if marker_size else [])]
+        proc = subprocess.run([git_exe(), "merge-file", "-p", "-q", *options, "-L", "ours", "-L", "base",
+                               "-L", "theirs", *names], capture_output=True, check=False)
+    if 0 <= proc.returncode < 128:
+        return proc.returncode, proc.stdout
+    raise SourceError(f"git merge-file failed: {proc.stderr.decode(errors='replace').strip()}")
 
 
 def conflict_regions(merged: bytes, *, ours: bytes, base: bytes) -> tuple[MergeConflict, ...]:

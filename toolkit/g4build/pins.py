@@ -13,8 +13,8 @@ from g4build.data import load_yaml_mapping, patches_dir, require
 from g4build.errors import ConfigError, UnknownPinError
 
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+FULL_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 # Pin and OS names become folder names (patches/<os>-base/<pin>/); file names become cache paths.
 PIN_NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -125,9 +125,9 @@ def _base(raw: Any, where: str) -> Base:
     keep = raw.get("keep_pin") or []
     if onto is not None:
         onto = str(onto).lower()
-        if not _FULL_SHA.fullmatch(onto):
+        if not FULL_SHA_RE.fullmatch(onto):
             raise ConfigError(f"{where}.onto: expected the fork's upstream commit as 40 hex digits, found {onto!r}")
-        if not _FULL_SHA.fullmatch(ref.commit):
+        if not FULL_SHA_RE.fullmatch(ref.commit):
             raise ConfigError(f"{where}.commit: a forward-ported base needs the full 40-digit fork commit, "
                               f"found {ref.commit!r}")
     if not isinstance(keep, list) or not all(isinstance(k, str) and k for k in keep):
@@ -146,7 +146,7 @@ def _file_ref(raw: Any, where: str) -> FileRef:
         raise ConfigError(f"{where}.file: expected a plain file name as the package index lists it, found {file!r}",
                           hint="no folders, '..' or spaces: e.g. vllm-0.21.0.tar.gz")
     sha = require(raw, "sha256", str, where).lower()
-    if not _SHA256.fullmatch(sha):
+    if not SHA256_RE.fullmatch(sha):
         raise ConfigError(f"{where}.sha256: expected 64 hex digits, found {sha!r}")
     return FileRef(file=file, sha256=sha)
 

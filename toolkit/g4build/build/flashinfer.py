@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,10 +24,9 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from g4build.errors import IntegrityError, UsageError
-from g4build.pins import Pin
+from g4build.pins import SHA256_RE, Pin
 
 PROJECTS = ("flashinfer-python", "flashinfer-jit-cache", "flashinfer-cubin")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +46,7 @@ def parse_spec(item: str) -> FlashInferWheel:
     """``PATH=SHA256`` (split at the last ``=``: a Windows path may hold none, a sha256 never does)."""
     path, sep, sha = item.rpartition("=")
     sha = sha.strip().lower()
-    if not sep or not path or not _SHA256.match(sha):
+    if not sep or not path or not SHA256_RE.match(sha):
         raise UsageError(f"--flashinfer-wheel {item!r}: expected PATH=SHA256 (the wheel file, '=', its 64-hex "
                          "sha256)", hint="e.g. --flashinfer-wheel C:\\dl\\flashinfer_python-0.6.8.post1-"
                                          "py3-none-any.whl=<sha256 published with it>")
