@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from g4build.errors import G4BuildError, PatchConflictError
-from g4build.forkport import merge_file
+from g4build.patch_merge import merge_three
 from g4build.patchfile import FileDiff, parse_patch
 from g4build.patching import Scratch
 from g4build.wheels.patchdir import PatchFile, apply_patches
@@ -67,20 +67,17 @@ def _apply_alone(path: str, data: bytes | None, diffs: list[tuple[str, FileDiff]
         return True, (target.read_bytes() if target.is_file() else None), ""
 
 
-def _three_way(ours: bytes | None, base: bytes | None, theirs: bytes | None, pin: str) -> tuple[FileHow, bytes | None,
-                                                                                              str]:
+def _three_way(path: str, ours: bytes | None, base: bytes | None, theirs: bytes | None,
+               pin: str) -> tuple[FileHow, bytes | None, str]:
     if ours is not None and ours == theirs:
         return "already", ours, "the wheel's file already is the pin's patched file"
-    if base is None:
-        return "conflict", ours, f"the series add it, and the wheel has a different file there ({pin} has none)"
-    if ours is None:
-        return "conflict", ours, f"the wheel has no such file ({pin} has it)"
-    if theirs is None:
-        return "conflict", ours, f"the series delete it, and the wheel's copy differs from {pin}'s"
-    result, why = merge_file(ours, base, theirs)
-    if why:
-        return "conflict", ours, f"a three-way merge with {pin}'s own file conflicts: {why}"
-    return "merged", result, f"three-way merged with {pin}'s own file (base) and its patched file"
+    merge = merge_three(path, base=base, ours=ours, theirs=theirs, ours_name="the wheel", base_name=pin)
+    if merge.why:
+        return "conflict", ours, merge.why
+    if merge.conflicts:
+        return "conflict", ours, (f"a three-way merge with {pin}'s own file conflicts: {len(merge.conflicts)} "
+                                  "conflicting hunk(s)")
+    return "merged", merge.result, f"three-way merged with {pin}'s own file (base) and its patched file"
 
 
 def _problem(path: str, data: bytes | None, how: FileHow, fingerprints: Sequence[tuple[str, str]]) -> str | None:
@@ -123,7 +120,7 @@ def merge_over(
         if path in renames:
             how, result, detail = "conflict", ours, "renamed by the series: a rename is not merged"
         elif not applied:
-            how, result, merged = _three_way(ours, base.get(path), theirs.get(path), pin)
+            how, result, merged = _three_way(path, ours, base.get(path), theirs.get(path), pin)
             detail = f"{why}; {merged}"
         if how != "conflict" and (problem := _problem(path, result, how, fingerprints.get(path, ()))):
             how, detail = "conflict", f"{detail}, but {problem}"
