@@ -367,6 +367,7 @@ def main() -> int:
     parser.add_argument("--sanitize-timeout", type=int, default=240)
     parser.add_argument("--calls-only", action="store_true")
     parser.add_argument("--build-info", type=Path, help="JSON written by build_fa2.sh, kept in the result")
+    parser.add_argument("--ninja-log", type=Path, help="the build's .ninja_log: per-unit compile times, kept too")
     parser.add_argument("--sanitize-only", action="store_true", help="only the sanitizer runs, into --out")
     parser.add_argument("--rejudge", type=Path, help="recompute the verdicts of a result from its recorded launches")
     parser.add_argument("--sanitizer-json", type=Path, action="append", default=[], help="attach (with --rejudge)")
@@ -396,6 +397,11 @@ def main() -> int:
     report["memcheck_clean"] = bool(memcheck) and all(s.get("errors") == 0 for s in memcheck)
     report["all_pass"] = all(verdicts) and report["memcheck_clean"]
     build = report.get("build")
+    if isinstance(build, dict) and args.ninja_log and args.ninja_log.exists():
+        from collect_native import ninja_units
+
+        build["unit_seconds"] = {Path(k).name.removesuffix(".o"): round(v, 1)
+                                 for k, v in sorted(ninja_units([args.ninja_log]).items()) if k.endswith(".cu.o")}
     if isinstance(build, dict) and build.get("library"):
         build["library"] = Path(build["library"]).name  # no machine paths in kept results
     if args.out:
