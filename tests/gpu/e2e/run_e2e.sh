@@ -16,7 +16,8 @@
 #   kernel         mm-prefix-fa against a dense reference on the wheel's FlashAttention kernels
 #   report         tests/gpu/results/vllm-0.21.0-e2e.json from the runs (also copied to $OUT when set)
 #   sliding-fa     the target alone, every layer on Triton, then its sliding layers on FlashAttention (two engine
-#                  starts, sliding_fa_runs.py; G4E2E_FA_VERSION=2 forces FA2)
+#                  starts, sliding_fa_runs.py; G4E2E_FA_VERSION=2 forces FA2, results NAME-fa2; G4E2E_REPEAT=N
+#                  names a repetition of a pair, NAME-rN)
 #   sliding-fa-report  tests/gpu/results/vllm-0.21.0-sliding-fa.json from those runs (sliding_fa_report.py)
 #
 # G4E2E_NUMERICS=batch-invariant runs the engine steps under vLLM's VLLM_BATCH_INVARIANT=1 (results NAME-bi);
@@ -138,9 +139,25 @@ PY
   fi
 }
 
+sliding_fa_suffix() {  # run_suffix, then -faN (G4E2E_FA_VERSION) and -rN (G4E2E_REPEAT): one name per pair
+  local suffix
+  suffix=$(run_suffix) || return 2
+  case ${G4E2E_FA_VERSION:-} in
+    '') ;;
+    2|3) suffix=$suffix-fa$G4E2E_FA_VERSION ;;
+    *) echo "G4E2E_FA_VERSION=$G4E2E_FA_VERSION: expected 2 or 3 (or unset: vLLM's choice)" >&2; return 2 ;;
+  esac
+  case ${G4E2E_REPEAT:-1} in
+    1) ;;
+    [2-9]|[1-9][0-9]) suffix=$suffix-r$G4E2E_REPEAT ;;
+    *) echo "G4E2E_REPEAT=$G4E2E_REPEAT: expected a repetition number from 1 to 99" >&2; return 2 ;;
+  esac
+  printf '%s' "$suffix"
+}
+
 sliding_fa_run() {  # VARIANT (triton | fa): the target alone on the overlaid wheel, one engine start
   local variant=$1 name start rc=0 suffix
-  suffix=$(run_suffix) || return 2
+  suffix=$(sliding_fa_suffix) || return 2
   name=sliding-fa-$variant$suffix
   [ -d "$stage/patched" ] || { echo "step $name: overlaid wheel not installed (run prepare first)"; return 7; }
   say "run $name"
@@ -176,7 +193,7 @@ step_report() {
   [ -z "${OUT:-}" ] || cp "$repo"/tests/gpu/results/vllm-0.21.0-*.json "$OUT"/
 }
 
-[ $# -gt 0 ] || { sed -n '2,31p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,29p' "$0"; exit 2; }
 status=0
 for s in "$@"; do
   case $s in

@@ -4,8 +4,15 @@ by side: prefill and decode tokens/s with their ratios, and the greedy outputs o
 
   python tests/gpu/e2e/sliding_fa_report.py --runs STAGE/runs --out tests/gpu/results
 
-Runs are ``sliding-fa-triton<suffix>.json`` and ``sliding-fa-fa<suffix>.json``, the suffix naming dtype and
-numerics as run_e2e.sh does (``""`` bf16, ``-float16`` fp16, ``-bi`` batch-invariant, ...).
+Runs are ``sliding-fa-triton<suffix>.json`` and ``sliding-fa-fa<suffix>.json``, the suffix naming dtype, numerics,
+a forced FlashAttention version and a repetition as run_e2e.sh does (``""`` bf16, ``-float16`` fp16, ``-bi``
+batch-invariant, ``-fa2`` G4E2E_FA_VERSION=2, ``-r2`` G4E2E_REPEAT=2, in that order: ``-float16-fa2-r2``). Each
+suffix is one side-by-side pair (both variants in one call, on one machine).
+
+Speed. ``speed`` is the first pair on vLLM's default kernels (bf16 first, vLLM's own FA version first);
+``speed_pairs`` holds every default-kernel pair's figures, ``speed_spread`` the FA / Triton ratios' min, median
+and max over those pairs (all, and per FlashAttention version), and ``triton_spread`` how far the Triton variant's
+own figures move between pairs of one dtype (max / min): a ratio inside that band is not a measured difference.
 
 The tolerance. The two variants run the same schedule (same prompts, batches, chunking and graphs); only the
 sliding layers' attention kernel differs, so their logits differ by rounding, and greedy tokens may part where the
@@ -28,35 +35,77 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 PREFIX = "sliding-fa"
 VARIANTS = ("triton", "fa")
 WORKLOADS = ("text", "image")
-# run-name suffix -> (dtype, numerics): the names run_e2e.sh gives (G4E2E_DTYPE, G4E2E_NUMERICS)
-SUFFIXES = {
-    "": ("bfloat16", "default"),
-    "-float16": ("float16", "default"),
-    "-bi": ("bfloat16", "batch-invariant"),
-    "-float16-bi": ("float16", "batch-invariant"),
-    "-bi-casts": ("bfloat16", "batch-invariant-casts"),
-    "-float16-bi-casts": ("float16", "batch-invariant-casts"),
-    "-bi-eager": ("bfloat16", "batch-invariant-eager"),
-    "-float16-bi-eager": ("float16", "batch-invariant-eager"),
-}
-# Which pair judges the greedy comparison: the first that ran. Speed is read from vLLM's default kernels (bf16
-# first): batch-invariant kernels are slower by design and say nothing about what users run.
-JUDGED = ("-float16", "-float16-bi", "-float16-bi-eager", "-float16-bi-casts", "", "-bi", "-bi-eager", "-bi-casts")
-SPEED = ("", "-float16")
+# the run-name suffix run_e2e.sh gives: dtype (G4E2E_DTYPE), numerics (G4E2E_NUMERICS), a forced FlashAttention
+# version (G4E2E_FA_VERSION) and a repetition (G4E2E_REPEAT)
+SUFFIX = re.compile(r"(?P<dtype>-float16)?(?P<numerics>-bi(?:-casts|-eager)?)?(?P<fa>-fa[23])?"
+                    r"(?P<repeat>-r[1-9][0-9]*)?")
+NUMERICS = {None: "default", "-bi": "batch-invariant", "-bi-casts": "batch-invariant-casts",
+            "-bi-eager": "batch-invariant-eager"}
+# Which class of pairs judges the greedy comparison: the first that ran (every pair of it must pass). Speed is
+# read from vLLM's default kernels (bf16 first): batch-invariant kernels are slower by design and say nothing
+# about what users run.
+JUDGED = ("float16-default", "float16-batch-invariant", "float16-batch-invariant-eager",
+          "float16-batch-invariant-casts", "bfloat16-default", "bfloat16-batch-invariant",
+          "bfloat16-batch-invariant-eager", "bfloat16-batch-invariant-casts")
+KINDS = ("prefill_tokens_per_s", "decode_tokens_per_s")
 TOLERANCE = {"bfloat16": 2 * 2.0**-3, "float16": 2 * 2.0**-6, "float32": 2 * 2.0**-19}
 SLIDING_BACKEND = {"triton": "TRITON_ATTN", "fa": "FLASH_ATTN"}
 
 
 def run_name(variant: str, suffix: str) -> str:
     return f"{PREFIX}-{variant}{suffix}"
+
+
+class Pair(NamedTuple):
+    """One side-by-side pair: its run-name suffix and what the suffix says."""
+
+    suffix: str
+    dtype: str
+    numerics: str
+    fa: int | None  # the FlashAttention version forced (None: vLLM's choice)
+    repeat: int
+
+    @property
+    def cls(self) -> str:  # the class the greedy judgement and the speed reading go by
+        return f"{self.dtype}-{self.numerics}"
+
+    @property
+    def key(self) -> str:
+        return self.cls + (f"-fa{self.fa}" if self.fa else "") + (f"-r{self.repeat}" if self.repeat > 1 else "")
+
+    def order(self) -> tuple[int, int, int, int]:
+        return (int(self.dtype != "bfloat16"), list(NUMERICS.values()).index(self.numerics), self.fa or 0, self.repeat)
+
+
+def parse_suffix(suffix: str) -> Pair | None:
+    match = SUFFIX.fullmatch(suffix)
+    if match is None:
+        return None
+    return Pair(suffix, "float16" if match["dtype"] else "bfloat16", NUMERICS[match["numerics"]],
+                int(match["fa"][3:]) if match["fa"] else None, int(match["repeat"][2:]) if match["repeat"] else 1)
+
+
+def find_pairs(runs: Path) -> list[Pair]:
+    """Every suffix with a run of either variant in ``runs``, in reading order (names run_e2e.sh does not give
+    are left out)."""
+    found: dict[str, Pair] = {}
+    for path in runs.glob(f"{PREFIX}-*.json"):
+        rest = path.stem[len(PREFIX) + 1:]
+        for variant in VARIANTS:
+            if rest == variant or rest.startswith(variant + "-"):
+                pair = parse_suffix(rest[len(variant):])
+                if pair is not None:
+                    found[pair.suffix] = pair
+    return sorted(found.values(), key=Pair.order)
 
 
 def load(runs: Path, name: str) -> dict[str, Any] | None:
@@ -186,41 +235,81 @@ def device_of(runs: list[dict[str, Any] | None]) -> dict[str, Any]:
     return {}
 
 
+def spread(values: list[float]) -> dict[str, Any] | None:
+    return None if not values else {"min": round(min(values), 4), "median": round(statistics.median(values), 4),
+                                    "max": round(max(values), 4), "pairs": len(values)}
+
+
 def build(runs: Path, notes: tuple[str, ...] = ()) -> dict[str, Any]:
-    pairs = {sfx: (load(runs, run_name("triton", sfx)), load(runs, run_name("fa", sfx))) for sfx in SUFFIXES}
-    ran = {sfx: pair for sfx, pair in pairs.items() if pair[0] is not None or pair[1] is not None}
-    ok = {sfx: (t, f) for sfx, (t, f) in ran.items() if t and f and t.get("ok") and f.get("ok")}
+    found = find_pairs(runs)
+    loaded = {p.suffix: (load(runs, run_name("triton", p.suffix)), load(runs, run_name("fa", p.suffix))) for p in found}
+    ok = {p.suffix: loaded[p.suffix] for p in found
+          if all(r and r.get("ok") for r in loaded[p.suffix])}
+    ok_pairs = [p for p in found if p.suffix in ok]
     doc: dict[str, Any] = {
         "what": "tiny Gemma 4 target alone on the overlaid vLLM 0.21.0 wheel: every layer on TRITON_ATTN against "
                 "its sliding layers on FlashAttention (attention_config.backend_per_kind; full layers on "
                 "TRITON_ATTN), text-only and with image ranges",
         "script": "tests/gpu/e2e/run_e2e.sh sliding-fa",
-        "device": device_of([r for pair in ran.values() for r in pair]),
+        "device": device_of([r for pair in loaded.values() for r in pair]),
         "tolerance": {k: TOLERANCE[k] for k in ("bfloat16", "float16")},
         "notes": list(notes),
     }
     doc["runs"] = {
-        run_name(v, sfx): None if r is None else {
+        run_name(v, p.suffix): None if r is None else {
             k: r.get(k) for k in ("ok", "dtype", "numerics", "engine_start_s", "flash_attn_version", "error")}
-        for sfx, pair in ran.items() for v, r in zip(VARIANTS, pair, strict=True)
+        for p in found for v, r in zip(VARIANTS, loaded[p.suffix], strict=True)
     }
     doc["layer_backends_as_asked"] = {
-        run_name(v, sfx): layer_backends_as_asked(r, v)
-        for sfx, pair in ok.items() for v, r in zip(VARIANTS, pair, strict=True)
+        run_name(v, p.suffix): layer_backends_as_asked(r, v)
+        for p in ok_pairs for v, r in zip(VARIANTS, ok[p.suffix], strict=True)
     }
-    fa_versions = {r.get("flash_attn_version") for _, r in ok.values() if r.get("flash_attn_version") is not None}
+    fa_of = {p.suffix: ok[p.suffix][1].get("flash_attn_version") for p in ok_pairs}
+    fa_versions = {v for v in fa_of.values() if v is not None}
     doc["flash_attn_version"] = sorted(fa_versions)[0] if len(fa_versions) == 1 else sorted(fa_versions) or None
-    speed_sfx = next((sfx for sfx in SPEED if sfx in ok), None)
-    doc["speed"] = None if speed_sfx is None else {
-        "dtype": SUFFIXES[speed_sfx][0], "numerics": SUFFIXES[speed_sfx][1], **speed(*ok[speed_sfx])}
-    doc["greedy"] = {
-        f"{SUFFIXES[sfx][0]}-{SUFFIXES[sfx][1]}": compare(t, f, SUFFIXES[sfx][0]) for sfx, (t, f) in ok.items()
-    }
-    judged = next((sfx for sfx in JUDGED if sfx in ok), None)
-    doc["judged"] = None if judged is None else f"{SUFFIXES[judged][0]}-{SUFFIXES[judged][1]}"
-    doc["within_tolerance"] = bool(judged is not None and doc["greedy"][doc["judged"]]["within_tolerance"]
+    default = [p for p in ok_pairs if p.numerics == "default"]
+    doc["speed"] = None if not default else {
+        "pair": default[0].key, "dtype": default[0].dtype, "numerics": default[0].numerics,
+        "flash_attn_version": fa_of[default[0].suffix], **speed(*ok[default[0].suffix])}
+    pairs_speed = {p.key: {"dtype": p.dtype, "flash_attn_version": fa_of[p.suffix], **speed(*ok[p.suffix])}
+                   for p in default}
+    doc["speed_pairs"] = pairs_speed
+    doc["speed_spread"] = speed_spread(pairs_speed)
+    doc["triton_spread"] = triton_spread(pairs_speed)
+    doc["greedy"] = {p.key: compare(*ok[p.suffix], p.dtype) for p in ok_pairs}
+    judged = next((cls for cls in JUDGED if any(p.cls == cls for p in ok_pairs)), None)
+    doc["judged"] = judged
+    doc["judged_pairs"] = [p.key for p in ok_pairs if p.cls == judged]
+    doc["within_tolerance"] = bool(judged is not None
+                                   and all(doc["greedy"][k]["within_tolerance"] for k in doc["judged_pairs"])
                                    and all(doc["layer_backends_as_asked"].values()))
     return doc
+
+
+def speed_spread(pairs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """FA / Triton over the pairs: all of them, and per FlashAttention version that ran."""
+    groups: dict[str, list[dict[str, Any]]] = {"all": list(pairs.values())}
+    for figures in pairs.values():
+        groups.setdefault(f"fa{figures['flash_attn_version']}", []).append(figures)
+    return {name: {w: {k: spread([f[w][k]["ratio"] for f in members if f[w][k]["ratio"] is not None])
+                       for k in KINDS} for w in WORKLOADS}
+            for name, members in groups.items()}
+
+
+def triton_spread(pairs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The Triton variant's own figures between pairs of one dtype (max / min): the run-to-run noise."""
+    out: dict[str, Any] = {}
+    for dtype in sorted({f["dtype"] for f in pairs.values()}):
+        members = [f for f in pairs.values() if f["dtype"] == dtype]
+        if len(members) < 2:
+            continue
+        out[dtype] = {}
+        for w in WORKLOADS:
+            out[dtype][w] = {}
+            for k in KINDS:
+                values = [f[w][k]["triton"] for f in members if f[w][k]["triton"]]
+                out[dtype][w][k] = round(max(values) / min(values), 4) if len(values) > 1 else None
+    return out
 
 
 def scrub(text: str, runs: Path) -> str:
@@ -252,8 +341,16 @@ def main(argv: list[str] | None = None) -> int:
     for workload, figures in (doc["speed"] or {}).items():
         if isinstance(figures, dict):
             for kind, row in figures.items():
+                if not isinstance(row, dict):
+                    continue
                 print(f"speed {workload} {kind}: triton {row['triton']} sliding-fa {row['sliding_fa']} "
                       f"ratio {row['ratio']}")
+    for name, group in (doc["speed_spread"] or {}).items():
+        for workload, kinds in group.items():
+            for kind, row in kinds.items():
+                if row:
+                    print(f"ratio spread {name} {workload} {kind}: min {row['min']} median {row['median']} "
+                          f"max {row['max']} over {row['pairs']} pairs")
     for key, res in doc["greedy"].items():
         print(f"greedy {key}: within tolerance {res['within_tolerance']} (max logprob delta "
               f"{res['max_logprob_delta']}, tolerance {res['tolerance']})")

@@ -249,3 +249,65 @@ def test_measured_timings_are_what_the_report_reads(runs_script: ModuleType, rep
     assert figures["decode_tokens_per_s"] is not None and figures["decode_tokens_per_s"] > 0
     assert [o["id"] for o in outputs] == [r["id"] for r in reqs]
     assert outputs[0]["logprob"] == [-0.5] * runs_script.MAX_TOKENS and outputs[0]["top2_gap"][0] == 1.0
+
+
+# --- pairs: a forced FlashAttention version and repetitions ----------------------------------------------
+def _pair(runs: Path, suffix: str, triton_s: float, fa_s: float, fa_version: int = 3, **extra: Any) -> None:
+    """A pair whose text prefill takes triton_s / fa_s (median), 1000 prompt tokens; decode 256 tokens in 2 s."""
+    _write(runs, "triton", suffix, timing={"text": _timing([triton_s] * 3, [triton_s + 2] * 3)}, **extra)
+    _write(runs, "fa", suffix, timing={"text": _timing([fa_s] * 3, [fa_s + 2] * 3)}, flash_attn_version=fa_version,
+           **extra)
+
+
+def test_every_pair_is_read_and_the_ratios_spread_is_kept(report: ModuleType, tmp_path: Path) -> None:
+    _pair(tmp_path, "", 1.0, 0.5)            # FA3 (vLLM's choice on sm_90): 2.0
+    _pair(tmp_path, "-r2", 1.0, 1.25)        # its repetition: 0.8
+    _pair(tmp_path, "-fa2", 0.8, 1.0, 2)     # FA2 forced: 0.8
+    _pair(tmp_path, "-fa2-r2", 1.0, 1.0, 2)  # 1.0
+    (tmp_path / "sliding-fa-fa-float32.json").write_text("{}")  # not a name run_e2e.sh gives: left out
+    doc = report.build(tmp_path)
+    assert list(doc["speed_pairs"]) == ["bfloat16-default", "bfloat16-default-r2", "bfloat16-default-fa2",
+                                        "bfloat16-default-fa2-r2"]
+    assert doc["speed"]["pair"] == "bfloat16-default" and doc["speed"]["flash_attn_version"] == 3
+    assert doc["speed"]["text"]["prefill_tokens_per_s"]["ratio"] == 2.0
+    spread = doc["speed_spread"]
+    assert spread["all"]["text"]["prefill_tokens_per_s"] == {"min": 0.8, "median": 0.9, "max": 2.0, "pairs": 4}
+    assert spread["fa3"]["text"]["prefill_tokens_per_s"] == {"min": 0.8, "median": 1.4, "max": 2.0, "pairs": 2}
+    assert spread["fa2"]["text"]["prefill_tokens_per_s"]["pairs"] == 2
+    assert spread["all"]["image"]["prefill_tokens_per_s"] is None  # no image timings: no figure
+    # Triton alone moved by 1.25x between pairs (1000 vs 1250 tokens/s): the noise a ratio must exceed
+    assert doc["triton_spread"]["bfloat16"]["text"]["prefill_tokens_per_s"] == 1.25
+    assert doc["flash_attn_version"] == [2, 3]
+    assert set(doc["greedy"]) == set(doc["speed_pairs"]) and doc["within_tolerance"] is True
+
+
+def test_every_pair_of_the_judging_class_must_pass(report: ModuleType, tmp_path: Path) -> None:
+    tokens = {"t0": [1, 2, 3]}
+    for suffix, fa_lp in (("-float16", -1.0), ("-float16-fa2", -1.05)):  # FA2's fp16 pair drifts past 0.03125
+        _write(tmp_path, "triton", suffix, text=_outputs(tokens, logprob=-1.0))
+        _write(tmp_path, "fa", suffix, text=_outputs(tokens, logprob=fa_lp))
+    _pair(tmp_path, "", 1.0, 1.0)
+    doc = report.build(tmp_path)
+    assert doc["judged"] == "float16-default"
+    assert doc["judged_pairs"] == ["float16-default", "float16-default-fa2"]
+    assert doc["greedy"]["float16-default"]["within_tolerance"] is True
+    assert doc["greedy"]["float16-default-fa2"]["within_tolerance"] is False
+    assert doc["within_tolerance"] is False
+
+
+def test_run_e2e_names_a_pair_as_the_report_reads_it(report: ModuleType, tmp_path: Path) -> None:
+    import subprocess
+
+    script = E2E / "run_e2e.sh"
+    env = {"PATH": "/usr/bin:/bin", "G4E2E_STAGE": str(tmp_path / "stage"), "G4E2E_DTYPE": "float16",
+           "G4E2E_FA_VERSION": "2", "G4E2E_REPEAT": "3"}
+    proc = subprocess.run(["bash", str(script), "sliding-fa"], env=env, capture_output=True, text=True, timeout=60)
+    # no overlaid wheel in this stage: each run says so, by the name it would have written
+    assert "step sliding-fa-triton-float16-fa2-r3: overlaid wheel not installed" in proc.stdout
+    assert "step sliding-fa-fa-float16-fa2-r3: overlaid wheel not installed" in proc.stdout
+    pair = report.parse_suffix("-float16-fa2-r3")
+    assert (pair.dtype, pair.numerics, pair.fa, pair.repeat) == ("float16", "default", 2, 3)
+    for bad in ({"G4E2E_FA_VERSION": "4"}, {"G4E2E_REPEAT": "0"}, {"G4E2E_REPEAT": "x"}):
+        proc = subprocess.run(["bash", str(script), "sliding-fa"], env={**env, **bad}, capture_output=True,
+                              text=True, timeout=60)
+        assert "expected" in proc.stderr and "not installed" not in proc.stdout
