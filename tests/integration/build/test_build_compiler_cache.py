@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from g4build.build.arch import parse_arch
-from g4build.build.native import NativeExecutor
-from g4build.build.plan import Layout, Options, Target, extension_plan
+from g4build.builder.arch import parse_arch
+from g4build.builder.executors.native import NativeExecutor
+from g4build.builder.plan import Layout, Options, Target, extension_plan
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "tiny_cmake_ext"
 CUDA_UNITS = 2  # csrc/saxpy.cu, csrc/scale.cu

@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from g4build.build.depapply import (
+from g4build.builder.depapply import (
     check_dependency,
     patched_dependency,
     read_patched_record,
     require_ok,
 )
-from g4build.build.deps import find_deps, prefetch
-from g4build.depseries import build_series_for, get_build_series, load_all_build
+from g4build.builder.deps import find_deps, prefetch
 from g4build.errors import PatchConflictError
-from g4build.patch_status import series_commits
-from g4build.pins import Pin, load_pins
+from g4build.pins.model import Pin, load_pins
+from g4build.series.deps import build_series_for, get_build_series, load_all_build
+from g4build.series.status import series_commits
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = REPO / "tests" / "fixtures" / "vllm_flash_attn_f5bc33c"

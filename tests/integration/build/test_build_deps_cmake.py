@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from g4build.build.deps import initial_cache, parse_cmake
+from g4build.builder.deps import initial_cache, parse_cmake
 
 CMAKE = shutil.which("cmake")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tests.support.trees import sdist_tree
 
-from g4build.build.deps import find_deps
+from g4build.builder.deps import find_deps
 
 pytestmark = pytest.mark.network
 

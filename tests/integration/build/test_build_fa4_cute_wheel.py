@@ -28,12 +28,12 @@ from pathlib import Path
 import pytest
 from tests.support.cmake import find_cmake
 
-from g4build.build.arch import parse_arch
-from g4build.build.deps import CMakeDep, find_deps, initial_cache
-from g4build.build.plan import BuildPlan, Layout, Options, Target
-from g4build.build.planner import make_plan
-from g4build.pins import load_pins
-from g4build.wheels.validate import ValidateOptions, validate_wheel
+from g4build.builder.arch import parse_arch
+from g4build.builder.deps import CMakeDep, find_deps, initial_cache
+from g4build.builder.plan import BuildPlan, Layout, Options, Target
+from g4build.builder.planner import make_plan
+from g4build.pins.model import load_pins
+from g4build.validate.wheel import ValidateOptions, validate_wheel
 
 REPO = Path(__file__).resolve().parents[3]
 FA_FIXTURE = REPO / "tests" / "fixtures" / "vllm_flash_attn_f5bc33c"

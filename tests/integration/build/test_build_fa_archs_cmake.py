@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from tests.support.cmake import find_cmake
 
-from g4build.build.units import units_from_ninja
-from g4build.depseries import get_build_series
+from g4build.builder.units import units_from_ninja
+from g4build.series.deps import get_build_series
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = REPO / "tests" / "fixtures" / "vllm_flash_attn_f5bc33c"

@@ -14,10 +14,10 @@ import pytest
 from packaging.utils import parse_wheel_filename
 from rich.console import Console
 
-from g4build.build.arch import parse_arch
-from g4build.build.host import find_nvcc, nvcc_version
-from g4build.build.native import NativeExecutor
-from g4build.build.plan import Layout, Options, Target, extension_plan
+from g4build.builder.arch import parse_arch
+from g4build.builder.executors.native import NativeExecutor
+from g4build.builder.host import find_nvcc, nvcc_version
+from g4build.builder.plan import Layout, Options, Target, extension_plan
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "tiny_cuda_ext"
 

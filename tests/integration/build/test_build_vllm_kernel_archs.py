@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from g4build.build.depapply import apply_build_series, check_dependency
-from g4build.depseries import get_build_series
-from g4build.pins import Pin, load_pins
+from g4build.builder.depapply import apply_build_series, check_dependency
+from g4build.pins.model import Pin, load_pins
+from g4build.series.deps import get_build_series
 
 pytestmark = pytest.mark.network  # the pin's sdist (cached once per machine)
 CMAKE = shutil.which("cmake")

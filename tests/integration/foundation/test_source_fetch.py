@@ -15,9 +15,9 @@ import yaml
 from tests.support.index_server import serve_index
 
 from g4build.errors import IntegrityError, SourceError, UsageError
-from g4build.index import cache_root, sha256_file
-from g4build.pins import load_pins
-from g4build.source import fetch_source, read_version_file, verify_tree
+from g4build.pins.index import cache_root, sha256_file
+from g4build.pins.model import load_pins
+from g4build.source.fetch import fetch_source, read_version_file, verify_tree
 
 PIN = "vllm-0.21.0"
 
@@ -25,7 +25,7 @@ PIN = "vllm-0.21.0"
 @pytest.fixture(scope="module")
 def sdist_archive() -> Path:
     """The real sdist, downloaded once into the machine's g4build cache (verified)."""
-    from g4build.index import fetch_verified
+    from g4build.pins.index import fetch_verified
 
     pin = load_pins().get(PIN)
     return fetch_verified("vllm", pin.sdist.file, pin.sdist.sha256, cache_dir=cache_root() / "sdists").path

@@ -22,10 +22,10 @@ import yaml
 
 from g4build.data import project_root
 from g4build.errors import BaseConflictError, ConfigError, SourceError
-from g4build.forkport import merge_file
-from g4build.index import cache_root, fetch_verified
-from g4build.pins import load_pins
-from g4build.source import fetch_source, verify_tree
+from g4build.pins.index import cache_root, fetch_verified
+from g4build.pins.model import load_pins
+from g4build.source.fetch import fetch_source, verify_tree
+from g4build.source.forkport import merge_file
 
 ROOT = project_root()
 PIN = "vllm-0.21.0"

@@ -19,10 +19,10 @@ from g4build.cli import main
 from g4build.cli._common import console
 from g4build.data import patches_dir
 from g4build.errors import PatchConflictError
-from g4build.index import cache_root, find_file, sha256_file
-from g4build.pins import load_pins
-from g4build.series import load_all
-from g4build.source import fetch_source
+from g4build.pins.index import cache_root, find_file, sha256_file
+from g4build.pins.model import load_pins
+from g4build.series.model import load_all
+from g4build.source.fetch import fetch_source
 
 pytestmark = pytest.mark.network
 

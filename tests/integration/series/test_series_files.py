@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from tests.support.trees import patched_tree, sdist_tree
 
-from g4build.patchfile import parse_patch, touched_paths
-from g4build.series import Series, load_all
+from g4build.series.model import Series, load_all
+from g4build.series.patchfile import parse_patch, touched_paths
 
 pytestmark = pytest.mark.network
 

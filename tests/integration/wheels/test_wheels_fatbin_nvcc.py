@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from tests.unit.wheels.wheelsfactory import PRISTINE, build_wheel, container, elf, entry
 
-from g4build.wheels import cudatools
-from g4build.wheels.fatbin import Arch, elf_sections, library_archs, parse_containers
-from g4build.wheels.validate import ValidateOptions, validate_wheel
+from g4build.validate import cudatools
+from g4build.validate.fatbin import Arch, elf_sections, library_archs, parse_containers
+from g4build.validate.wheel import ValidateOptions, validate_wheel
 
 pytestmark = pytest.mark.nvcc
 

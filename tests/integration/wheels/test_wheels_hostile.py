@@ -12,10 +12,10 @@ from tests.unit.wheels.hostile import SOUND_WHEEL_FILE, SYMLINK, hostile_wheel, 
 from tests.unit.wheels.wheelsfactory import PRISTINE, TAG, build_wheel, record_hash, run_g4build
 
 from g4build.errors import ValidationError
-from g4build.pins import load_pins
-from g4build.series import load_all
-from g4build.wheels.overlay import overlay_wheel, plan_overlay
-from g4build.wheels.validate import ValidateOptions, validate_wheel
+from g4build.overlay.wheel import overlay_wheel, plan_overlay
+from g4build.pins.model import load_pins
+from g4build.series.model import load_all
+from g4build.validate.wheel import ValidateOptions, validate_wheel
 
 PIN = "vllm-0.21.0"
 

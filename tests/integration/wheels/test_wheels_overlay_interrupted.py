@@ -1,6 +1,6 @@
 """`g4build overlay` killed, interrupted, raced or aimed at planted links: --out holds a validated wheel and its
 manifest or nothing new, and the next run removes what a killed one left. The real CLI runs in a subprocess;
-G4BUILD_FAULT (g4build.faults) makes it signal itself at a chosen point."""
+G4BUILD_FAULT (g4build.util.faults) makes it signal itself at a chosen point."""
 
 from __future__ import annotations
 

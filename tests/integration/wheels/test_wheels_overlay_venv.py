@@ -83,10 +83,10 @@ def test_venv_overlay_then_undo_restores_exactly(tmp_path: Path, project: Path) 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="venv layout of Linux")
 def test_venv_of_a_forks_wheel_is_merged_three_ways_then_undone(tmp_path: Path, project: Path) -> None:
-    from g4build.pins import load_pins
-    from g4build.series import load_all
-    from g4build.wheels.overlay import plan_overlay
-    from g4build.wheels.venvoverlay import overlay_venv, undo_venv
+    from g4build.overlay.venv import overlay_venv, undo_venv
+    from g4build.overlay.wheel import plan_overlay
+    from g4build.pins.model import load_pins
+    from g4build.series.model import load_all
 
     rel = "vllm/spec/dflash.py"
     fork = PRISTINE[rel].replace("def step_8(x):\n", "def step_8(x):  # fork: Windows\n")  # in the hunk's context

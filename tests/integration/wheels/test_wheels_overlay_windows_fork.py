@@ -19,9 +19,9 @@ from tests.support.trees import sdist_tree
 from tests.unit.wheels.wheelsfactory import build_wheel, run_g4build
 
 from g4build.data import patches_dir
-from g4build.pins import load_pins
-from g4build.series import load_all
-from g4build.wheels.overlay import plan_overlay, touched_by
+from g4build.overlay.wheel import plan_overlay, touched_by
+from g4build.pins.model import load_pins
+from g4build.series.model import load_all
 
 pytestmark = pytest.mark.network  # the pin's sdist (cached after the first run)
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from tests.unit.wheels.wheelsfactory import run_g4build
 
-from g4build.index import cache_root
-from g4build.pins import load_pins
-from g4build.series import load_all, stack_digest
+from g4build.pins.index import cache_root
+from g4build.pins.model import load_pins
+from g4build.series.model import load_all, stack_digest
 
 pytestmark = [pytest.mark.heavy, pytest.mark.network]
 

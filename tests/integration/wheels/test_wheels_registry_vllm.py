@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from tests.unit.wheels.wheelsfactory import SeriesSpec, git_patch, make_project, run_g4build
 
-from g4build.index import cache_root, fetch_verified
-from g4build.pins import load_pins
-from g4build.series import load_all
-from g4build.wheels.overlay import OverlayResult, overlay_wheel, plan_overlay
-from g4build.wheels.validate import ValidateOptions, validate_wheel
+from g4build.overlay.wheel import OverlayResult, overlay_wheel, plan_overlay
+from g4build.pins.index import cache_root, fetch_verified
+from g4build.pins.model import load_pins
+from g4build.series.model import load_all
+from g4build.validate.wheel import ValidateOptions, validate_wheel
 
 pytestmark = [pytest.mark.heavy, pytest.mark.network]
 

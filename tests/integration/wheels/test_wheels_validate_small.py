@@ -12,7 +12,7 @@ import pytest
 from tests.unit.wheels.wheelsfactory import PRISTINE, build_wheel, container, elf, entry, pe, record_hash, run_g4build
 
 from g4build.errors import ValidationError
-from g4build.wheels.validate import ValidateOptions, validate_wheel
+from g4build.validate.wheel import ValidateOptions, validate_wheel
 
 
 def _checks(wheel: Path, **kw: object) -> dict[str, tuple[bool, str]]:

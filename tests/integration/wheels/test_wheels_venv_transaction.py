@@ -15,7 +15,7 @@ import pytest
 from tests.unit.wheels.wheelsfactory import DFLASH_NEW, PRISTINE, build_wheel, record_hash, run_g4build
 
 from g4build.errors import LockTimeoutError, PatchConflictError, UnsafeArchiveError
-from g4build.wheels.venvjournal import venv_lock
+from g4build.overlay.venvjournal import venv_lock
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="venv layout of Linux, SIGKILL")
 

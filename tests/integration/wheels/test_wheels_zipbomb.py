@@ -14,11 +14,11 @@ from tests.unit.wheels.wheelsfactory import run_g4build
 
 import g4build
 from g4build.errors import ValidationError
-from g4build.pins import load_pins
-from g4build.series import load_all
-from g4build.wheels import safety
-from g4build.wheels.overlay import overlay_wheel, plan_overlay
-from g4build.wheels.validate import ValidateOptions, validate_wheel
+from g4build.overlay.wheel import overlay_wheel, plan_overlay
+from g4build.pins.model import load_pins
+from g4build.series.model import load_all
+from g4build.validate.wheel import ValidateOptions, validate_wheel
+from g4build.wheelfile import safety
 
 
 def test_a_member_inflating_past_the_ratio_limit_is_refused_unread(tmp_path: Path, project: Path) -> None:
@@ -49,7 +49,7 @@ def test_members_inflating_past_the_total_limit_are_refused(tmp_path: Path, proj
 MEASURE = """
 import resource, sys
 from pathlib import Path
-from g4build.wheels.validate import ValidateOptions, validate_wheel
+from g4build.validate.wheel import ValidateOptions, validate_wheel
 report = validate_wheel(Path(sys.argv[1]), ValidateOptions())
 assert report.ok, report.failures()
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)

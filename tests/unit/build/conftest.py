@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from g4build.build.arch import parse_arch
-from g4build.build.plan import Layout, Options, Target
-from g4build.pins import Pin, load_pins
+from g4build.builder.arch import parse_arch
+from g4build.builder.plan import Layout, Options, Target
+from g4build.pins.model import Pin, load_pins
 
 
 @pytest.fixture(scope="session")

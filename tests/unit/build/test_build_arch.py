@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from g4build.build.arch import (
+from g4build.builder.arch import (
     UPSTREAM_DEFAULT_ARCH_LIST,
     check_cuda,
     check_os_arch,

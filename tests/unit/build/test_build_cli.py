@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from g4build.manifest import MANIFEST_NAME, loads
+from g4build.emit.manifest import MANIFEST_NAME, loads
 
 from .conftest import run_cli
 
@@ -125,10 +125,10 @@ def _wheel(path: Path, name: str = "vllm", version: str = "0.21.0+cu130.g4.x") -
 def test_manifest_goes_beside_the_wheels_and_into_the_vllm_dist_info(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from g4build.build.plan import wheel_version
-    from g4build.build.request import series_for
-    from g4build.depseries import build_series_for
-    from g4build.pins import load_pins
+    from g4build.builder.plan import wheel_version
+    from g4build.builder.request import series_for
+    from g4build.pins.model import load_pins
+    from g4build.series.deps import build_series_for
 
     pin = load_pins().get("vllm-0.21.0")
     version = wheel_version(pin, series_for(pin), "13.0", build=build_series_for(pin))  # as the plan names it
@@ -225,8 +225,8 @@ def test_release_selects_its_pin_or_says_how_to_pin_it(capsys: pytest.CaptureFix
 
 
 def test_docker_build_mounts_root_and_copies_wheels_to_out(tmp_path: Path) -> None:
-    from g4build.build.request import docker_hosts
-    from g4build.index import cache_root
+    from g4build.builder.request import docker_hosts
+    from g4build.pins.index import cache_root
 
     chosen = docker_hosts("vllm-0.21.0", root=str(tmp_path / "root"), out=str(tmp_path / "wheels"))
     assert chosen.work == tmp_path / "root" and chosen.out == tmp_path / "wheels"
@@ -238,10 +238,10 @@ def test_docker_build_mounts_root_and_copies_wheels_to_out(tmp_path: Path) -> No
 
 
 def test_machine_choices_use_this_machine_only_where_it_compiles() -> None:
-    from g4build.build.arch import parse_arch
-    from g4build.build.host import HostFacts
-    from g4build.build.plan import Target, max_jobs
-    from g4build.build.request import FOREIGN_CORES, FOREIGN_MEM_GB, machine_choices
+    from g4build.builder.arch import parse_arch
+    from g4build.builder.host import HostFacts
+    from g4build.builder.plan import Target, max_jobs
+    from g4build.builder.request import FOREIGN_CORES, FOREIGN_MEM_GB, machine_choices
 
     here = HostFacts(os="linux", cores=4, mem_gb=64.0, free_gb=100.0, nvcc="/opt/host-cuda/bin/nvcc",
                      nvcc_version="12.8", cxx="/usr/bin/g++", launcher="sccache")

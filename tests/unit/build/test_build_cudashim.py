@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from tests.unit.build.conftest import run_cli
 
-from g4build.build import cudashim
+from g4build.builder import cudashim
 from g4build.errors import BuildError
 
 

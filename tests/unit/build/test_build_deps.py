@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from g4build.build.deps import CMakeDep, find_deps, initial_cache, parse_cmake, prefetch
+from g4build.builder.deps import CMakeDep, find_deps, initial_cache, parse_cmake, prefetch
 from g4build.errors import BuildError, SourceError
 
 CMAKE = """
@@ -120,8 +120,8 @@ def test_find_deps_needs_a_cmake_tree(tmp_path: Path) -> None:
 def test_prefetch_waits_for_another_builds_lock_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from filelock import FileLock
 
-    from g4build import index
     from g4build.errors import LockTimeoutError
+    from g4build.pins import index
 
     (dep,) = parse_cmake(CMAKE, "x.cmake")
     cache = tmp_path / "cache"
@@ -135,7 +135,7 @@ def test_prefetch_waits_for_another_builds_lock_and_says_so(tmp_path: Path, monk
 
 
 def test_prefetch_clones_with_long_paths_on(tmp_path: Path) -> None:
-    from g4build.build.deps import _git as real_git
+    from g4build.builder.deps import _git as real_git
 
     remote = _repo(tmp_path / "remote", {"include/lib.h": "// v1.2.3\n"}, "v1.2.3")
     (dep,) = parse_cmake(CMAKE, "x.cmake")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from g4build.build.docker import (
+from g4build.builder.executors.docker import (
     OUT,
     TOOL,
     TOOL_COPY,
@@ -23,10 +23,10 @@ from g4build.build.docker import (
     image_for,
     venv_lines,
 )
-from g4build.build.plan import Options
-from g4build.build.planner import make_plan
+from g4build.builder.plan import Options
+from g4build.builder.planner import make_plan
 from g4build.errors import BuildError
-from g4build.pins import Pin
+from g4build.pins.model import Pin
 
 from .conftest import linux_layout, target
 

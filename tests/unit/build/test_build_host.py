@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from g4build.build.host import HostFacts, preflight, probe
-from g4build.build.planner import make_plan
+from g4build.builder.host import HostFacts, preflight, probe
+from g4build.builder.planner import make_plan
 from g4build.errors import BuildError
-from g4build.pins import Pin
+from g4build.pins.model import Pin
 
 from .conftest import OPTS, linux_layout, target
 
@@ -48,7 +48,7 @@ def test_free_disk_is_reported_where_it_was_measured(pin21: Pin) -> None:
 
 
 def test_cuda_home_follows_an_nvcc_wrapper_to_its_toolkit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from g4build.build.host import cuda_home_of
+    from g4build.builder.host import cuda_home_of
 
     toolkit = tmp_path / "cuda-13.0"
     (toolkit / "bin").mkdir(parents=True)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from g4build.build.arch import parse_arch
-from g4build.build.native import NativeExecutor, error_tail, expand_globs
-from g4build.build.plan import BuildPlan, Layout, Step, Target
+from g4build.builder.arch import parse_arch
+from g4build.builder.executors.native import NativeExecutor, error_tail, expand_globs
+from g4build.builder.plan import BuildPlan, Layout, Step, Target
 from g4build.errors import BuildError
 
 PY = sys.executable

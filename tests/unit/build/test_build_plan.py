@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from g4build.build import windows
-from g4build.build.plan import Layout, Options, max_jobs
-from g4build.build.planner import default_layout, make_plan
+from g4build.builder.plan import Layout, Options, max_jobs
+from g4build.builder.planner import default_layout, make_plan
+from g4build.builder.platforms import windows
 from g4build.errors import UsageError
-from g4build.manifest import local_label
-from g4build.pins import Base, Pin
+from g4build.pins.model import Base, Pin
+from g4build.series.model import local_label
 
 from .conftest import OPTS, linux_layout, target
 

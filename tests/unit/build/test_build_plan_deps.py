@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from g4build.build.plan import base_os_of
-from g4build.build.planner import default_layout, make_plan
-from g4build.depseries import build_series_for, load_all_build, uncovered
-from g4build.manifest import make_manifest
-from g4build.pins import Pin, load_pins
+from g4build.builder.plan import base_os_of
+from g4build.builder.planner import default_layout, make_plan
+from g4build.emit.manifest import make_manifest
+from g4build.pins.model import Pin, load_pins
+from g4build.series.deps import build_series_for, load_all_build, uncovered
 
 from .conftest import OPTS, run_cli, target
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from g4build.build.plan import Layout, Options
-from g4build.build.planner import default_layout, make_plan
-from g4build.build.script import render, render_bash, render_powershell
-from g4build.pins import Pin
+from g4build.builder.plan import Layout, Options
+from g4build.builder.planner import default_layout, make_plan
+from g4build.builder.script import render, render_bash, render_powershell
+from g4build.pins.model import Pin
 
 from .conftest import target
 
@@ -40,7 +40,7 @@ def test_bash_script_runs_resumes_and_cleans(tmp_path: Path, pin21: Pin) -> None
     assert calls[0].startswith("g4build source fetch --pin vllm-0.21.0")
     assert "[MAX_JOBS=3 ARCH=12.0f]" in calls[0]
     assert "== vllm: done" in first.stdout
-    from g4build.build.manifest_info import build_extra
+    from g4build.emit.manifest_info import build_extra
 
     timings = build_extra(arch="sm120", os_name="linux", cuda="13.0", state=Path(plan.layout.state_file))["timings"]
     assert set(timings) == {s.name for s in plan.steps}  # every step's seconds reach build-manifest.json

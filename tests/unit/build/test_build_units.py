@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.benchmarks.bench_wheel_compile_work import compile_work, family_of, proxy_items
 
-from g4build.build.units import CompileUnit, gencode_codes, summary, units_from_ninja
+from g4build.builder.units import CompileUnit, gencode_codes, summary, units_from_ninja
 
 # Lines as CMake's Ninja generator writes them for vllm-flash-attn (paths shortened)
 NINJA = """\

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from g4build.build import windows
+from g4build.builder.platforms import windows
 
 
 @pytest.mark.parametrize(("cuda", "needed"), [("12.8", False), ("12.9", False), ("13.0", True), ("13.1", True),

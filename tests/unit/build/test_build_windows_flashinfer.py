@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from tests.unit.wheels.wheelsfactory import build_wheel
 
-from g4build.build.flashinfer import FlashInferWheel, check_names, parse_spec
-from g4build.build.plan import Options, base_os_of
-from g4build.build.planner import default_layout, make_plan
-from g4build.build.request import series_for
-from g4build.build.script import render_powershell
-from g4build.depseries import build_series_for, uncovered
+from g4build.builder.flashinfer import FlashInferWheel, check_names, parse_spec
+from g4build.builder.plan import Options, base_os_of
+from g4build.builder.planner import default_layout, make_plan
+from g4build.builder.request import series_for
+from g4build.builder.script import render_powershell
 from g4build.errors import UsageError
-from g4build.pins import Pin
+from g4build.pins.model import Pin
 from g4build.recipes.context import read_wheel_info
+from g4build.series.deps import build_series_for, uncovered
 
 from . import ps_tree
 from .conftest import run_cli, target

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from g4build.build.plan import Options, python_check, torch_check
-from g4build.build.planner import default_layout, make_plan
-from g4build.build.script import render_powershell
-from g4build.pins import Pin
+from g4build.builder.plan import Options, python_check, torch_check
+from g4build.builder.planner import default_layout, make_plan
+from g4build.builder.script import render_powershell
+from g4build.pins.model import Pin
 
 from . import ps_tree
 from .conftest import run_cli, target
@@ -158,7 +158,7 @@ def test_script_sets_cuda_home_cuda_path_and_path(pin21: Pin) -> None:
 
 
 def test_native_windows_environment_names_one_cuda() -> None:
-    from g4build.build.windows import cuda_env, parse_set_output
+    from g4build.builder.platforms.windows import cuda_env, parse_set_output
 
     # the shape vcvars64's `set` leaves: Windows spells it Path
     vc = parse_set_output("Path=C:\\VS\\VC\\bin;C:\\Windows\\system32\r\nINCLUDE=C:\\VS\\include\r\n")
@@ -193,7 +193,7 @@ def test_script_selects_visual_studio_2022_or_stops(pin21: Pin) -> None:
 def test_memorystatusex_layout_gives_the_installed_ram() -> None:
     import ctypes
 
-    from g4build.doctor.probe import MemoryStatusEx, total_physical
+    from g4build.builder.probe import MemoryStatusEx, total_physical
 
     lines = (Path(__file__).parent / "fixtures" / "memorystatusex-64gib.hex").read_text().splitlines()
     raw = bytes.fromhex(lines[-1])
@@ -206,9 +206,9 @@ def test_memorystatusex_layout_gives_the_installed_ram() -> None:
 def test_windows_host_facts_use_the_machines_ram(tmp_path: Path) -> None:
     from tests.unit.doctor.recorded import RecordedProbe
 
-    from g4build.build.host import mem_gb, probe
-    from g4build.build.plan import max_jobs
-    from g4build.build.request import machine_choices
+    from g4build.builder.host import mem_gb, probe
+    from g4build.builder.plan import max_jobs
+    from g4build.builder.request import machine_choices
 
     windows = RecordedProbe("windows-5090-cuda129")  # 64 GiB, 32 logical cores, as GlobalMemoryStatusEx said
     assert windows.system == "windows"

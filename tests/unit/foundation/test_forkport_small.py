@@ -11,8 +11,9 @@ import git
 import pytest
 
 from g4build.errors import BaseConflictError, ConfigError
-from g4build.forkport import base_digest, port_onto, posix_only_imports
-from g4build.pins import Base, FileRef, GitRef, Pin
+from g4build.pins.model import Base, FileRef, GitRef, Pin
+from g4build.source.base import base_digest
+from g4build.source.forkport import port_onto, posix_only_imports
 
 
 def _fork(where: Path, with_symlink: bool) -> tuple[str, str]:
@@ -126,7 +127,7 @@ def test_a_case_only_rename_is_refused(tmp_path: Path) -> None:
 
 def test_line_endings_do_not_follow_the_users_autocrlf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Git for Windows defaults to core.autocrlf=true; a fixup applied under it must not write CRLF."""
-    from g4build import forkport
+    from g4build.source import forkport
 
     config = tmp_path / "gitconfig"
     config.write_text("[core]\n\tautocrlf = true\n")

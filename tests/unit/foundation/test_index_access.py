@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from tests.support.index_server import serve_index
 
-from g4build import index
 from g4build.errors import DownloadError, IntegrityError
+from g4build.pins import index
 
 PAYLOAD = random.Random(7).randbytes(3 << 20)  # same bytes in spawned children
 SHA = hashlib.sha256(PAYLOAD).hexdigest()

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from tests.unit.wheels.wheelsfactory import run_g4build
 
-from g4build import index
 from g4build.errors import DownloadError, IntegrityError, UsageError
+from g4build.pins import index
 
 NAME = "thing-1.0.tar.gz"
 BODY = bytes(range(256)) * 40  # 10 KiB

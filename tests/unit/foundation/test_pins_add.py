@@ -23,9 +23,9 @@ import yaml
 from tests.support.index_server import LocalIndex, serve_index
 
 from g4build.errors import ConfigError, UsageError
-from g4build.index import cache_root, fetch_verified
-from g4build.pins import Pin, load_pins
-from g4build.pins_add import wheel_key, write_pin
+from g4build.pins.add import wheel_key, write_pin
+from g4build.pins.index import cache_root, fetch_verified
+from g4build.pins.model import Pin, load_pins
 
 REPO = Path(__file__).resolve().parents[3]
 PINS_TEXT = (REPO / "patches" / "pins.yaml").read_text(encoding="utf-8")

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from g4build.errors import ConfigError, UnknownPinError
-from g4build.pins import load_pins
+from g4build.pins.model import load_pins
 
 REPO = Path(__file__).resolve().parents[3]
 

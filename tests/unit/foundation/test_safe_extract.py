@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from g4build.errors import UnsafeArchiveError
-from g4build.source import safe_extract_tar
+from g4build.source.fetch import safe_extract_tar
 
 
 def _tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:

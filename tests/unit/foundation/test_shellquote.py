@@ -24,16 +24,16 @@ from typing import Any
 import pytest
 from tests.unit.recipes.recipe_shell_semantics import ps_verbatim
 
-from g4build.build.arch import parse_arch
-from g4build.build.plan import BuildPlan, Layout, Options, Step, Target
-from g4build.build.planner import default_layout, make_plan
-from g4build.build.script import render_bash as build_bash
-from g4build.build.script import render_powershell as build_powershell
+from g4build.builder.arch import parse_arch
+from g4build.builder.plan import BuildPlan, Layout, Options, Step, Target
+from g4build.builder.planner import default_layout, make_plan
+from g4build.builder.script import render_bash as build_bash
+from g4build.builder.script import render_powershell as build_powershell
 from g4build.errors import UsageError
-from g4build.pins import load_pins
+from g4build.pins.model import load_pins
 from g4build.recipes import render_plan
 from g4build.recipes.script import LaunchPlan
-from g4build.shellquote import PS_SINGLE_QUOTES, bash_quote, bash_word, ps_quote, windows_word
+from g4build.util.shellquote import PS_SINGLE_QUOTES, bash_quote, bash_word, ps_quote, windows_word
 
 tree_sitter = pytest.importorskip("tree_sitter")
 tsp = pytest.importorskip("tree_sitter_powershell")

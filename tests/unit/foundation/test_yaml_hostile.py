@@ -15,10 +15,10 @@ import pytest
 
 from g4build.ci.spec import load_matrix
 from g4build.errors import ConfigError
-from g4build.pins import load_pins
+from g4build.pins.model import load_pins
 from g4build.recipes import load_recipe
-from g4build.series import load_all, load_series
-from g4build.series_yaml import append_order, set_pin_patches
+from g4build.series.model import load_all, load_series
+from g4build.series.yamlfile import append_order, set_pin_patches
 
 REPO = Path(__file__).resolve().parents[3]
 PINS_TEXT = (REPO / "patches" / "pins.yaml").read_text(encoding="utf-8")
@@ -255,7 +255,7 @@ def test_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
 def test_a_raw_control_byte_is_a_config_error_naming_the_file(tmp_path: Path) -> None:
     """PyYAML's reader refuses raw control characters before parsing; that too must name the file (exit 3)."""
     from g4build.errors import ConfigError
-    from g4build.yamlsafe import load_mapping
+    from g4build.util.yamlsafe import load_mapping
 
     path = tmp_path / "pins.yaml"
     path.write_bytes(b"pins:\n  x: \x07bell\n")

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from g4build.series import Series, load_all
+from g4build.series.model import Series, load_all
 
 PIN = "vllm-1.0.0"
 PINS_YAML = {

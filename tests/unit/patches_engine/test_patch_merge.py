@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from g4build.patch_merge import FileMerge, MergeConflict, describe, merge_three
+from g4build.source.merge import FileMerge, MergeConflict, describe, merge_three
 
 
 def _lines(*words: str) -> bytes:

@@ -19,10 +19,10 @@ import pytest
 from tests.support.trees import sdist_tree
 
 from g4build.errors import UsageError
-from g4build.patch_port import from_pin_for
-from g4build.patchfile import parse_patch
-from g4build.pins import load_pins
-from g4build.series import PinVariant, Series, SeriesPatch, load_all
+from g4build.pins.model import load_pins
+from g4build.series.model import PinVariant, Series, SeriesPatch, load_all
+from g4build.series.patchfile import parse_patch
+from g4build.series.port import from_pin_for
 
 REPO = Path(__file__).resolve().parents[3]
 COPY = "vllm-0.33.0-copy"

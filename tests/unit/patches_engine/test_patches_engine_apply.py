@@ -20,9 +20,9 @@ from tests.unit.patches_engine.patches_engine_support import (
 )
 
 from g4build.errors import PatchConflictError, SourceError
-from g4build.gittree import dirty_paths
-from g4build.patch_apply import apply_stack
-from g4build.patch_status import tree_status
+from g4build.series.apply import apply_stack
+from g4build.series.status import tree_status
+from g4build.source.gittree import dirty_paths
 
 
 def _three_series(home: Home, mkdiff: Diff) -> None:

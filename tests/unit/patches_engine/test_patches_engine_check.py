@@ -17,7 +17,7 @@ from tests.unit.patches_engine.patches_engine_support import (
     snapshot,
 )
 
-from g4build.patching import check_stack, conflict_error
+from g4build.series.check import check_stack, conflict_error
 
 
 def _check(home: Home, tree: Path, version: str = "1.0.0"):  # type: ignore[no-untyped-def]

@@ -8,8 +8,8 @@ import pytest
 from tests.unit.patches_engine.patches_engine_support import BASE, PIN, Diff, Home, make_tree, replace_line
 
 from g4build.errors import ConfigError
-from g4build.patchfile import parse_patch, touched_paths
-from g4build.patching import check_stack
+from g4build.series.check import check_stack
+from g4build.series.patchfile import parse_patch, touched_paths
 
 
 def test_sections_hunks_and_paths(mkdiff: Diff) -> None:

@@ -19,10 +19,10 @@ from tests.unit.patches_engine.patches_engine_support import (
 )
 
 from g4build.errors import SourceError, UsageError
-from g4build.patch_apply import apply_stack
-from g4build.patch_refresh import diff_patch, new_series, patches_from_commits, refresh
-from g4build.patching import check_stack
-from g4build.series import load_all
+from g4build.series.apply import apply_stack
+from g4build.series.check import check_stack
+from g4build.series.model import load_all
+from g4build.series.refresh import diff_patch, new_series, patches_from_commits, refresh
 
 OTHER_PIN = "vllm-2.0.0"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from g4build.series_yaml import append_order, set_pin_patches
+from g4build.series.yamlfile import append_order, set_pin_patches
 
 TEXT = '''\
 # Series metadata (hand written)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tests.unit.wheels.wheelsfactory import container, elf, entry, pe
 
-from g4build.wheels.fatbin import (
+from g4build.validate.fatbin import (
     FLAG_ARCH_SPECIFIC,
     FLAG_FAMILY,
     FLAG_ZSTD,

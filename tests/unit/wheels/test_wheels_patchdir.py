@@ -8,7 +8,7 @@ import pytest
 from tests.unit.wheels.wheelsfactory import PRISTINE, git_patch
 
 from g4build.errors import ConfigError, PatchConflictError
-from g4build.wheels.patchdir import PatchFile, apply_patches, touched_paths
+from g4build.series.scratch import PatchFile, apply_patches, touched_paths
 
 
 def _write(root: Path, files: dict[str, str]) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from g4build.errors import UsageError
-from g4build.pins import FileRef, load_pins
-from g4build.wheels.registry import fetch_pin_wheel, pin_wheel, platform_key
+from g4build.overlay.registry import fetch_pin_wheel, pin_wheel, platform_key
+from g4build.pins.model import FileRef, load_pins
 
 
 def test_platform_key_is_the_pins_yaml_key_of_this_machine() -> None:

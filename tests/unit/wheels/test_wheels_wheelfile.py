@@ -10,7 +10,7 @@ from packaging.version import Version
 from tests.unit.wheels.wheelsfactory import build_wheel, member_raw
 
 from g4build.errors import ValidationError
-from g4build.wheels.wheelfile import (
+from g4build.wheelfile.wheelfile import (
     RecordRow,
     WheelName,
     extend_local_label,
@@ -20,7 +20,7 @@ from g4build.wheels.wheelfile import (
     set_metadata_version,
     tags_fit_target,
 )
-from g4build.wheels.zipraw import RawZipWriter
+from g4build.wheelfile.zipraw import RawZipWriter
 
 
 def test_wheel_name_and_new_version() -> None:

@@ -164,7 +164,7 @@ def run_g4build(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
                           check=False)
 
 
-# Fatbin containers laid out as nvcc writes them (see g4build.wheels.fatbin), and minimal ELF / PE files.
+# Fatbin containers laid out as nvcc writes them (see g4build.validate.fatbin), and minimal ELF / PE files.
 def entry(kind: int, arch: int, payload: bytes, flags: int = 0x11, header: int = 64) -> bytes:
     head = struct.pack("<HHIQIIHHIIIQQQ", kind, 0x0101, header, len(payload), 0, 64, 8, 1, arch, 0, 0, flags, 0, 0)
     return head + b"\0" * (header - len(head)) + payload

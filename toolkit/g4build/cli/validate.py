@@ -11,9 +11,10 @@ from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, print_json
 from g4build.errors import UsageError, ValidationError
-from g4build.wheels import cudatools
-from g4build.wheels.fatbin import Arch
-from g4build.wheels.validate import Check, ValidateOptions, ValidationReport, validate_wheel
+from g4build.validate import cudatools
+from g4build.validate.check import Check
+from g4build.validate.fatbin import Arch
+from g4build.validate.wheel import ValidateOptions, ValidationReport, validate_wheel
 
 
 def parse_archs(values: list[str]) -> tuple[Arch, ...]:

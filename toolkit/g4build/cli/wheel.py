@@ -9,21 +9,21 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from g4build.build.cudashim import apply as apply_cuda_shim
-from g4build.build.deps import find_deps, initial_cache, prefetch
-from g4build.build.flashinfer import check_names, manifest_record, parse_spec, verify_and_copy
-from g4build.build.manifest_info import build_extra
-from g4build.build.plan import BuildPlan, base_os_of, wheel_version
-from g4build.build.request import WheelRequest, build_wheel, plan_wheel, series_for
-from g4build.build.script import write_script
-from g4build.build.stamp import stamp
+from g4build.builder.cudashim import apply as apply_cuda_shim
+from g4build.builder.deps import find_deps, initial_cache, prefetch
+from g4build.builder.flashinfer import check_names, manifest_record, parse_spec, verify_and_copy
+from g4build.builder.plan import BuildPlan, base_os_of, wheel_version
+from g4build.builder.request import WheelRequest, build_wheel, plan_wheel, series_for
+from g4build.builder.script import write_script
 from g4build.cli._common import JSON_OPTION, console, err_console, lower_option, print_json
-from g4build.depseries import build_series_for
+from g4build.emit.manifest import make_manifest
+from g4build.emit.manifest_info import build_extra
+from g4build.emit.stamp import stamp
 from g4build.errors import UsageError
-from g4build.index import cache_root
-from g4build.manifest import make_manifest
-from g4build.pins import load_pins
+from g4build.pins.index import cache_root
+from g4build.pins.model import load_pins
 from g4build.recipes import recipe_names
+from g4build.series.deps import build_series_for
 
 
 def _show(plan: BuildPlan) -> None:
