@@ -23,7 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 sys.path[:0] = [str(HERE.parents[2] / "toolkit"), str(HERE.parents[2])]
 
-from tests.unit.wheels.wheelsfactory import SeriesSpec, git_patch, make_project  # noqa: E402
+from tests.support.wheelsfactory import SeriesSpec, git_patch, make_project  # noqa: E402
 
 from g4build.overlay.wheel import overlay_wheel, plan_overlay  # noqa: E402
 from g4build.pins.index import cache_root, fetch_verified  # noqa: E402
