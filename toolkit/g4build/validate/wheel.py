@@ -295,6 +295,12 @@ def check_archs(c: Contents, targets: tuple[Arch, ...]) -> tuple[list[Check], li
     return checks, reports
 
 
+def unreadable(wheel: Path, exc: ValidationError | OSError) -> ValidationReport:
+    """The report of a wheel that could not be read at all: one failing check saying why."""
+    why = exc.message if isinstance(exc, ValidationError) else f"{wheel}: cannot be read ({exc.strerror or exc})"
+    return ValidationReport(wheel=str(wheel), checks=(Check(name="readable", ok=False, detail=why),), archs=())
+
+
 def validate_wheel(
     path: Path, options: ValidateOptions, *, smoke: Callable[[Path], Check] | None = None,
 ) -> ValidationReport:
