@@ -27,8 +27,8 @@ PACKAGE = TOOLKIT / "g4build"
 LAYERS: list[tuple[str, ...]] = [
     ("cli",),
     ("overlay", "image", "recipes", "ci", "doctor"),
-    ("validate",),
     ("emit",),
+    ("validate",),
     ("builder",),
     ("series",),
     ("source",),

@@ -19,12 +19,12 @@ from tests.support.wheelsfactory import (
     run_g4build,
 )
 
-from g4build.emit.manifest import loads
 from g4build.errors import DownloadError, PatchConflictError, UsageError
 from g4build.overlay.wheel import OverlayPlan, overlay_wheel, plan_overlay
 from g4build.pins.model import load_pins
 from g4build.series.model import load_all
 from g4build.validate.wheel import ValidateOptions, validate_wheel
+from g4build.wheelfile.manifestfile import loads
 
 
 def _plan() -> object:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from g4build.emit.manifest import MANIFEST_NAME, loads
+from g4build.wheelfile.manifestfile import MANIFEST_NAME, loads
 
 from .conftest import run_cli
 

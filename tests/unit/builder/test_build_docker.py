@@ -160,7 +160,7 @@ def test_the_tool_is_installed_from_a_writable_copy(tmp_path: Path) -> None:
     src, dst = tmp_path / "ro tool", tmp_path / "copy"
     (src / "toolkit" / "g4build").mkdir(parents=True)
     (src / "toolkit" / "g4build" / "__init__.py").write_text("x = 1\n")
-    (src / "toolkit" / "g4build" / "build").mkdir()  # the build engine package is no build output
+    (src / "toolkit" / "g4build" / "build").mkdir()  # a package folder named build is no build output
     (src / "toolkit" / "g4build" / "build" / "plan.py").write_text("y = 2\n")
     (src / "pyproject.toml").write_text("[project]\nname = 'g4build'\n")
     for junk in (".git/HEAD", "build/lib/x.py", "toolkit/g4build.egg-info/PKG-INFO"):

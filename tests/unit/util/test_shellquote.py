@@ -1,5 +1,5 @@
 """One quoting module for every script: each quote-like code point and other hostile text goes through BOTH
-renderers (the build scripts of ``build/script.py`` and the launch scripts of ``recipes/render_*``), in both
+renderers (the build scripts of ``builder/script.py`` and the launch scripts of ``recipes/render_*``), in both
 shells, and comes out as the exact value.
 
 - PowerShell: the real grammar (tree-sitter-powershell) parses the script without errors, and the literal in

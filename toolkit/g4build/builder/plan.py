@@ -220,7 +220,7 @@ def build_env(target: Target, pin: Pin | None, version: str, layout: Layout, opt
         "FETCHCONTENT_BASE_DIR": layout.join("fetchcontent"),
         # vLLM's developer switch, blanked should the user's environment export it: set, vllm_flash_attn.cmake
         # installs FlashAttention 4's cute folder as a symlink to the source, its imports not rewritten (see
-        # build/deps.py); empty, it unsets the variable and the initial cache's FetchContent source is used
+        # builder/deps.py); empty, it unsets the variable and the initial cache's FetchContent source is used
         "VLLM_FLASH_ATTN_SRC_DIR": "",
     }
     if opts.flashinfer and target.os != "windows":

@@ -1,27 +1,25 @@
 """build-manifest.json: what made a wheel (pin, series, route, env, tools, timings).
 
 Written beside the wheels and inside the vLLM wheel's ``*.dist-info/``; wheel validation reads it back to
-learn which series a wheel claims (and so which fingerprints to look for).
+learn which series a wheel claims (and so which fingerprints to look for). The file's name, schema and bytes
+are ``g4build.wheelfile.manifestfile``'s, which validation reads without this module.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
 import os
 from collections.abc import Iterable
 from typing import Any
 
 from g4build import __version__
-from g4build.errors import UsageError, ValidationError
+from g4build.errors import UsageError
 from g4build.pins.model import Pin
 from g4build.series.deps import BuildSeries
 from g4build.series.model import Series, stack_digest
 from g4build.source.base import fixup_patches
-
-MANIFEST_NAME = "build-manifest.json"
-SCHEMA = 1
+from g4build.wheelfile.manifestfile import SCHEMA
 
 
 def created_time(derived: _dt.datetime | None = None) -> str:
@@ -79,18 +77,4 @@ def make_manifest(
                                    for f in fixups]}
     if extra:
         data.update(extra)
-    return data
-
-
-def dumps(manifest: dict[str, Any]) -> bytes:
-    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
-
-
-def loads(raw: bytes, where: str) -> dict[str, Any]:
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise ValidationError(f"{where}: {MANIFEST_NAME} is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("series"), list):
-        raise ValidationError(f"{where}: {MANIFEST_NAME} is not a g4build manifest of schema {SCHEMA}")
     return data

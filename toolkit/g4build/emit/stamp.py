@@ -9,8 +9,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from g4build.emit.manifest import MANIFEST_NAME, dumps
 from g4build.errors import BuildError
+from g4build.wheelfile.manifestfile import MANIFEST_NAME, dumps
 
 
 def _record_hash(data: bytes) -> str:

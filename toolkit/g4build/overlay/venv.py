@@ -18,7 +18,6 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from g4build.emit.manifest import MANIFEST_NAME, dumps
 from g4build.errors import UnsafeArchiveError, UsageError, ValidationError
 from g4build.fsutil import remove_tree
 from g4build.overlay.venvjournal import (
@@ -38,6 +37,7 @@ from g4build.overlay.venvjournal import (
 )
 from g4build.overlay.wheel import PROJECT, OverlayPlan, check_version, patch_into, safe_member, touched_by
 from g4build.util.faults import fault
+from g4build.wheelfile.manifestfile import MANIFEST_NAME, dumps
 from g4build.wheelfile.wheelfile import RecordRow, format_record, metadata_fields, parse_record, record_hash
 
 __all__ = ["STATE", "Installed", "VenvResult", "find_installed", "overlay_venv", "recover", "undo_venv"]

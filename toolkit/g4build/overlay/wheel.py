@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 
 from packaging.version import Version
 
-from g4build.emit.manifest import MANIFEST_NAME, dumps, make_manifest
+from g4build.emit.manifest import make_manifest
 from g4build.errors import PatchConflictError, UnsafeArchiveError, UsageError, ValidationError
 from g4build.fsutil import staging_dir, sweep_staging
 from g4build.overlay.merge import APPLIED, FileOutcome, Pristine, merge_over
@@ -33,6 +33,7 @@ from g4build.series.model import Series, stack_digest
 from g4build.series.scratch import PatchFile, apply_patches, touched_paths
 from g4build.source.fetch import pristine_files
 from g4build.util.faults import fault
+from g4build.wheelfile.manifestfile import MANIFEST_NAME, dumps
 from g4build.wheelfile.safety import (
     check_limits,
     hash_members,

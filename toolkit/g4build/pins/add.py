@@ -26,7 +26,7 @@ from g4build.pins.index import IndexFile, cache_lock, cache_root, fetch_verified
 from g4build.pins.model import PIN_NAME_RE, FileRef, GitRef, Pin, PinSet, load_pins
 
 PROJECT = "vllm"
-# The wheel keys g4build looks up (wheels/registry.py platform_key): other platforms are not pinned.
+# The wheel keys g4build looks up (overlay/registry.py platform_key): other platforms are not pinned.
 WHEEL_KEYS = ("manylinux_x86_64", "win_amd64")
 _MAX_MEMBER = 1 << 20  # the files read here are a few KB; a bigger member is not what we look for
 _PLATFORM = re.compile(r"^(manylinux|musllinux)_\d+_\d+_(\w+)$")

@@ -1,5 +1,5 @@
-"""One value as one shell word, for every script g4build writes: the build scripts (``build/script.py``,
-``build/windows.py``) and the launch scripts (``recipes/render_bash.py``, ``recipes/render_powershell.py``).
+"""One value as one shell word, for every script g4build writes: the build scripts (``builder/script.py``,
+``builder/platforms/windows.py``) and the launch scripts (``recipes/render_bash.py``, ``recipes/render_powershell.py``).
 
 bash (``bash_quote``): inside single quotes every character stands for itself and only ``'`` ends the
 string; it cannot be escaped there, so each ``'`` becomes ``'\\''`` (close, an escaped quote, reopen). ``$``,

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from g4build.emit.manifest import MANIFEST_NAME, loads
 from g4build.series.model import load_all
 from g4build.validate import cudatools
 from g4build.validate.fatbin import FatbinFormatError, LibraryArchs, is_native, library_archs
+from g4build.wheelfile.manifestfile import MANIFEST_NAME, loads
 from g4build.wheelfile.safety import check_limits, member_problems, stream_member
 
 # FlashAttention 4's CuteDSL files in a vLLM wheel: kept as text so validation can read their imports

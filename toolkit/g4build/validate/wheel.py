@@ -13,7 +13,6 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from g4build.emit.manifest import MANIFEST_NAME
 from g4build.errors import ValidationError
 from g4build.pins.model import load_pins
 from g4build.series.model import load_all
@@ -22,6 +21,7 @@ from g4build.validate.check import Check
 from g4build.validate.fatbin import Arch
 from g4build.validate.reading import FA4_CUTE, Contents, is_fa4_cute, read_wheel
 from g4build.validate.smoke import smoke_install
+from g4build.wheelfile.manifestfile import MANIFEST_NAME
 from g4build.wheelfile.safety import Hashed, inside, record_duplicates, record_problems, wheel_file_problems
 from g4build.wheelfile.wheelfile import WheelName, metadata_fields, parse_record, tags_fit_target
 
