@@ -13,6 +13,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pytest needs tomli below Python 3.11
@@ -193,6 +195,20 @@ def test_the_wheel_gets_every_module() -> None:
     assert listed <= folders, f"listed but absent: {sorted(listed - folders)}"
     no_init = sorted(f for f in folders if not (TOOLKIT / f.replace(".", "/") / "__init__.py").is_file())
     assert not no_init, f"folders of modules without __init__.py: {no_init}"
+
+
+def test_import_linter_has_the_same_layers() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    (layers,) = [c["layers"] for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    expected = ["g4build.__main__"] + [" | ".join(f"g4build.{u}" for u in layer) for layer in LAYERS]
+    assert layers == expected
+
+
+def test_import_linter_keeps_the_contracts() -> None:
+    """import-linter (grimp's reading of the imports, function-level ones included) agrees."""
+    cli = pytest.importorskip("importlinter.cli")
+    code = cli.lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True, no_logo=True)
+    assert code == 0, "lint-imports found broken contracts (its report is above)"
 
 
 def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
