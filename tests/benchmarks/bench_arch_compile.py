@@ -30,10 +30,10 @@ sys.path[:0] = [str(ROOT / "toolkit"), str(ROOT)]
 
 from tests.support.trees import sdist_tree  # noqa: E402
 
-from g4build.build.arch import UPSTREAM_DEFAULT_ARCH_LIST, cuda_arch_list, gencode_flags, parse_arch  # noqa: E402
-from g4build.build.deps import find_deps  # noqa: E402
-from g4build.build.host import find_nvcc, nvcc_version  # noqa: E402
-from g4build.index import cache_root  # noqa: E402
+from g4build.builder.arch import UPSTREAM_DEFAULT_ARCH_LIST, cuda_arch_list, gencode_flags, parse_arch  # noqa: E402
+from g4build.builder.deps import find_deps  # noqa: E402
+from g4build.builder.host import find_nvcc, nvcc_version  # noqa: E402
+from g4build.pins.index import cache_root  # noqa: E402
 
 # what vLLM's CMake passes every CUDA unit of _C (torch extension + vLLM's own feature switches)
 VLLM_DEFINES = ["-DENABLE_FP8", "-DTORCH_EXTENSION_NAME=_C", "-DPy_LIMITED_API=3", "-U__CUDA_NO_HALF_OPERATORS__",

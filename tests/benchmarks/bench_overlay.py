@@ -23,16 +23,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 sys.path[:0] = [str(HERE.parents[2] / "toolkit"), str(HERE.parents[2])]
 
-from tests.unit.wheels.wheelsfactory import SeriesSpec, git_patch, make_project  # noqa: E402
+from tests.support.wheelsfactory import SeriesSpec, git_patch, make_project  # noqa: E402
 
-from g4build.index import cache_root, fetch_verified  # noqa: E402
-from g4build.pins import load_pins  # noqa: E402
-from g4build.series import load_all  # noqa: E402
-from g4build.wheels import cudatools  # noqa: E402
-from g4build.wheels.fatbin import Arch  # noqa: E402
-from g4build.wheels.overlay import overlay_wheel, plan_overlay  # noqa: E402
-from g4build.wheels.patchdir import apply_patches  # noqa: E402
-from g4build.wheels.validate import ValidateOptions, validate_wheel  # noqa: E402
+from g4build.overlay.wheel import overlay_wheel, plan_overlay  # noqa: E402
+from g4build.pins.index import cache_root, fetch_verified  # noqa: E402
+from g4build.pins.model import load_pins  # noqa: E402
+from g4build.series.model import load_all  # noqa: E402
+from g4build.series.scratch import apply_patches  # noqa: E402
+from g4build.validate import cudatools  # noqa: E402
+from g4build.validate.fatbin import Arch  # noqa: E402
+from g4build.validate.wheel import ValidateOptions, validate_wheel  # noqa: E402
 
 PIN = "vllm-0.21.0"
 TARGET = "vllm/v1/spec_decode/dflash.py"

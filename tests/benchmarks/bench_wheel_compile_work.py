@@ -12,7 +12,7 @@
     python tests/benchmarks/bench_wheel_compile_work.py count --upstream UP --plan PLAN [--times times.json] \
         [--json result.json]
 
-What a unit is compiled for is read from each build folder's build.ninja (``g4build.build.units``): vLLM and
+What a unit is compiled for is read from each build folder's build.ninja (``g4build.builder.units``): vLLM and
 vllm-flash-attn put ``-gencode`` flags on each source, so the configure alone decides every kernel family's
 arch list. A *family* is a target plus the folder of its sources (``_vllm_fa2_C:csrc/flash_attn/src``,
 ``_C:csrc/quantization/marlin`` ...): units of one family share their code and templates, so their compile
@@ -41,7 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "toolkit"), str(ROOT)]
 
-from g4build.build.units import CompileUnit, summary, units_from_ninja  # noqa: E402
+from g4build.builder.units import CompileUnit, summary, units_from_ninja  # noqa: E402
 
 CONFIGS = ("upstream", "plan")
 

@@ -17,12 +17,12 @@ import tarfile
 import time
 from pathlib import Path
 
-from g4build.build.arch import parse_arch
-from g4build.build.deps import find_deps, initial_cache
-from g4build.build.native import NativeExecutor
-from g4build.build.plan import BuildPlan, Layout, Options, Step, Target
-from g4build.build.planner import make_plan
-from g4build.pins import load_pins
+from g4build.builder.arch import parse_arch
+from g4build.builder.deps import find_deps, initial_cache
+from g4build.builder.executors.native import NativeExecutor
+from g4build.builder.plan import BuildPlan, Layout, Options, Step, Target
+from g4build.builder.planner import make_plan
+from g4build.pins.model import load_pins
 
 
 def main(inputs: Path, work: Path, jobs: int, target_name: str, limit_s: int) -> int:

@@ -14,7 +14,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from g4build.build.deps import find_deps
+from g4build.builder.deps import find_deps
 
 
 def main(sdist: Path, carried: Path, cache: Path) -> None:

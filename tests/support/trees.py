@@ -9,10 +9,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from g4build.index import cache_lock, cache_root, fetch_verified
-from g4build.pins import load_pins
-from g4build.series import load_all
-from g4build.source import safe_extract_tar
+from g4build.pins.index import cache_lock, cache_root, fetch_verified
+from g4build.pins.model import load_pins
+from g4build.series.model import load_all
+from g4build.source.fetch import safe_extract_tar
 
 _TREES = Path(os.environ.get("G4BUILD_TEST_TREES") or cache_root() / "test-trees")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from g4build.errors import ConfigError, UsageError
-from g4build.yamlsafe import load_mapping
+from g4build.util.yamlsafe import load_mapping
 
 # A g4build project (the checkout or a copy of its data) is a folder holding both of these.
 MARKERS = (Path("patches") / "pins.yaml", Path("patches") / "series.yaml")
@@ -100,7 +100,7 @@ def ci_dir() -> Path:
 
 
 def load_yaml_mapping(path: Path) -> dict[str, Any]:
-    """Read a YAML data file whose top level must be a mapping (the safe loader: see ``g4build.yamlsafe``)."""
+    """Read a YAML data file whose top level must be a mapping (the safe loader: see ``g4build.util.yamlsafe``)."""
     return load_mapping(path)
 
 

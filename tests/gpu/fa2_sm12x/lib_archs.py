@@ -15,7 +15,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from g4build.wheels.fatbin import Arch, library_archs
+from g4build.validate.fatbin import Arch, library_archs
 
 
 def cuobjdump(lib: Path, flag: str) -> list[str] | None:

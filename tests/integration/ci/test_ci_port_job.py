@@ -22,7 +22,7 @@ import yaml
 from g4build.ci import load_matrix
 from g4build.ci.workflows import WORKFLOWS_DIR
 from g4build.data import project_root
-from g4build.pins import load_pins
+from g4build.pins.model import load_pins
 
 ROOT = project_root()
 

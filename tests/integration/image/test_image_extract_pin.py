@@ -13,10 +13,10 @@ import pytest
 from tests.support.trees import sdist_tree
 from tests.unit.image.imagebuild import d, docker_save, f, files_under, layer_tar, oci_layout, sym
 
-import g4build.source  # noqa: F401  # the command below runs fetch_source: shipped code must import, never skip
+import g4build.source.fetch  # noqa: F401  # the command below runs fetch_source: shipped code must import, never skip
 from g4build.image import extract_series
-from g4build.pins import load_pins
-from g4build.series import load_series
+from g4build.pins.model import load_pins
+from g4build.series.model import load_series
 
 pytestmark = pytest.mark.network
 

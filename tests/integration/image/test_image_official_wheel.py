@@ -11,8 +11,8 @@ from tests.support.trees import sdist_tree
 from tests.unit.image.imagebuild import Entry, f, layer_tar, oci_layout
 
 from g4build.image import extract_series
-from g4build.index import cache_root, fetch_verified
-from g4build.pins import load_pins
+from g4build.pins.index import cache_root, fetch_verified
+from g4build.pins.model import load_pins
 
 pytestmark = [pytest.mark.network, pytest.mark.heavy]
 

@@ -12,9 +12,9 @@ from tests.support.trees import sdist_tree
 from tests.unit.image.imagebuild import f, layer_tar, oci_layout
 
 from g4build.image import extract_series
-from g4build.index import cache_root, fetch_verified, project_files
-from g4build.pins import load_pins
-from g4build.series import load_series
+from g4build.pins.index import cache_root, fetch_verified, project_files
+from g4build.pins.model import load_pins
+from g4build.series.model import load_series
 
 pytestmark = pytest.mark.network
 

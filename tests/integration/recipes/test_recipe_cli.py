@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from tests.integration.recipes.conftest import REPO, Stubs, g4build, make_wheel
 
+from g4build.emit.manifest import make_manifest
 from g4build.errors import RecipeError
-from g4build.manifest import make_manifest
-from g4build.pins import load_pins
+from g4build.pins.model import load_pins
 from g4build.recipes import render_for_wheel, script_filename, write_script
-from g4build.series import load_all
+from g4build.series.model import load_all
 
 
 def test_list_json_names_every_recipe() -> None:

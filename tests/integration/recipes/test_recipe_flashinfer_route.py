@@ -16,8 +16,8 @@ from tests.integration.recipes.conftest import Stubs, g4build, make_wheel
 from tests.integration.recipes.test_recipe_powershell_ast import PsScript, walk
 from tests.support.trees import sdist_tree
 
-from g4build.manifest import make_manifest
-from g4build.pins import load_pins
+from g4build.emit.manifest import make_manifest
+from g4build.pins.model import load_pins
 from g4build.recipes.flashinfer import OPT_IN
 from g4build.recipes.script import SHELLS, probe_program
 
@@ -170,7 +170,7 @@ def test_the_switches_are_what_the_pinned_vllm_reads(pin: str) -> None:
 @pytest.mark.heavy
 @pytest.mark.network
 def test_the_registry_wheel_brings_flashinfer() -> None:
-    from g4build.index import cache_root, fetch_verified
+    from g4build.pins.index import cache_root, fetch_verified
     from g4build.recipes.context import read_wheel_info
 
     ref = load_pins().get("vllm-0.21.0").wheels["manylinux_x86_64"]

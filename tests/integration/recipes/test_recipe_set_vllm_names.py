@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from tests.integration.recipes.conftest import REPO
 
-from g4build.index import cache_root, fetch_verified
-from g4build.pins import load_pins
+from g4build.pins.index import cache_root, fetch_verified
+from g4build.pins.model import load_pins
 from g4build.recipes import load_recipe, recipe_names
 
 RECIPE = "gemma4-26b-a4b-nvfp4-dflash"  # pins vllm-0.21.0

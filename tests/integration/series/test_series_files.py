@@ -3,7 +3,8 @@ no new ruff F (pyflakes-level) findings once the whole stack is applied, each fi
 is present after patching and absent before, and no patch is already upstream (none reverse-applies).
 
 That each patch applies with zero fuzz, cumulatively and in order, is the patch engine's own check
-(tests/integration/patches_engine: `patches check` must report every series `needed`, every patch `applies`).
+(tests/integration/series/test_series_engine_real.py: `patches check` must report every series `needed`, every
+patch `applies`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from pathlib import Path
 import pytest
 from tests.support.trees import patched_tree, sdist_tree
 
-from g4build.patchfile import parse_patch, touched_paths
-from g4build.series import Series, load_all
+from g4build.series.model import Series, load_all
+from g4build.series.patchfile import parse_patch, touched_paths
 
 pytestmark = pytest.mark.network
 

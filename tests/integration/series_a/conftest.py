@@ -18,7 +18,7 @@ import pytest
 from tests.support.tree_probe import BOOT_SITECUSTOMIZE
 from tests.support.trees import patched_tree, sdist_tree
 
-from g4build.index import cache_lock, cache_root, fetch_verified, project_files
+from g4build.pins.index import cache_lock, cache_root, fetch_verified, project_files
 
 HERE = Path(__file__).parent
 PINS = ["vllm-0.21.0", "vllm-0.26.0", "vllm-0.29.0", "vllm-0.33.0"]

@@ -23,8 +23,8 @@ from g4build.ci import (
 )
 from g4build.data import project_root
 from g4build.errors import ConfigError, UsageError
-from g4build.index import IndexFile
-from g4build.pins import PinSet, load_pins
+from g4build.pins.index import IndexFile
+from g4build.pins.model import PinSet, load_pins
 
 SpecFrom = Callable[[dict[str, Any]], MatrixSpec]
 PIN = Target(release="0.21.0", pin="vllm-0.21.0")

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from g4build.doctor.probe import CommandResult
+from g4build.builder.probe import CommandResult
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -12,8 +12,8 @@ from tests.unit.image.imagebuild import Entry, f, files_under, layer_tar, oci_la
 from g4build.errors import ConfigError, ImageError, UsageError
 from g4build.image import default_series_name, extract_series, resolve_output
 from g4build.image.diff import is_noise, selects_package_file, series_metadata, write_series_folder
-from g4build.pins import load_pins
-from g4build.series import load_series
+from g4build.pins.model import load_pins
+from g4build.series.model import load_series
 
 SP = "usr/local/lib/python3.12/dist-packages"
 PIN = load_pins().get("vllm-0.21.0")

@@ -12,8 +12,8 @@ from tests.support.index_server import LocalIndex, serve_index
 from tests.unit.image.imagebuild import f, layer_tar, oci_layout
 
 from g4build.image import extract_series
-from g4build.pins import load_pins
-from g4build.series import load_series
+from g4build.pins.model import load_pins
+from g4build.series.model import load_series
 
 SP = "usr/lib/python3/dist-packages"
 MODEL = "transformers/models/gemma4"

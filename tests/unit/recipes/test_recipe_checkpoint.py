@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
+from g4build.emit.manifest import make_manifest
 from g4build.errors import ConfigError, UsageError
-from g4build.manifest import dumps, make_manifest
-from g4build.pins import load_pins
+from g4build.pins.model import load_pins
 from g4build.recipes.checkpoint import read_checkpoint
 from g4build.recipes.context import drafter_dir, read_wheel_info
 from g4build.recipes.model import parse_recipe
-from g4build.series import load_series
+from g4build.series.model import load_series
+from g4build.wheelfile.manifestfile import dumps
 
 GEMMA4_TEXT = {
     "model_type": "gemma4_text",

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from g4build.errors import RecipeError
-from g4build.pins import load_pins
+from g4build.pins.model import load_pins
 from g4build.recipes.flashinfer import FlashInferInfo, off_switches, requires_flashinfer, wheel_flashinfer
 from g4build.recipes.model import Recipe, parse_recipe
 from g4build.recipes.rules import CheckContext, Finding, WheelInfo, check

@@ -17,7 +17,7 @@ import pytest
 from g4build.errors import ConfigError, UsageError
 from g4build.recipes import load_recipe, render
 from g4build.recipes.overrides import parse_override
-from g4build.shellquote import windows_word
+from g4build.util.shellquote import windows_word
 
 REPO = Path(__file__).resolve().parents[3]
 

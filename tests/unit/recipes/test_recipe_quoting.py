@@ -12,7 +12,7 @@ from tests.unit.recipes.recipe_shell_semantics import (
     windows_split,
 )
 
-from g4build.shellquote import bash_quote, ps_quote, windows_word
+from g4build.util.shellquote import bash_quote, ps_quote, windows_word
 
 HOSTILE = [
     "plain",

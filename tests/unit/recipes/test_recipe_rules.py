@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from g4build.pins import load_pins
+from g4build.pins.model import load_pins
 from g4build.recipes.checkpoint import CheckpointInfo
 from g4build.recipes.model import KvGeometry, Recipe, parse_recipe
 from g4build.recipes.rules import CheckContext, Finding, WheelInfo, check
-from g4build.series import Series, load_series
+from g4build.series.model import Series, load_series
 
 PINS = load_pins()
 PIN = PINS.get("vllm-0.21.0")

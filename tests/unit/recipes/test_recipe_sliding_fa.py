@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from g4build.errors import ConfigError, RecipeError
-from g4build.pins import load_pins
+from g4build.pins.model import load_pins
 from g4build.recipes import load_recipe
 from g4build.recipes.argv import serve_argv
 from g4build.recipes.checkpoint import CheckpointInfo
 from g4build.recipes.model import KvGeometry, Recipe, parse_recipe
 from g4build.recipes.rules import CheckContext, Finding, WheelInfo, check
-from g4build.series import load_all
+from g4build.series.model import load_all
 
 PINS = load_pins()
 SERIES = tuple(load_all())  # this checkout's series: their versions are what the rule compares against

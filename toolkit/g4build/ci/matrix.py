@@ -18,8 +18,8 @@ from packaging.version import InvalidVersion, Version
 
 from g4build.ci.spec import MatrixSpec
 from g4build.errors import ConfigError, UsageError
-from g4build.index import IndexFile
-from g4build.pins import PinSet, load_pins
+from g4build.pins.index import IndexFile
+from g4build.pins.model import PinSet, load_pins
 
 Role = Literal["build", "check"]
 _SDIST = re.compile(r"^vllm-(?P<version>[^-]+)\.tar\.gz$")

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from g4build.ci import scripts
+import g4build.ci.scripts as scripts
 from g4build.ci.matrix import select_archs
 from g4build.ci.spec import MatrixSpec
 

@@ -7,7 +7,6 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from g4build import index
 from g4build.ci import (
     buildable,
     exclusion_notes,
@@ -23,7 +22,8 @@ from g4build.ci import (
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
 from g4build.data import project_root, writable_root
 from g4build.errors import ConfigError
-from g4build.pins import load_pins
+from g4build.pins import index
+from g4build.pins.model import load_pins
 
 ci_app = typer.Typer(help="The CI wheel matrix (ci/matrix.yaml) and the workflows generated from it.",
                      no_args_is_help=True)

@@ -9,10 +9,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
-from g4build.depseries import BuildSeries, build_series_for, get_build_series, load_all_build
 from g4build.errors import UsageError
-from g4build.index import cache_root
-from g4build.pins import Pin, load_pins
+from g4build.pins.index import cache_root
+from g4build.pins.model import Pin, load_pins
+from g4build.series.deps import BuildSeries, build_series_for, get_build_series, load_all_build
 
 deps_app = typer.Typer(help="Build series: patches for CMake dependencies (vllm-flash-attn ...) and vLLM's CMake.",
                        no_args_is_help=True)
@@ -65,7 +65,7 @@ def check_cmd(
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Check a build series against a tree: its commit, the recorded files, every patch with zero fuzz (exit 8)."""
-    from g4build.build.depapply import check_dependency, require_ok
+    from g4build.builder.depapply import check_dependency, require_ok
 
     p = load_pins().get(pin)
     b = get_build_series(series)
@@ -97,8 +97,8 @@ def apply_cmd(
 ) -> None:
     """Apply the pin's build series: vLLM's own to the tree (one commit per patch), a dependency's to a patched
     copy of its prefetched clone, which the initial cache then names. Nothing half-done: a check runs first."""
-    from g4build.build.depapply import apply_build_series, patched_dependency, point_cache_at
-    from g4build.build.deps import find_deps, prefetch
+    from g4build.builder.depapply import apply_build_series, patched_dependency, point_cache_at
+    from g4build.builder.deps import find_deps, prefetch
 
     p = load_pins().get(pin)
     chosen = _chosen(p, series)
@@ -147,8 +147,8 @@ def status_cmd(
 ) -> None:
     """Which build series a tree carries (its commits' G4build-* trailers) and, for a patched dependency copy,
     the record written when it was made."""
-    from g4build.build.depapply import read_patched_record
-    from g4build.patch_status import series_commits
+    from g4build.builder.depapply import read_patched_record
+    from g4build.series.status import series_commits
 
     names = {b.name for b in load_all_build()}
     commits = [c for c in series_commits(tree) if c.series in names]

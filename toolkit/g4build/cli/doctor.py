@@ -38,7 +38,7 @@ def doctor(
     """Check this machine before a long build: GPU, driver, CUDA, MSVC, Python, torch, RAM, disk, Docker."""
     from g4build.doctor import SystemProbe, run_doctor
     from g4build.errors import DoctorFailed
-    from g4build.pins import load_pins
+    from g4build.pins.model import load_pins
 
     workdir = _existing_folder(path)
     pin_torch = load_pins().get(pin).torch

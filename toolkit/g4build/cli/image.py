@@ -30,7 +30,7 @@ def extract(
 ) -> None:
     """Diff the image's installed vLLM Python files against the pin and write them as a new series."""
     from g4build.image import extract_series
-    from g4build.pins import load_pins
+    from g4build.pins.model import load_pins
 
     chosen = load_pins().get(pin)
     if out is None:  # the new series goes under the project's patches/: never the installed package
@@ -40,7 +40,7 @@ def extract(
     with err_console.status(f"opening {image}") as live:
 
         def pristine_tree() -> Path:
-            from g4build.source import fetch_source
+            from g4build.source.fetch import fetch_source
 
             live.update(f"preparing the {chosen.name} source tree ({source})")
             return fetch_source(chosen, source).path

@@ -12,13 +12,13 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColu
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
 from g4build.cli.validate import show_report
 from g4build.errors import UsageError, ValidationError
-from g4build.index import Fetched
-from g4build.pins import Pin, load_pins
-from g4build.series import load_all
-from g4build.wheels.overlay import overlay_wheel, plan_overlay
-from g4build.wheels.registry import fetch_pin_wheel, pin_wheel
-from g4build.wheels.validate import ValidateOptions, ValidationReport, validate_wheel
-from g4build.wheels.venvoverlay import overlay_venv, undo_venv
+from g4build.overlay.registry import fetch_pin_wheel, pin_wheel
+from g4build.overlay.venv import overlay_venv, undo_venv
+from g4build.overlay.wheel import overlay_wheel, plan_overlay
+from g4build.pins.index import Fetched
+from g4build.pins.model import Pin, load_pins
+from g4build.series.model import load_all
+from g4build.validate.wheel import ValidateOptions, ValidationReport, validate_wheel
 
 
 def _fetch_with_progress(pin: Pin, *, quiet: bool) -> Fetched:

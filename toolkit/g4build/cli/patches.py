@@ -18,15 +18,15 @@ from rich.table import Table
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
 from g4build.data import writable_root
 from g4build.errors import IntegrityError, PatchConflictError, UsageError
-from g4build.gittree import pristine_commit
-from g4build.index import ProgressHook, cache_root, fetch_verified
-from g4build.patch_apply import apply_stack
-from g4build.patch_refresh import RefreshResult, diff_patch, new_series, patches_from_commits, refresh
-from g4build.patch_status import tree_status
-from g4build.patching import StackReport, check_stack, conflict_error
-from g4build.pins import Pin, load_pins
-from g4build.series import get_series, load_all
-from g4build.source import fetch_source, pristine_files, read_version_file, safe_extract_tar
+from g4build.pins.index import ProgressHook, cache_root, fetch_verified
+from g4build.pins.model import Pin, load_pins
+from g4build.series.apply import apply_stack
+from g4build.series.check import StackReport, check_stack, conflict_error
+from g4build.series.model import get_series, load_all
+from g4build.series.refresh import RefreshResult, diff_patch, new_series, patches_from_commits, refresh
+from g4build.series.status import tree_status
+from g4build.source.fetch import fetch_source, pristine_files, read_version_file, safe_extract_tar
+from g4build.source.gittree import pristine_commit
 
 patches_app = typer.Typer(help="Patch series: list, check for drift, apply, status, refresh.", no_args_is_help=True)
 
@@ -311,7 +311,7 @@ def port_cmd(
 ) -> None:
     """Carry series from one pin to another: each patch applied, or merged three ways with the old pin's files, and
     rewritten for the new tree; a patch already there is dropped; a conflict stops with nothing written."""
-    from g4build.patch_port import from_pin_for, port
+    from g4build.series.port import from_pin_for, port
 
     if (series is None) == (not all_series):
         raise UsageError("pass a series name or --all (one of them)",

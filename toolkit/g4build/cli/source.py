@@ -9,8 +9,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from g4build.cli._common import JSON_OPTION, console, err_console, lower_option, print_json
-from g4build.pins import load_pins
-from g4build.source import fetch_source
+from g4build.pins.model import load_pins
+from g4build.source.fetch import fetch_source
 
 source_app = typer.Typer(help="Fetch and verify upstream vLLM source.", no_args_is_help=True)
 

@@ -11,9 +11,9 @@ from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, print_json
 from g4build.errors import UsageError, ValidationError
-from g4build.wheels import cudatools
-from g4build.wheels.fatbin import Arch
-from g4build.wheels.validate import Check, ValidateOptions, ValidationReport, validate_wheel
+from g4build.validate import cudatools
+from g4build.validate.fatbin import Arch
+from g4build.validate.wheel import ValidateOptions, ValidationReport, unreadable, validate_wheel
 
 
 def parse_archs(values: list[str]) -> tuple[Arch, ...]:
@@ -32,12 +32,6 @@ def show_report(report: ValidationReport) -> None:
     for c in report.checks:
         table.add_row(escape(c.name), "[green]ok[/]" if c.ok else "[bold red]FAIL[/]", escape(c.detail))
     console.print(table)
-
-
-def unreadable(wheel: Path, exc: ValidationError | OSError) -> ValidationReport:
-    """The report of a wheel that could not be read at all: one failing check saying why."""
-    why = exc.message if isinstance(exc, ValidationError) else f"{wheel}: cannot be read ({exc.strerror or exc})"
-    return ValidationReport(wheel=str(wheel), checks=(Check(name="readable", ok=False, detail=why),), archs=())
 
 
 def run_validation(wheels: list[Path], options: ValidateOptions, *, as_json: bool) -> list[ValidationReport]:

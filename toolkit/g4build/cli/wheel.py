@@ -9,20 +9,17 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from g4build.build.cudashim import apply as apply_cuda_shim
-from g4build.build.deps import find_deps, initial_cache, prefetch
-from g4build.build.flashinfer import check_names, manifest_record, parse_spec, verify_and_copy
-from g4build.build.manifest_info import build_extra
-from g4build.build.plan import BuildPlan, base_os_of, wheel_version
-from g4build.build.request import WheelRequest, build_wheel, plan_wheel, series_for
-from g4build.build.script import write_script
-from g4build.build.stamp import stamp
+from g4build.builder.cudashim import apply as apply_cuda_shim
+from g4build.builder.deps import find_deps, initial_cache, prefetch
+from g4build.builder.flashinfer import check_names, parse_spec, verify_and_copy
+from g4build.builder.plan import BuildPlan
+from g4build.builder.request import WheelRequest, build_wheel, plan_wheel
+from g4build.builder.script import write_script
 from g4build.cli._common import JSON_OPTION, console, err_console, lower_option, print_json
-from g4build.depseries import build_series_for
+from g4build.emit.write import write_build_manifest
 from g4build.errors import UsageError
-from g4build.index import cache_root
-from g4build.manifest import make_manifest
-from g4build.pins import load_pins
+from g4build.pins.index import cache_root
+from g4build.pins.model import load_pins
 from g4build.recipes import recipe_names
 
 
@@ -187,17 +184,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write build-manifest.json beside the wheels and into the vLLM wheel's dist-info."""
         pin = load_pins().get(pin_name)
-        series = series_for(pin)
-        build = build_series_for(pin, base_os=base_os_of(pin, os_name))
-        extra = build_extra(arch=arch, os_name=os_name, cuda=cuda, state=state)
-        if os_name == "windows":  # what the launch scripts and `recipe check --wheel` read
-            extra["flashinfer"] = manifest_record(pin, out, [parse_spec(i) for i in flashinfer_wheels or ()])
-        elif flashinfer_wheels:
-            raise UsageError("--flashinfer-wheel is for Windows builds (--os windows)")
-        manifest = make_manifest(pin, series, route="build", extra=extra, base_os=base_os_of(pin, os_name),
-                                 build=build)
-        # with --cuda the wheel's version is known: only that wheel is stamped, not older ones in --out
-        touched = stamp(out, manifest, version=wheel_version(pin, series, cuda, os_name, build) if cuda else None)
+        manifest, touched = write_build_manifest(pin, out, state=state, arch=arch, os_name=os_name, cuda=cuda,
+                                                 flashinfer_wheels=flashinfer_wheels or ())
         if as_json:
             print_json({"out": str(out), "wheels_stamped": touched, "manifest": manifest})
         else:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from g4build.builder.probe import CommandResult, Probe, SystemProbe
 from g4build.doctor.checks import (
     Finding,
     check_cuda,
@@ -20,7 +21,6 @@ from g4build.doctor.checks import (
     check_platform,
     check_python_and_torch,
 )
-from g4build.doctor.probe import CommandResult, Probe, SystemProbe
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
-from g4build.build import cudashim
-from g4build.build.windows import (
+from g4build.builder import cudashim
+from g4build.builder.platforms.windows import (
     GIT_LONG_PATHS_FIX,
     LONG_PATHS_FIX,
     LONG_PATHS_KEY,
@@ -25,7 +25,7 @@ from g4build.build.windows import (
     VS_VERSION_RANGE,
     is_vs2022,
 )
-from g4build.doctor.probe import CommandResult, Probe
+from g4build.builder.probe import CommandResult, Probe
 from g4build.errors import BuildError
 
 Status = Literal["ok", "warn", "fail"]

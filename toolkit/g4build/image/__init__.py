@@ -17,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from g4build.data import patches_dir
 from g4build.errors import UsageError
+from g4build.image import transformers as tf
 from g4build.image.diff import (
     FileChanges,
     compare,
@@ -34,7 +35,7 @@ from g4build.image.layers import ApplyReport, Limits, apply_layers
 from g4build.image.model import ImageInfo, LayerStream
 from g4build.image.sources import open_image
 from g4build.image.transformers import TransformersPart
-from g4build.pins import Pin
+from g4build.pins.model import Pin
 
 PATCH_FILE = "0001-python-changes-from-image.patch"
 _SERIES_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -130,8 +131,6 @@ def extract_series(
     ``tree`` may be a callable: it is called only once the image has been read, so a bad image fails before
     a long source download. ``with_transformers`` also diffs transformers' Gemma 4 files (see transformers.py).
     """
-    from g4build.image import transformers as tf
-
     say = status or (lambda _msg: None)
     with tempfile.TemporaryDirectory(prefix="g4build-image-", dir=workdir, ignore_cleanup_errors=True) as tmp:
         root = Path(tmp) / "rootfs"

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from g4build import series_yaml
 from g4build.errors import ImageError, PatchConflictError
 from g4build.image.layers import resolve_in_root
-from g4build.series import load_series
+from g4build.series import yamlfile as series_yaml
+from g4build.series.model import load_series
 
 PACKAGE = "vllm"
 SITE_DIRS = ("site-packages", "dist-packages")

@@ -25,7 +25,7 @@ from g4build.image.diff import (
     selects_package_file,
 )
 from g4build.image.layers import clean_member_name, resolve_in_root
-from g4build.index import cache_root, fetch_verified, project_files
+from g4build.pins.index import cache_root, fetch_verified, project_files
 
 PACKAGE = "transformers"
 SUB = "models/gemma4"

@@ -7,13 +7,13 @@ import zipfile
 from pathlib import Path
 
 from g4build.errors import UsageError
-from g4build.manifest import MANIFEST_NAME, loads
-from g4build.pins import load_pins
+from g4build.pins.model import load_pins
 from g4build.recipes.checkpoint import CheckpointInfo, read_checkpoint
 from g4build.recipes.flashinfer import wheel_flashinfer
 from g4build.recipes.model import Recipe
 from g4build.recipes.rules import CheckContext, WheelInfo
-from g4build.series import load_all
+from g4build.series.model import load_all
+from g4build.wheelfile.manifestfile import MANIFEST_NAME, loads
 
 
 def read_wheel_info(wheel: Path) -> WheelInfo:

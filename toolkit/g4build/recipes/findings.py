@@ -6,11 +6,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from g4build.pins import Pin
+from g4build.pins.model import Pin
 from g4build.recipes.checkpoint import CheckpointInfo
 from g4build.recipes.flashinfer import FlashInferInfo
 from g4build.recipes.model import Recipe
-from g4build.series import Series
+from g4build.series.model import Series
 
 Severity = Literal["error", "warning", "info"]
 FA2_MAX_HEAD_DIM = 256  # FlashAttention 2 (all SM120 has) serves head dims up to this

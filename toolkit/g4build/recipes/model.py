@@ -14,7 +14,7 @@ from typing import Any
 
 from g4build.data import load_yaml_mapping, recipes_dir
 from g4build.errors import ConfigError, UsageError
-from g4build.yamlsafe import check_tree
+from g4build.util.yamlsafe import check_tree
 
 # A scalar an option can take; lists give options that take several values; mappings become compact JSON.
 Scalar = str | int | float | bool

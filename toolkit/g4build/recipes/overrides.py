@@ -25,7 +25,7 @@ from g4build.recipes.model import (
     OPTION_RE,
     TOP_LEVEL_KEYS,
 )
-from g4build.yamlsafe import load_text, text_problem
+from g4build.util.yamlsafe import load_text, text_problem
 
 _INT = re.compile(r"^[-+]?[0-9]+$")
 _FLOAT = re.compile(r"^[-+]?([0-9]+\.[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$|^[-+]?[0-9]+[eE][-+]?[0-9]+$")

@@ -9,7 +9,7 @@ Inside single quotes bash expands nothing: ``$``, backticks, ``;``, ``"``, newli
 from __future__ import annotations
 
 from g4build.recipes.script import LaunchPlan, header_lines, probe_program
-from g4build.shellquote import bash_quote
+from g4build.util.shellquote import bash_quote
 
 
 def render_bash(plan: LaunchPlan) -> str:

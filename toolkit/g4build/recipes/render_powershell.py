@@ -17,7 +17,7 @@ parser (CommandLineToArgvW / the C runtime, or .NET on Unix) turns it back into 
 from __future__ import annotations
 
 from g4build.recipes.script import LaunchPlan, header_lines, probe_program
-from g4build.shellquote import ps_quote, windows_word
+from g4build.util.shellquote import ps_quote, windows_word
 
 HOW_ARGUMENTS_PASS = [
     "How the arguments reach vllm exactly, in Windows PowerShell 5.1 and PowerShell 7.x:",

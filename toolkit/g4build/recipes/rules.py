@@ -13,7 +13,7 @@ from g4build.recipes.findings import FA2_MAX_HEAD_DIM, CheckContext, Finding, Ru
 from g4build.recipes.flashinfer import FlashInferInfo, fixed_paths, off_switches
 from g4build.recipes.model import KvGeometry, Recipe
 from g4build.recipes.sliding_fa import rule_sliding_fa
-from g4build.series import Series
+from g4build.series.model import Series
 
 __all__ = ["RULES", "CheckContext", "Finding", "Rule", "Severity", "WheelInfo", "check", "errors"]
 

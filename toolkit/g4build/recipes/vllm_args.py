@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from g4build.errors import G4BuildError, UsageError
-from g4build.index import cache_root, sha256_file
-from g4build.pins import Pin, load_pins
+from g4build.pins.index import cache_root, sha256_file
+from g4build.pins.model import Pin, load_pins
 from g4build.recipes.overrides import parse_override
 
 # Bump when the table's layout or the rules that build it change: older cache entries are then ignored.

@@ -1,0 +1,1 @@
+"""Executors: run a ``BuildPlan`` here (``native``) or in a container (``docker``)."""

@@ -1,0 +1,74 @@
+"""``make_plan``: pin + series + target -> BuildPlan, the OS's part from its platform module. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from g4build.builder.flashinfer import check_names
+from g4build.builder.plan import (
+    GB_PER_NVCC_JOB,
+    BuildPlan,
+    Layout,
+    Options,
+    Target,
+    build_env,
+    check_target,
+    vllm_steps,
+    wheel_version,
+)
+from g4build.builder.platforms import platform_for
+from g4build.pins.model import Pin
+from g4build.series.deps import BuildSeries
+from g4build.series.model import Series
+
+
+def default_layout(pin: Pin, target: Target, *, base: str) -> Layout:
+    return platform_for(target.os).default_layout(pin, target, base=base)
+
+
+def python_cmd(target: Target, exe: str | None = None) -> tuple[str, ...]:
+    """The interpreter every Python step runs: ``exe`` when named (--python-exe), else the OS's default."""
+    return platform_for(target.os).python_cmd(target, exe)
+
+
+def make_plan(
+    pin: Pin,
+    series: Sequence[Series],
+    target: Target,
+    *,
+    layout: Layout,
+    opts: Options,
+    cuda_home: str | None = None,
+    build: Sequence[BuildSeries] = (),
+    uncovered: Sequence[BuildSeries] = (),
+) -> BuildPlan:
+    """The whole vLLM build for ``target``; raises UsageError/BuildError for what is wrong before any step.
+    ``build``: the pin's build series (applied after the prefetch); ``uncovered``: build series with no
+    variant for the pin (named in the notes: that fix is missing from this build)."""
+    check_target(target, pin, flashinfer=opts.flashinfer)
+    platform = platform_for(target.os)
+    opts, option_notes = platform.resolve_options(target, opts)
+    check_names(opts.flashinfer_wheels, pin, target.python)
+    notes = list(option_notes)
+    version = wheel_version(pin, series, target.cuda, target.os, build)
+    for b in build:
+        notes.append(f"build series {b.name} v{b.version}: {b.series.title}")
+    on = f"{pin.name}'s {target.os} base tree" if target.os == "windows" and "windows" in pin.bases else pin.name
+    for b in uncovered:
+        notes.append(f"build series {b.name} has no variant for {on}: {b.project} is built as that tree has it "
+                     f"(missing: {b.series.title})")
+    env = build_env(target, pin, version, layout, opts)
+    platform.check_layout(target, layout)
+    env.update(platform.env(target, layout, cuda_home=cuda_home))
+    notes += platform.notes(pin, target, layout, opts)
+    steps = vllm_steps(pin=pin, target=target, layout=layout, opts=opts,
+                       source=platform.source_steps(pin, layout, opts.g4build),
+                       extra=platform.extra_steps(target, layout, opts), version=version,
+                       pre=platform.pre_steps(pin, target, layout, opts), build=build)
+    jobs_from_machine = platform.jobs_from_machine(opts)
+    if jobs_from_machine:
+        notes.append(f"MAX_JOBS: the script counts the RAM of the machine it runs on (~{GB_PER_NVCC_JOB:g} GB per "
+                     f"nvcc job, at most its cores); {opts.jobs} here. Set MAX_JOBS or plan with --jobs to fix it")
+    return BuildPlan(target=target, pin=pin.name, version=version, layout=layout, env=env,
+                     setup=platform.setup_lines(target, opts), steps=steps, notes=tuple(notes),
+                     jobs_from_machine=jobs_from_machine, build_series=tuple(b.record(pin.name) for b in build))

@@ -1,1 +1,0 @@
-"""Wheels: read and check wheel files (RECORD, METADATA, CUDA fatbins) and lay patch series over them."""
