@@ -165,4 +165,5 @@ def status_cmd(
 
 
 def register(app: typer.Typer) -> None:
+    """Add `g4build deps` to the root app."""
     app.add_typer(deps_app, name="deps")

@@ -377,4 +377,5 @@ def port_cmd(
 
 
 def register(app: typer.Typer) -> None:
+    """Add `g4build patches` to the root app."""
     app.add_typer(patches_app, name="patches")

@@ -86,4 +86,5 @@ def add_pin(
 
 
 def register(app: typer.Typer) -> None:
+    """Add `g4build pins` to the root app."""
     app.add_typer(pins_app, name="pins")

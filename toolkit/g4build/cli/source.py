@@ -57,4 +57,5 @@ def fetch(
 
 
 def register(app: typer.Typer) -> None:
+    """Add `g4build source` to the root app."""
     app.add_typer(source_app, name="source")

@@ -63,23 +63,24 @@ def run_validation(wheels: list[Path], options: ValidateOptions, *, as_json: boo
     return reports
 
 
+def validate(
+    wheels: list[Path] = typer.Argument(..., exists=True, dir_okay=False, help="Wheel files to check."),
+    arch: list[str] = typer.Option([], "--arch", help="Require SASS for this GPU arch (e.g. sm120); repeatable."),
+    pin: str | None = typer.Option(None, "--pin", help="Require the version (and series) of this pin."),
+    smoke: bool = typer.Option(False, "--smoke", help="Install into a fresh venv (no deps) and import it."),
+    cuobjdump: bool = typer.Option(
+        True, "--cuobjdump/--no-cuobjdump", help="With --arch, cross-check fatbins with cuobjdump when found.",
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Check wheels: filename tags, METADATA, RECORD hashes, series fingerprints, CUDA archs."""
+    options = ValidateOptions(
+        archs=parse_archs(arch), pin=pin, smoke=smoke,
+        cuobjdump=cudatools.find_cuobjdump() if cuobjdump and arch else None,
+    )
+    run_validation(wheels, options, as_json=as_json)
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
-
-    @app.command("validate")
-    def validate(
-        wheels: list[Path] = typer.Argument(..., exists=True, dir_okay=False, help="Wheel files to check."),
-        arch: list[str] = typer.Option([], "--arch", help="Require SASS for this GPU arch (e.g. sm120); repeatable."),
-        pin: str | None = typer.Option(None, "--pin", help="Require the version (and series) of this pin."),
-        smoke: bool = typer.Option(False, "--smoke", help="Install into a fresh venv (no deps) and import it."),
-        cuobjdump: bool = typer.Option(
-            True, "--cuobjdump/--no-cuobjdump", help="With --arch, cross-check fatbins with cuobjdump when found.",
-        ),
-        as_json: bool = JSON_OPTION,
-    ) -> None:
-        """Check wheels: filename tags, METADATA, RECORD hashes, series fingerprints, CUDA archs."""
-        options = ValidateOptions(
-            archs=parse_archs(arch), pin=pin, smoke=smoke,
-            cuobjdump=cudatools.find_cuobjdump() if cuobjdump and arch else None,
-        )
-        run_validation(wheels, options, as_json=as_json)
+    app.command("validate")(validate)

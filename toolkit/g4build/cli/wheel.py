@@ -40,154 +40,158 @@ def _show(plan: BuildPlan) -> None:
         console.print(f"note: {n}")
 
 
+def wheel(
+    arch: str = typer.Option(..., "--arch", help="GPU arch: sm120 (also sm_120, 12.0, 12.0a, 12.0f), sm121..."),
+    os_name: str = typer.Option(..., "--os", help="windows, wsl or linux.", callback=lower_option),
+    pin_name: str | None = typer.Option(None, "--pin", help="Pin to build (default: the default pin)."),
+    release: str | None = typer.Option(
+        None, "--release", help="Upstream release X.Y.Z to build; it must be pinned (see `g4build pins list`)."
+    ),
+    python: str = typer.Option("3.12", "--python", help="Python X.Y the wheel is for."),
+    python_exe: str | None = typer.Option(
+        None, "--python-exe", envvar="G4BUILD_PYTHON_EXE",
+        help="Interpreter that runs the build (default: the active venv's python on Windows, pythonX.Y "
+             "elsewhere).",
+    ),
+    cuda: str | None = typer.Option(None, "--cuda", help="CUDA X.Y to build with (default: the pin's)."),
+    executor: str = typer.Option("native", "--executor", help="native or docker."),
+    out: str | None = typer.Option(None, "--out", help="Folder for the wheels (docker: default ./wheelhouse)."),
+    root: str | None = typer.Option(None, "--root", help="Build root (source, logs, resume state)."),
+    torch_index: str | None = typer.Option(
+        None, "--torch-index", envvar="G4BUILD_TORCH_INDEX",
+        help="PyTorch package index for CUDA builds ({cu} stands for cu130, cu129): the pin's torch is "
+             "installed from it before anything else (default: only checked).",
+    ),
+    jobs: int | None = typer.Option(None, "--jobs", min=1, help="MAX_JOBS (default: RAM/5GB, <= cores)."),
+    no_flashinfer: bool = typer.Option(False, "--no-flashinfer", help="Leave FlashInfer out."),
+    flashinfer_wheels: list[str] = typer.Option(
+        None, "--flashinfer-wheel", metavar="PATH=SHA256",
+        help="Windows: a wheel of the pin's FlashInfer version for Windows (flashinfer-python, and "
+             "jit-cache/cubin if you have them) with its sha256 (repeatable): checked, copied beside the vLLM "
+             "wheel, recorded in build-manifest.json and installed by the launch scripts.",
+    ),
+    sccache: bool = typer.Option(
+        False, "--sccache",
+        help="Windows: compile through sccache (off by default: cl.exe crashes under it with CUDA 13 at high "
+             "parallelism). Elsewhere sccache or ccache is used when found.",
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; run nothing."),
+    emit_script: Path | None = typer.Option(None, "--emit-script", help="Write the plan as PowerShell/bash."),
+    clean: bool = typer.Option(False, "--clean", help="Run every step, even ones finished before."),
+    recipes: bool = typer.Option(False, "--recipes", help="Also render launch recipes for the wheels."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Build vLLM (and FlashInfer) wheels for ARCH on OS from a pin plus its series."""
+    planned = plan_wheel(WheelRequest(
+        arch=arch, os_name=os_name, pin_name=pin_name, release=release, python=python, python_exe=python_exe,
+        cuda=cuda, executor=executor, out=out, root=root, torch_index=torch_index, jobs=jobs,
+        flashinfer=not no_flashinfer, flashinfer_wheels=tuple(flashinfer_wheels or ()), sccache=sccache,
+        recipes=tuple(recipe_names()) if recipes else (), run_here=not dry_run and emit_script is None))
+    plan = planned.plan
+    if emit_script is not None:
+        err_console.print(f"wrote {emit_script} ({write_script(plan, emit_script)})")
+    if dry_run or emit_script is not None:
+        if as_json:
+            print_json(plan.to_dict())
+        elif dry_run:
+            _show(plan)
+        return
+    result, wheels = build_wheel(planned, clean=clean)
+    if as_json:
+        print_json({**plan.to_dict(), "wheels": wheels, "result": [s.__dict__ for s in result.steps]})
+    else:
+        console.print(f"built in {result.seconds:.0f}s; wheels in {wheels}")
+
+
+def prefetch_cmd(
+    tree: Path = typer.Option(..., "--tree", exists=True, file_okay=False, help="A vLLM source tree."),
+    cache: Path | None = typer.Option(None, "--cache", help="Where the dependencies are kept."),
+    write: Path | None = typer.Option(None, "--write", help="Write a CMake initial-cache file (cmake -C) here."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Clone the tree's CMake FetchContent dependencies once, so builds need no network."""
+    cache = cache or cache_root() / "deps"
+    entries = []
+    for dep in find_deps(tree):
+        with err_console.status(f"prefetch {dep.name} @ {dep.tag}"):
+            path = prefetch(dep, cache)
+        entries.append((dep, path))
+    if write:
+        write.parent.mkdir(parents=True, exist_ok=True)
+        write.write_text(initial_cache(entries), encoding="utf-8")
+    rows = [{"name": d.name, "repository": d.repository, "tag": d.tag, "path": str(p),
+             "variables": list(d.cache_vars), "unset": list(d.unset_vars)} for d, p in entries]
+    if as_json:
+        print_json(rows)
+    else:
+        for r in rows:
+            console.print(f"{r['name']} @ {r['tag']}: {r['path']}")
+
+
+def cuda_shim(
+    dest: Path = typer.Option(..., "--dest", help="Folder for the private cuda.h."),
+    cuda_home: Path | None = typer.Option(None, "--cuda-home", help="CUDA install folder (default: CUDA_HOME)."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Make cuda.h's CUtensorMap alignment acceptable to MSVC for the build (CUDA 13.0-13.2 on Windows):
+    a private copy when the installed header needs it; nothing when it is already patched or newer."""
+    home = cuda_home or Path(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "")
+    if not str(home) or str(home) == ".":
+        raise UsageError("no CUDA folder: expected --cuda-home or CUDA_HOME (or CUDA_PATH), found none",
+                         hint="pass --cuda-home to the CUDA install folder (the one holding include\\cuda.h)")
+    result = apply_cuda_shim(home, dest)
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        console.print(result.message(), markup=False, highlight=False)
+
+
+def flashinfer_wheels_cmd(
+    pin_name: str | None = typer.Option(None, "--pin"),
+    out: Path = typer.Option(..., "--out", help="Folder of the build's wheels."),
+    wheels: list[str] = typer.Option(..., "--wheel", metavar="PATH=SHA256",
+                                     help="A FlashInfer wheel (repeatable)."),
+    python: str = typer.Option("3.12", "--python", help="Python X.Y the build is for."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Check Windows FlashInfer wheels (name, version, sha256) and copy them beside the vLLM wheel."""
+    pin = load_pins().get(pin_name)
+    specs = [parse_spec(item) for item in wheels]
+    check_names(specs, pin, python)
+    records = verify_and_copy(specs, out)
+    if as_json:
+        print_json({"out": str(out), "wheels": records})
+    else:
+        for r in records:
+            console.print(f"{r['file']}: sha256 {r['sha256']} ok, in {out}", markup=False, highlight=False)
+
+
+def manifest_cmd(
+    pin_name: str | None = typer.Option(None, "--pin"),
+    out: Path = typer.Option(..., "--out", exists=True, file_okay=False, help="Folder with the wheels."),
+    state: Path | None = typer.Option(None, "--state", help="The build's resume state (for step timings)."),
+    arch: str | None = typer.Option(None, "--arch"),
+    os_name: str | None = typer.Option(None, "--os", callback=lower_option),
+    cuda: str | None = typer.Option(None, "--cuda"),
+    flashinfer_wheels: list[str] = typer.Option(
+        None, "--flashinfer-wheel", metavar="FILE=SHA256",
+        help="Windows: a FlashInfer wheel the build copied into --out (repeatable)."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Write build-manifest.json beside the wheels and into the vLLM wheel's dist-info."""
+    pin = load_pins().get(pin_name)
+    manifest, touched = write_build_manifest(pin, out, state=state, arch=arch, os_name=os_name, cuda=cuda,
+                                             flashinfer_wheels=flashinfer_wheels or ())
+    if as_json:
+        print_json({"out": str(out), "wheels_stamped": touched, "manifest": manifest})
+    else:
+        console.print(f"wrote {out / 'build-manifest.json'}; stamped {', '.join(touched) or 'no vLLM wheel'}")
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
-
-    @app.command("wheel")
-    def wheel(
-        arch: str = typer.Option(..., "--arch", help="GPU arch: sm120 (also sm_120, 12.0, 12.0a, 12.0f), sm121..."),
-        os_name: str = typer.Option(..., "--os", help="windows, wsl or linux.", callback=lower_option),
-        pin_name: str | None = typer.Option(None, "--pin", help="Pin to build (default: the default pin)."),
-        release: str | None = typer.Option(
-            None, "--release", help="Upstream release X.Y.Z to build; it must be pinned (see `g4build pins list`)."
-        ),
-        python: str = typer.Option("3.12", "--python", help="Python X.Y the wheel is for."),
-        python_exe: str | None = typer.Option(
-            None, "--python-exe", envvar="G4BUILD_PYTHON_EXE",
-            help="Interpreter that runs the build (default: the active venv's python on Windows, pythonX.Y "
-                 "elsewhere).",
-        ),
-        cuda: str | None = typer.Option(None, "--cuda", help="CUDA X.Y to build with (default: the pin's)."),
-        executor: str = typer.Option("native", "--executor", help="native or docker."),
-        out: str | None = typer.Option(None, "--out", help="Folder for the wheels (docker: default ./wheelhouse)."),
-        root: str | None = typer.Option(None, "--root", help="Build root (source, logs, resume state)."),
-        torch_index: str | None = typer.Option(
-            None, "--torch-index", envvar="G4BUILD_TORCH_INDEX",
-            help="PyTorch package index for CUDA builds ({cu} stands for cu130, cu129): the pin's torch is "
-                 "installed from it before anything else (default: only checked).",
-        ),
-        jobs: int | None = typer.Option(None, "--jobs", min=1, help="MAX_JOBS (default: RAM/5GB, <= cores)."),
-        no_flashinfer: bool = typer.Option(False, "--no-flashinfer", help="Leave FlashInfer out."),
-        flashinfer_wheels: list[str] = typer.Option(
-            None, "--flashinfer-wheel", metavar="PATH=SHA256",
-            help="Windows: a wheel of the pin's FlashInfer version for Windows (flashinfer-python, and "
-                 "jit-cache/cubin if you have them) with its sha256 (repeatable): checked, copied beside the vLLM "
-                 "wheel, recorded in build-manifest.json and installed by the launch scripts.",
-        ),
-        sccache: bool = typer.Option(
-            False, "--sccache",
-            help="Windows: compile through sccache (off by default: cl.exe crashes under it with CUDA 13 at high "
-                 "parallelism). Elsewhere sccache or ccache is used when found.",
-        ),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; run nothing."),
-        emit_script: Path | None = typer.Option(None, "--emit-script", help="Write the plan as PowerShell/bash."),
-        clean: bool = typer.Option(False, "--clean", help="Run every step, even ones finished before."),
-        recipes: bool = typer.Option(False, "--recipes", help="Also render launch recipes for the wheels."),
-        as_json: bool = JSON_OPTION,
-    ) -> None:
-        """Build vLLM (and FlashInfer) wheels for ARCH on OS from a pin plus its series."""
-        planned = plan_wheel(WheelRequest(
-            arch=arch, os_name=os_name, pin_name=pin_name, release=release, python=python, python_exe=python_exe,
-            cuda=cuda, executor=executor, out=out, root=root, torch_index=torch_index, jobs=jobs,
-            flashinfer=not no_flashinfer, flashinfer_wheels=tuple(flashinfer_wheels or ()), sccache=sccache,
-            recipes=tuple(recipe_names()) if recipes else (), run_here=not dry_run and emit_script is None))
-        plan = planned.plan
-        if emit_script is not None:
-            err_console.print(f"wrote {emit_script} ({write_script(plan, emit_script)})")
-        if dry_run or emit_script is not None:
-            if as_json:
-                print_json(plan.to_dict())
-            elif dry_run:
-                _show(plan)
-            return
-        result, wheels = build_wheel(planned, clean=clean)
-        if as_json:
-            print_json({**plan.to_dict(), "wheels": wheels, "result": [s.__dict__ for s in result.steps]})
-        else:
-            console.print(f"built in {result.seconds:.0f}s; wheels in {wheels}")
-
-    @app.command("prefetch")
-    def prefetch_cmd(
-        tree: Path = typer.Option(..., "--tree", exists=True, file_okay=False, help="A vLLM source tree."),
-        cache: Path | None = typer.Option(None, "--cache", help="Where the dependencies are kept."),
-        write: Path | None = typer.Option(None, "--write", help="Write a CMake initial-cache file (cmake -C) here."),
-        as_json: bool = JSON_OPTION,
-    ) -> None:
-        """Clone the tree's CMake FetchContent dependencies once, so builds need no network."""
-        cache = cache or cache_root() / "deps"
-        entries = []
-        for dep in find_deps(tree):
-            with err_console.status(f"prefetch {dep.name} @ {dep.tag}"):
-                path = prefetch(dep, cache)
-            entries.append((dep, path))
-        if write:
-            write.parent.mkdir(parents=True, exist_ok=True)
-            write.write_text(initial_cache(entries), encoding="utf-8")
-        rows = [{"name": d.name, "repository": d.repository, "tag": d.tag, "path": str(p),
-                 "variables": list(d.cache_vars), "unset": list(d.unset_vars)} for d, p in entries]
-        if as_json:
-            print_json(rows)
-        else:
-            for r in rows:
-                console.print(f"{r['name']} @ {r['tag']}: {r['path']}")
-
-    @app.command("cuda-shim")
-    def cuda_shim(
-        dest: Path = typer.Option(..., "--dest", help="Folder for the private cuda.h."),
-        cuda_home: Path | None = typer.Option(None, "--cuda-home", help="CUDA install folder (default: CUDA_HOME)."),
-        as_json: bool = JSON_OPTION,
-    ) -> None:
-        """Make cuda.h's CUtensorMap alignment acceptable to MSVC for the build (CUDA 13.0-13.2 on Windows):
-        a private copy when the installed header needs it; nothing when it is already patched or newer."""
-        home = cuda_home or Path(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "")
-        if not str(home) or str(home) == ".":
-            raise UsageError("no CUDA folder: expected --cuda-home or CUDA_HOME (or CUDA_PATH), found none",
-                             hint="pass --cuda-home to the CUDA install folder (the one holding include\\cuda.h)")
-        result = apply_cuda_shim(home, dest)
-        if as_json:
-            print_json(result.to_dict())
-        else:
-            console.print(result.message(), markup=False, highlight=False)
-
-    @app.command("flashinfer-wheels")
-    def flashinfer_wheels_cmd(
-        pin_name: str | None = typer.Option(None, "--pin"),
-        out: Path = typer.Option(..., "--out", help="Folder of the build's wheels."),
-        wheels: list[str] = typer.Option(..., "--wheel", metavar="PATH=SHA256",
-                                         help="A FlashInfer wheel (repeatable)."),
-        python: str = typer.Option("3.12", "--python", help="Python X.Y the build is for."),
-        as_json: bool = JSON_OPTION,
-    ) -> None:
-        """Check Windows FlashInfer wheels (name, version, sha256) and copy them beside the vLLM wheel."""
-        pin = load_pins().get(pin_name)
-        specs = [parse_spec(item) for item in wheels]
-        check_names(specs, pin, python)
-        records = verify_and_copy(specs, out)
-        if as_json:
-            print_json({"out": str(out), "wheels": records})
-        else:
-            for r in records:
-                console.print(f"{r['file']}: sha256 {r['sha256']} ok, in {out}", markup=False, highlight=False)
-
-    @app.command("manifest")
-    def manifest_cmd(
-        pin_name: str | None = typer.Option(None, "--pin"),
-        out: Path = typer.Option(..., "--out", exists=True, file_okay=False, help="Folder with the wheels."),
-        state: Path | None = typer.Option(None, "--state", help="The build's resume state (for step timings)."),
-        arch: str | None = typer.Option(None, "--arch"),
-        os_name: str | None = typer.Option(None, "--os", callback=lower_option),
-        cuda: str | None = typer.Option(None, "--cuda"),
-        flashinfer_wheels: list[str] = typer.Option(
-            None, "--flashinfer-wheel", metavar="FILE=SHA256",
-            help="Windows: a FlashInfer wheel the build copied into --out (repeatable)."),
-        as_json: bool = JSON_OPTION,
-    ) -> None:
-        """Write build-manifest.json beside the wheels and into the vLLM wheel's dist-info."""
-        pin = load_pins().get(pin_name)
-        manifest, touched = write_build_manifest(pin, out, state=state, arch=arch, os_name=os_name, cuda=cuda,
-                                                 flashinfer_wheels=flashinfer_wheels or ())
-        if as_json:
-            print_json({"out": str(out), "wheels_stamped": touched, "manifest": manifest})
-        else:
-            console.print(f"wrote {out / 'build-manifest.json'}; stamped {', '.join(touched) or 'no vLLM wheel'}")
-
+    app.command("wheel")(wheel)
+    app.command("prefetch")(prefetch_cmd)
+    app.command("cuda-shim")(cuda_shim)
+    app.command("flashinfer-wheels")(flashinfer_wheels_cmd)
+    app.command("manifest")(manifest_cmd)
