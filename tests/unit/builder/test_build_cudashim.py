@@ -19,7 +19,7 @@ import pytest
 from tests.unit.builder.conftest import run_cli
 
 from g4build.builder import cudashim
-from g4build.errors import BuildError
+from g4build.errors import BuildError, UsageError
 
 
 def header(version: int, align: str = "128", *, crlf: bool = False) -> str:
@@ -196,3 +196,27 @@ def test_cli_says_what_it_did(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     install(home, header(13020, "256"))
     code, _, err = run_cli(argv, capsys)
     assert code == 9 and "found 256" in err
+
+
+def test_cuda_home_flag_wins_over_the_environment(tmp_path: Path) -> None:
+    env = {"CUDA_HOME": str(tmp_path / "home"), "CUDA_PATH": str(tmp_path / "path")}
+    assert cudashim.resolve_cuda_home(tmp_path / "flag", env) == tmp_path / "flag"
+    assert cudashim.resolve_cuda_home(None, env) == tmp_path / "home"
+
+
+def test_cuda_home_falls_back_to_cuda_path(tmp_path: Path) -> None:
+    assert cudashim.resolve_cuda_home(None, {"CUDA_PATH": str(tmp_path / "path")}) == tmp_path / "path"
+    assert cudashim.resolve_cuda_home(None, {"CUDA_HOME": "", "CUDA_PATH": str(tmp_path)}) == tmp_path
+
+
+def test_no_cuda_home_is_a_usage_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(UsageError) as raised:
+        cudashim.resolve_cuda_home(None, {})
+    assert raised.value.message == ("no CUDA folder: expected --cuda-home or CUDA_HOME (or CUDA_PATH), found none")
+    assert raised.value.hint == "pass --cuda-home to the CUDA install folder (the one holding include\\cuda.h)"
+    assert raised.value.exit_code == 2
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    code, _, err = run_cli(["cuda-shim", "--dest", str(tmp_path / "shim")], capsys)
+    assert code == 2 and "no CUDA folder" in err

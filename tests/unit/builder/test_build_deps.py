@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from g4build.builder.deps import CMakeDep, find_deps, initial_cache, parse_cmake, prefetch
+from g4build.builder.deps import CMakeDep, find_deps, initial_cache, parse_cmake, prefetch, prefetch_all
 from g4build.errors import BuildError, SourceError
 
 CMAKE = """
@@ -150,3 +152,32 @@ def test_prefetch_clones_with_long_paths_on(tmp_path: Path) -> None:
     assert (got / "include" / "lib.h").read_text() == "// v1.2.3\n"  # real git took the -c option
     assert [c[2] for c in calls] == ["init", "remote", "fetch", "checkout", "submodule"]
     assert all(c[:2] == ["-c", "core.longpaths=true"] for c in calls)
+
+
+def test_prefetch_all_takes_every_dependency_of_the_tree_and_writes_the_initial_cache(tmp_path: Path) -> None:
+    """The tree's dependencies from local repositories, in declaration order; the hook around each prefetch."""
+    one = _repo(tmp_path / "one", {"a.h": "// one\n"}, "v1")
+    two = _repo(tmp_path / "two", {"b.h": "// two\n"}, "v2")
+    tree = tmp_path / "tree"
+    (tree / "cmake" / "external_projects").mkdir(parents=True)
+    (tree / "CMakeLists.txt").write_text(f"FetchContent_Declare(one GIT_REPOSITORY {one.as_posix()} GIT_TAG v1)\n")
+    (tree / "cmake" / "external_projects" / "two.cmake").write_text(
+        f"FetchContent_Declare(two GIT_REPOSITORY {two.as_posix()} GIT_TAG v2)\n")
+    seen: list[str] = []
+
+    @contextmanager
+    def each(dep: CMakeDep) -> Iterator[None]:
+        seen.append(f"enter {dep.name}")
+        yield
+        seen.append(f"leave {dep.name}")
+
+    write = tmp_path / "out" / "deps.cmake"
+    done = prefetch_all(tree, tmp_path / "cache", write=write, each=each)
+    assert seen == ["enter one", "leave one", "enter two", "leave two"]
+    assert [p.dep.name for p in done] == ["one", "two"]
+    assert (done[0].path / "a.h").read_text() == "// one\n" and (done[1].path / "b.h").read_text() == "// two\n"
+    assert write.read_text(encoding="utf-8") == initial_cache((p.dep, p.path) for p in done)
+    assert done[1].to_dict() == {"name": "two", "repository": two.as_posix(), "tag": "v2", "path": str(done[1].path),
+                                 "variables": ["FETCHCONTENT_SOURCE_DIR_TWO"], "unset": []}
+    again = prefetch_all(tree, tmp_path / "cache")  # no hook, no file: the cached copies again
+    assert [p.path for p in again] == [p.path for p in done]

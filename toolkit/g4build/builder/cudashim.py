@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from g4build.errors import BuildError
+from g4build.errors import BuildError, UsageError
 
 State = Literal["patched", "already patched", "not needed"]
 GUARD = "G4BUILD_TENSOR_MAP_ALIGN"
@@ -163,3 +164,13 @@ def apply(cuda_home: Path, dest: Path) -> ShimResult:
         tmp.write_bytes(data)
         os.replace(tmp, copy)
     return ShimResult(header=header, state="patched", cuda=found.cuda, detail=found.how, written=copy)
+
+
+def resolve_cuda_home(given: Path | None, environ: Mapping[str, str] | None = None) -> Path:
+    """The CUDA install folder: ``given`` (``--cuda-home``) when set, else ``CUDA_HOME``, else ``CUDA_PATH``."""
+    env = os.environ if environ is None else environ
+    home = given or Path(env.get("CUDA_HOME") or env.get("CUDA_PATH") or "")
+    if not str(home) or str(home) == ".":
+        raise UsageError("no CUDA folder: expected --cuda-home or CUDA_HOME (or CUDA_PATH), found none",
+                         hint="pass --cuda-home to the CUDA install folder (the one holding include\\cuda.h)")
+    return home

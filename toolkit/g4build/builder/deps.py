@@ -20,12 +20,14 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from g4build.errors import BuildError, SourceError
 from g4build.fsutil import remove_tree
-from g4build.pins.index import cache_lock
+from g4build.pins.index import cache_lock, cache_root
 
 _DECLARE = re.compile(r"FetchContent_Declare\s*\((?P<body>[^()]*(?:\([^()]*\)[^()]*)*)\)", re.IGNORECASE)
 _SET = re.compile(r"^\s*set\s*\(\s*(?P<name>\w+)\s+\"?(?P<value>[^\s\")]+)\"?", re.IGNORECASE | re.MULTILINE)
@@ -186,3 +188,38 @@ def _clone_once(dep: CMakeDep, dest: Path, *, remote: str | None, git: Runner) -
     remove_tree(dest)
     tmp.rename(dest)
     return dest
+
+
+def default_cache() -> Path:
+    """Where prefetched dependencies are kept unless told (``--cache``)."""
+    return cache_root() / "deps"
+
+
+@dataclass(frozen=True)
+class Prefetched:
+    """One dependency of a tree, cloned into the cache."""
+
+    dep: CMakeDep
+    path: Path
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.dep.name, "repository": self.dep.repository, "tag": self.dep.tag, "path": str(self.path),
+                "variables": list(self.dep.cache_vars), "unset": list(self.dep.unset_vars)}
+
+
+def prefetch_all(tree: Path, cache: Path | None = None, *, write: Path | None = None,
+                 each: Callable[[CMakeDep], AbstractContextManager[Any]] | None = None,
+                 git: Runner = _git) -> list[Prefetched]:
+    """Prefetch every FetchContent dependency of ``tree`` into ``cache`` (default: ``default_cache()``), in the
+    order the tree declares them; with ``write``, also write the ``cmake -C`` initial cache naming them there.
+    ``each(dep)`` is entered around each dependency's prefetch (a progress display)."""
+    cache = cache or default_cache()
+    done = []
+    for dep in find_deps(tree):
+        with each(dep) if each is not None else nullcontext():
+            path = prefetch(dep, cache, git=git)
+        done.append(Prefetched(dep, path))
+    if write:
+        write.parent.mkdir(parents=True, exist_ok=True)
+        write.write_text(initial_cache((p.dep, p.path) for p in done), encoding="utf-8")
+    return done

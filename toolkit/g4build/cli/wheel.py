@@ -3,22 +3,20 @@ flashinfer-wheels, manifest."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
 from g4build.builder.cudashim import apply as apply_cuda_shim
-from g4build.builder.deps import find_deps, initial_cache, prefetch
+from g4build.builder.cudashim import resolve_cuda_home
+from g4build.builder.deps import prefetch_all
 from g4build.builder.flashinfer import check_names, parse_spec, verify_and_copy
 from g4build.builder.plan import BuildPlan
 from g4build.builder.request import WheelRequest, build_wheel, plan_wheel
 from g4build.builder.script import write_script
 from g4build.cli._common import JSON_OPTION, console, err_console, lower_option, print_json
 from g4build.emit.write import write_build_manifest
-from g4build.errors import UsageError
-from g4build.pins.index import cache_root
 from g4build.pins.model import load_pins
 from g4build.recipes import recipe_names
 
@@ -110,17 +108,9 @@ def prefetch_cmd(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Clone the tree's CMake FetchContent dependencies once, so builds need no network."""
-    cache = cache or cache_root() / "deps"
-    entries = []
-    for dep in find_deps(tree):
-        with err_console.status(f"prefetch {dep.name} @ {dep.tag}"):
-            path = prefetch(dep, cache)
-        entries.append((dep, path))
-    if write:
-        write.parent.mkdir(parents=True, exist_ok=True)
-        write.write_text(initial_cache(entries), encoding="utf-8")
-    rows = [{"name": d.name, "repository": d.repository, "tag": d.tag, "path": str(p),
-             "variables": list(d.cache_vars), "unset": list(d.unset_vars)} for d, p in entries]
+    done = prefetch_all(tree, cache, write=write,
+                        each=lambda dep: err_console.status(f"prefetch {dep.name} @ {dep.tag}"))
+    rows = [p.to_dict() for p in done]
     if as_json:
         print_json(rows)
     else:
@@ -135,11 +125,7 @@ def cuda_shim(
 ) -> None:
     """Make cuda.h's CUtensorMap alignment acceptable to MSVC for the build (CUDA 13.0-13.2 on Windows):
     a private copy when the installed header needs it; nothing when it is already patched or newer."""
-    home = cuda_home or Path(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "")
-    if not str(home) or str(home) == ".":
-        raise UsageError("no CUDA folder: expected --cuda-home or CUDA_HOME (or CUDA_PATH), found none",
-                         hint="pass --cuda-home to the CUDA install folder (the one holding include\\cuda.h)")
-    result = apply_cuda_shim(home, dest)
+    result = apply_cuda_shim(resolve_cuda_home(cuda_home), dest)
     if as_json:
         print_json(result.to_dict())
     else:
