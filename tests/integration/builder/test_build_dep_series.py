@@ -13,15 +13,16 @@ from pathlib import Path
 import pytest
 
 from g4build.builder.depapply import (
+    apply_for_pin,
     check_dependency,
     patched_dependency,
     read_patched_record,
     require_ok,
 )
-from g4build.builder.deps import find_deps, prefetch
-from g4build.errors import PatchConflictError
+from g4build.builder.deps import find_deps, prefetch, prefetch_all
+from g4build.errors import PatchConflictError, UsageError
 from g4build.pins.model import Pin, load_pins
-from g4build.series.deps import build_series_for, get_build_series, load_all_build
+from g4build.series.deps import build_series_for, chosen_build_series, get_build_series, load_all_build
 from g4build.series.status import series_commits
 
 REPO = Path(__file__).resolve().parents[3]
@@ -241,6 +242,48 @@ def test_deps_apply_refuses_a_dependency_commit_the_series_is_not_written_for(
     assert code == 2, err
     assert "is written for vllm-flash-attn aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" in err
     assert init.read_text() == "untouched\n" and not (tmp_path / "deps").exists()
+
+
+def test_apply_for_pin_patches_a_copy_and_says_each_step(tmp_path: Path, pin21: Pin) -> None:
+    """The stage function itself: the status hook around the prefetch and the patching, the initial cache pointed
+    at the copy; a dependency the tree does not declare is refused before anything is fetched."""
+    remote = fa_repo(tmp_path / "remote")
+    head = _git("rev-parse", "HEAD", cwd=remote)
+    (build,) = [b for b in load_all_build(project_for(tmp_path / "project", head) / "patches")
+                if b.name == "vllm-flash-attn"]
+    tree = _vllm_tree(tmp_path / "src", remote, head)
+    init = tmp_path / "init.cmake"
+    prefetch_all(tree, tmp_path / "deps", write=init)
+    said: list[str] = []
+
+    class Step:
+        def __init__(self, text: str) -> None:
+            said.append(text)
+
+        def __enter__(self) -> None:
+            return None
+
+        def __exit__(self, *exc: object) -> None:
+            said.append("done")
+
+    (row,) = apply_for_pin(tree, [build], pin21, cache=tmp_path / "deps", write=init, status=Step)
+    assert said == [f"prefetch vllm-flash-attn @ {head}", "done",
+                    f"patch vllm-flash-attn: vllm-flash-attn v{build.version}", "done"]
+    copy = Path(row["path"])
+    assert (row["name"], row["commit"]) == ("vllm-flash-attn", head) and copy.parent == tmp_path / "deps"
+    assert f'set(FETCHCONTENT_SOURCE_DIR_VLLM-FLASH-ATTN "{copy.as_posix()}"' in init.read_text(encoding="utf-8")
+    (tree / "cmake" / "external_projects" / "vllm_flash_attn.cmake").unlink()
+    with pytest.raises(UsageError, match=r"which .* CMake does not declare"):
+        apply_for_pin(tree, [build], pin21, cache=tmp_path / "other")
+    assert not (tmp_path / "other").exists()
+
+
+def test_chosen_build_series_refuses_one_without_patches_for_the_pin(pin21: Pin) -> None:
+    assert [b.name for b in chosen_build_series(pin21)] == [b.name for b in build_series_for(pin21)]
+    assert [b.name for b in chosen_build_series(pin21, ["vllm-flash-attn"])] == ["vllm-flash-attn"]
+    other = load_pins().get("vllm-0.33.0")  # the series has variants for 0.21.0 and 0.26.0 only
+    with pytest.raises(UsageError, match=r"build series vllm-flash-attn has no patches for pin vllm-0\.33\.0"):
+        chosen_build_series(other, ["vllm-flash-attn"])
 
 
 def test_deps_check_cli_reports_drift_with_exit_8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

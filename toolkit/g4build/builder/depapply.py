@@ -13,13 +13,14 @@ import hashlib
 import json
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from g4build.builder.deps import CMakeDep, unset_line
-from g4build.errors import BuildError, PatchConflictError, SourceError
+from g4build.builder.deps import CMakeDep, default_cache, find_deps, prefetch, unset_line
+from g4build.errors import BuildError, PatchConflictError, SourceError, UsageError
 from g4build.fsutil import remove_tree
 from g4build.pins.index import cache_lock
 from g4build.pins.model import Pin
@@ -202,3 +203,47 @@ def point_cache_at(text: str, dep: CMakeDep, path: Path, label: str) -> str:
             raise BuildError(f"the CMake initial cache names {name} {n} times: expected once (written by "
                              f"`g4build prefetch --write`)", hint="run the prefetch step again, then this one")
     return out
+
+
+def apply_for_pin(tree: Path, chosen: Sequence[BuildSeries], pin: Pin, *, cache: Path | None = None,
+                  write: Path | None = None,
+                  status: Callable[[str], AbstractContextManager[Any]] | None = None) -> list[dict[str, Any]]:
+    """Apply ``chosen`` build series for ``pin`` (``g4build deps apply``): vLLM's own to ``tree``, a dependency's to a
+    patched copy of its prefetched clone (in ``cache``, default ``default_cache()``), which the initial cache file
+    ``write`` (from ``g4build prefetch --write``) is then pointed at, replaced atomically. Returns one record per
+    series with the path it was applied to. ``status(text)`` is entered around each prefetch and each patching (a
+    progress display)."""
+    def step(text: str) -> AbstractContextManager[Any]:
+        return status(text) if status is not None else nullcontext()
+
+    cache = cache or default_cache()
+    rows: list[dict[str, Any]] = []
+    text = write.read_text(encoding="utf-8") if write is not None else None
+    deps = {d.name: d for d in find_deps(tree)}
+    for b in chosen:
+        if not b.is_dependency:
+            check = apply_build_series(tree, b, pin)
+            rows.append({**b.record(pin.name), "path": str(tree), "already_applied": check.applied})
+            continue
+        dep = deps.get(b.project)
+        v = b.variant(pin.name)
+        if dep is None:
+            raise UsageError(f"build series {b.name} patches {b.project}, which {tree}'s CMake does not declare",
+                             hint=f"known: {', '.join(sorted(deps)) or 'none'}")
+        if v is None or v.commit != dep.tag:
+            raise UsageError(
+                f"build series {b.name} v{b.version} is written for {b.project} {v.commit if v else '?'}, "
+                f"{dep.declared_in} declares {dep.tag}",
+                hint=f"port it: a variant for that commit under patches/deps/{b.name}/")
+        with step(f"prefetch {dep.name} @ {dep.tag}"):
+            pristine = prefetch(dep, cache)
+        with step(f"patch {dep.name}: {b.name} v{b.version}"):
+            copy = patched_dependency(pristine, [b], pin)
+        rows.append({**b.record(pin.name), "path": str(copy)})
+        if text is not None:
+            text = point_cache_at(text, dep, copy, f"g4build deps: {b.name} v{b.version}")
+    if write is not None and text is not None:
+        tmp = write.with_name(write.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(write)
+    return rows

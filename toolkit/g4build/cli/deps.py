@@ -8,25 +8,14 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from g4build.builder.depapply import apply_for_pin, check_dependency, read_patched_record, require_ok
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
-from g4build.errors import UsageError
-from g4build.pins.index import cache_root
-from g4build.pins.model import Pin, load_pins
-from g4build.series.deps import BuildSeries, build_series_for, get_build_series, load_all_build
+from g4build.pins.model import load_pins
+from g4build.series.deps import chosen_build_series, get_build_series, load_all_build
+from g4build.series.status import series_commits
 
 deps_app = typer.Typer(help="Build series: patches for CMake dependencies (vllm-flash-attn ...) and vLLM's CMake.",
                        no_args_is_help=True)
-
-
-def _chosen(pin: Pin, names: list[str] | None) -> list[BuildSeries]:
-    if not names:
-        return build_series_for(pin)
-    chosen = [get_build_series(n) for n in names]
-    empty = [b.name for b in chosen if not b.applies_to(pin.name)]
-    if empty:
-        raise UsageError(f"build series {', '.join(empty)} has no patches for pin {pin.name}",
-                         hint="`g4build deps list` shows the pins each build series covers")
-    return chosen
 
 
 @deps_app.command("list")
@@ -65,8 +54,6 @@ def check_cmd(
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Check a build series against a tree: its commit, the recorded files, every patch with zero fuzz (exit 8)."""
-    from g4build.builder.depapply import check_dependency, require_ok
-
     p = load_pins().get(pin)
     b = get_build_series(series)
     result = check_dependency(tree, b, p)
@@ -97,41 +84,8 @@ def apply_cmd(
 ) -> None:
     """Apply the pin's build series: vLLM's own to the tree (one commit per patch), a dependency's to a patched
     copy of its prefetched clone, which the initial cache then names. Nothing half-done: a check runs first."""
-    from g4build.builder.depapply import apply_build_series, patched_dependency, point_cache_at
-    from g4build.builder.deps import find_deps, prefetch
-
     p = load_pins().get(pin)
-    chosen = _chosen(p, series)
-    cache = cache or cache_root() / "deps"
-    rows = []
-    text = write.read_text(encoding="utf-8") if write is not None else None
-    deps = {d.name: d for d in find_deps(tree)}
-    for b in chosen:
-        if not b.is_dependency:
-            check = apply_build_series(tree, b, p)
-            rows.append({**b.record(p.name), "path": str(tree), "already_applied": check.applied})
-            continue
-        dep = deps.get(b.project)
-        v = b.variant(p.name)
-        if dep is None:
-            raise UsageError(f"build series {b.name} patches {b.project}, which {tree}'s CMake does not declare",
-                             hint=f"known: {', '.join(sorted(deps)) or 'none'}")
-        if v is None or v.commit != dep.tag:
-            raise UsageError(
-                f"build series {b.name} v{b.version} is written for {b.project} {v.commit if v else '?'}, "
-                f"{dep.declared_in} declares {dep.tag}",
-                hint=f"port it: a variant for that commit under patches/deps/{b.name}/")
-        with err_console.status(f"prefetch {dep.name} @ {dep.tag}"):
-            pristine = prefetch(dep, cache)
-        with err_console.status(f"patch {dep.name}: {b.name} v{b.version}"):
-            copy = patched_dependency(pristine, [b], p)
-        rows.append({**b.record(p.name), "path": str(copy)})
-        if text is not None:
-            text = point_cache_at(text, dep, copy, f"g4build deps: {b.name} v{b.version}")
-    if write is not None and text is not None:
-        tmp = write.with_name(write.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(write)
+    rows = apply_for_pin(tree, chosen_build_series(p, series), p, cache=cache, write=write, status=err_console.status)
     if json_out:
         print_json({"pin": p.name, "applied": rows})
         return
@@ -147,9 +101,6 @@ def status_cmd(
 ) -> None:
     """Which build series a tree carries (its commits' G4build-* trailers) and, for a patched dependency copy,
     the record written when it was made."""
-    from g4build.builder.depapply import read_patched_record
-    from g4build.series.status import series_commits
-
     names = {b.name for b in load_all_build()}
     commits = [c for c in series_commits(tree) if c.series in names]
     record = read_patched_record(tree)

@@ -207,6 +207,18 @@ def get_build_series(name: str, root: Path | None = None) -> BuildSeries:
     raise UsageError(f"unknown build series '{name}': expected one of {known}", hint="run `g4build deps list`")
 
 
+def chosen_build_series(pin: Pin, names: Sequence[str] | None = None) -> list[BuildSeries]:
+    """The build series to apply for ``pin``: ``names`` (each must have patches for it), else all that do."""
+    if not names:
+        return build_series_for(pin)
+    chosen = [get_build_series(n) for n in names]
+    empty = [b.name for b in chosen if not b.applies_to(pin.name)]
+    if empty:
+        raise UsageError(f"build series {', '.join(empty)} has no patches for pin {pin.name}",
+                         hint="`g4build deps list` shows the pins each build series covers")
+    return chosen
+
+
 def series_of(build: Iterable[BuildSeries]) -> list[Series]:
     return [b.series for b in build]
 
