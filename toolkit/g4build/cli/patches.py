@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -17,15 +17,15 @@ from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
 from g4build.data import writable_root
-from g4build.errors import IntegrityError, PatchConflictError, UsageError
-from g4build.pins.index import ProgressHook, cache_root, fetch_verified
-from g4build.pins.model import Pin, load_pins
+from g4build.errors import PatchConflictError, UsageError
+from g4build.pins.index import Fetched, ProgressHook
+from g4build.pins.model import load_pins
 from g4build.series.apply import apply_stack
 from g4build.series.check import StackReport, check_stack, conflict_error
 from g4build.series.model import get_series, load_all
 from g4build.series.refresh import RefreshResult, diff_patch, new_series, patches_from_commits, refresh
 from g4build.series.status import tree_status
-from g4build.source.fetch import fetch_source, pristine_files, read_version_file, safe_extract_tar
+from g4build.source.fetch import fetch_source, pristine_files, read_version_file, release_tree
 from g4build.source.gittree import pristine_commit
 
 patches_app = typer.Typer(help="Patch series: list, check for drift, apply, status, refresh.", no_args_is_help=True)
@@ -157,31 +157,18 @@ def _check_release(version: str, tree: Path | None, workdir: Path, quiet: bool) 
     sha256 = None
     note = f"tree {tree}"
     if tree is None:
-        tree, sha256 = _release_tree(version, pinset.pins.values(), workdir, quiet=quiet)
+        tree, sha256 = release_tree(version, pinset.pins.values(), workdir,
+                                    progress=lambda filename: _download_progress(filename, quiet),
+                                    fetched=None if quiet else _verified)
         note = "the release sdist"
     with _checking(len(stack), quiet):
         report = check_stack(tree, stack, variant_pin=base.name, version=version, target="release", name=version)
     return dataclasses.replace(report, sdist_sha256=sha256), note
 
 
-def _release_tree(version: str, pins: Iterable[Pin], workdir: Path, *, quiet: bool) -> tuple[Path, str]:
-    """Download vllm-<version>.tar.gz verified against the sha256 the index publishes, and extract it.
-
-    When a pin names the same file, the index's sha256 must also equal the pin's.
-    """
-    filename = f"vllm-{version}.tar.gz"
-    with _download_progress(filename, quiet) as hook:
-        got = fetch_verified("vllm", filename, None, cache_dir=cache_root() / "sdists", progress=hook)
-    for p in pins:
-        if p.sdist.file == filename and p.sdist.sha256 != got.sha256:
-            raise IntegrityError(
-                f"{filename}: the index publishes sha256 {got.sha256}, pin {p.name} records {p.sdist.sha256}",
-                hint="the pin or the mirror is wrong; check patches/pins.yaml and your index-url",
-            )
-    if not quiet:
-        err_console.print(f"{filename}: sha256 {got.sha256} ({'cached' if got.cached else 'downloaded'}, "
-                          "verified against the index)", highlight=False)
-    return safe_extract_tar(got.path, workdir / "src"), got.sha256
+def _verified(filename: str, got: Fetched) -> None:
+    err_console.print(f"{filename}: sha256 {got.sha256} ({'cached' if got.cached else 'downloaded'}, "
+                      "verified against the index)", highlight=False)
 
 
 @patches_app.command("apply")

@@ -13,16 +13,17 @@ import os
 import posixpath
 import re
 import tarfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import git
 
-from g4build.errors import SourceError, UnsafeArchiveError, UsageError
+from g4build.errors import IntegrityError, SourceError, UnsafeArchiveError, UsageError
 from g4build.fsutil import remove_tree
-from g4build.pins.index import ProgressHook, cache_lock, cache_root, fetch_verified
+from g4build.pins.index import Fetched, ProgressHook, cache_lock, cache_root, fetch_verified
 from g4build.pins.model import GitRef, Pin
 from g4build.source import forkport
 from g4build.source.base import base_digest
@@ -171,6 +172,32 @@ def pristine_files(pin: Pin, paths: Iterable[str], progress: ProgressHook | None
         raise UnsafeArchiveError(f"{got.path.name}: not a readable tar archive: {exc}",
                                  hint="expected a .tar.gz sdist: delete the file and download it again") from exc
     return found
+
+
+def release_tree(
+    version: str, pins: Iterable[Pin], workdir: Path, *,
+    progress: Callable[[str], AbstractContextManager[ProgressHook | None]] | None = None,
+    fetched: Callable[[str, Fetched], None] | None = None,
+) -> tuple[Path, str]:
+    """An unpinned release's source (``patches check --release``): vllm-<version>.tar.gz downloaded (or taken from
+    the cache) verified against the sha256 the index publishes, and extracted under ``workdir``; returns the tree
+    and that sha256. When a pin names the same file, the index's sha256 must also equal the pin's.
+
+    ``progress(filename)`` is entered around the download and gives its progress hook; ``fetched(filename, got)`` is
+    told once the file is verified, before it is extracted.
+    """
+    filename = f"vllm-{version}.tar.gz"
+    with progress(filename) if progress is not None else nullcontext(None) as hook:
+        got = fetch_verified("vllm", filename, None, cache_dir=cache_root() / "sdists", progress=hook)
+    for p in pins:
+        if p.sdist.file == filename and p.sdist.sha256 != got.sha256:
+            raise IntegrityError(
+                f"{filename}: the index publishes sha256 {got.sha256}, pin {p.name} records {p.sdist.sha256}",
+                hint="the pin or the mirror is wrong; check patches/pins.yaml and your index-url",
+            )
+    if fetched is not None:
+        fetched(filename, got)
+    return safe_extract_tar(got.path, workdir / "src"), got.sha256
 
 
 # --- helpers ---------------------------------------------------------------------------------------------
