@@ -13,16 +13,19 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.support.trees import sdist_tree
 
+from g4build.data import set_root_option
 from g4build.errors import UsageError
 from g4build.pins.model import load_pins
+from g4build.series.check import HunkProblem, PatchResult
 from g4build.series.model import PinVariant, Series, SeriesPatch, load_all
 from g4build.series.patchfile import parse_patch
-from g4build.series.port import from_pin_for
+from g4build.series.port import SeriesPort, from_pin_for, plan_port, port_conflict_error
 
 REPO = Path(__file__).resolve().parents[3]
 COPY = "vllm-0.33.0-copy"
@@ -78,6 +81,73 @@ def test_the_default_from_pin_is_the_nearest_release_with_a_variant(tmp_path: Pa
     assert from_pin_for(_series_with({"vllm-0.21.0": 1, "vllm-0.29.0": 0}), "vllm-0.26.0", pinset) == "vllm-0.21.0"
     with pytest.raises(UsageError, match="no variant of another pin"):
         from_pin_for(_series_with({"vllm-0.26.0": 1}), "vllm-0.26.0", pinset)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[Path]:
+    """The copied project, read as `g4build --root` would (and the option put back afterwards)."""
+    root = _project(tmp_path)
+    set_root_option(root)
+    try:
+        yield root
+    finally:
+        set_root_option(None)
+
+
+def test_plan_port_chooses_the_series_and_their_from_pins(project: Path) -> None:
+    names = [s.name for s in load_all()]
+    plan = plan_port(None, all_series=True, to=COPY, from_pin=None, dry_run=True)
+    assert plan.target.name == COPY and list(plan.chosen) == names  # no series has a variant for the copy yet
+    assert plan.from_pins == {n: "vllm-0.33.0" for n in names}  # the same release under another name
+    assert [s.name for s in plan.stack] == names
+    one = plan_port("mm-prefix-fa", all_series=False, to=COPY, from_pin="vllm-0.29.0", dry_run=False)
+    assert (one.chosen, one.from_pins) == (("mm-prefix-fa",), {"mm-prefix-fa": "vllm-0.29.0"})
+    ported = SeriesPort(series="mm-prefix-fa", from_pin="vllm-0.29.0", to_pin=COPY, results=())
+    assert plan.not_tried([ported]) == [n for n in names if n != "mm-prefix-fa"]
+
+
+def test_plan_port_refusals_keep_their_messages(project: Path) -> None:
+    for series, all_series in ((None, False), ("mm-prefix-fa", True)):
+        with pytest.raises(UsageError) as raised:
+            plan_port(series, all_series=all_series, to=COPY, from_pin=None, dry_run=True)
+        assert raised.value.message == "pass a series name or --all (one of them)"
+        assert raised.value.hint == "e.g. `g4build patches port mm-prefix-fa --to vllm-0.34.0`"
+    with pytest.raises(UsageError) as raised:
+        plan_port(None, all_series=True, to="vllm-0.33.0", from_pin=None, dry_run=True)
+    assert raised.value.message == "every series already has a variant for vllm-0.33.0: nothing to port"
+    assert raised.value.hint == "change one with `g4build patches refresh SERIES --pin vllm-0.33.0 --tree …`"
+    with pytest.raises(UsageError) as raised:
+        plan_port(None, all_series=True, to=COPY, from_pin=COPY, dry_run=True)
+    names = ", ".join(s.name for s in load_all())
+    assert raised.value.message == f"--from {COPY}: series {names} has no variant for it"
+    assert raised.value.hint == "pass a pin the series has patches for (`g4build patches list`), or drop --from"
+
+
+def _ported(series: str, *statuses: str, problems: int = 0) -> SeriesPort:
+    hunks = tuple(HunkProblem(file="vllm/x.py", hunk=i + 1, line=10 * (i + 1), why="context differs")
+                  for i in range(problems))
+    results = tuple(PatchResult(file=f"vllm-0.33.0/000{i + 1}-p.patch", subject="p", status=status,  # type: ignore[arg-type]
+                                detail="does not apply", problems=hunks if status == "conflict" else ())
+                    for i, status in enumerate(statuses))
+    return SeriesPort(series=series, from_pin="vllm-0.33.0", to_pin=COPY, results=results)
+
+
+def test_port_conflict_error_says_where_it_stopped_and_what_was_not_written() -> None:
+    assert port_conflict_error([_ported("a", "applies")], to=COPY, not_tried=[]) is None
+    alone = port_conflict_error([_ported("a", "applies", "conflict")], to=COPY, not_tried=[])
+    assert alone is not None and alone.exit_code == 8
+    assert alone.message == (f"series a does not port from vllm-0.33.0 to {COPY}: vllm-0.33.0/0002-p.patch "
+                             "conflicts, does not apply; nothing was written")
+    assert alone.hint == (f"make the change on a tree of {COPY} with the series before it applied and record it with "
+                          f"`g4build patches refresh a --pin {COPY} --tree PATH --from-diff`")
+    after = port_conflict_error([_ported("a", "merged"), _ported("b", "conflict", problems=3)], to=COPY,
+                                not_tried=["c"])
+    assert after is not None
+    assert after.message == (f"series b does not port from vllm-0.33.0 to {COPY}: vllm-0.33.0/0001-p.patch conflicts, "
+                             "hunk #1 at vllm/x.py:10: context differs (and 2 more); nothing was written (also not a, "
+                             "which ported); not tried after it: c")
+    assert after.hint is not None and after.hint.startswith(
+        f"port a alone first (`g4build patches port NAME --to {COPY}`); then make the change on a tree of ")
 
 
 def test_a_series_that_has_the_target_variant_is_refused(tmp_path: Path) -> None:

@@ -17,12 +17,13 @@ from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
 from g4build.data import writable_root
-from g4build.errors import PatchConflictError, UsageError
+from g4build.errors import UsageError
 from g4build.pins.index import Fetched, ProgressHook
 from g4build.pins.model import load_pins
 from g4build.series.apply import apply_stack
 from g4build.series.check import StackReport, check_stack, conflict_error
 from g4build.series.model import get_series, load_all
+from g4build.series.port import plan_port, port, port_conflict_error
 from g4build.series.refresh import RefreshResult, diff_patch, new_series, patches_from_commits, refresh
 from g4build.series.status import tree_status
 from g4build.source.fetch import fetch_source, pristine_files, read_version_file, release_tree
@@ -298,43 +299,22 @@ def port_cmd(
 ) -> None:
     """Carry series from one pin to another: each patch applied, or merged three ways with the old pin's files, and
     rewritten for the new tree; a patch already there is dropped; a conflict stops with nothing written."""
-    from g4build.series.port import from_pin_for, port
-
-    if (series is None) == (not all_series):
-        raise UsageError("pass a series name or --all (one of them)",
-                         hint="e.g. `g4build patches port mm-prefix-fa --to vllm-0.34.0`")
-    if not dry_run:
-        writable_root()  # series are written in place: never into the installed package
-    pinset = load_pins()
-    target = pinset.get(to)
-    stack = load_all()
-    # --all ports the series that have no variant for --to yet; the others are laid down as they are
-    chosen = [s.name for s in stack if s.variant(to) is None] if all_series else [get_series(str(series)).name]
-    if not chosen:
-        raise UsageError(f"every series already has a variant for {to}: nothing to port",
-                         hint=f"change one with `g4build patches refresh SERIES --pin {to} --tree …`")
-    if from_pin is not None:
-        pinset.get(from_pin)
-        lacking = [s.name for s in stack if s.name in chosen and s.variant(from_pin) is None]
-        if lacking:
-            raise UsageError(f"--from {from_pin}: series {', '.join(lacking)} has no variant for it",
-                             hint="pass a pin the series has patches for (`g4build patches list`), or drop --from")
-    from_pins = {s.name: from_pin or from_pin_for(s, to, pinset) for s in stack if s.name in chosen}
+    plan = plan_port(series, all_series=all_series, to=to, from_pin=from_pin, dry_run=dry_run)
     at_commit = None
     if tree is None:
-        with _download_progress(target.sdist.file, json_out) as hook:
-            tree = fetch_source(target, "sdist", progress=hook).path
+        with _download_progress(plan.target.sdist.file, json_out) as hook:
+            tree = fetch_source(plan.target, "sdist", progress=hook).path
         at_commit = pristine_commit(tree)  # the cached tree may carry applied patches on top
 
     def old_files(pin: str, paths: Sequence[str]) -> dict[str, bytes]:
         # the three-way merge's base and theirs: the old pin's own files, from its sha256-checked sdist
-        the_pin = pinset.get(pin)
+        the_pin = plan.pinset.get(pin)
         with _download_progress(the_pin.sdist.file, json_out) as hook:
             return pristine_files(the_pin, paths, progress=hook)
 
-    ports = port(stack, chosen, to=to, from_pins=from_pins, tree=tree, dry_run=dry_run, pristine=old_files,
-                 at_commit=at_commit)
-    not_tried = [n for n in chosen if n not in {p.series for p in ports}]
+    ports = port(plan.stack, plan.chosen, to=to, from_pins=plan.from_pins, tree=tree, dry_run=dry_run,
+                 pristine=old_files, at_commit=at_commit)
+    not_tried = plan.not_tried(ports)
     if json_out:
         print_json({"to": to, "ok": all(p.ok for p in ports), "series": [p.to_dict() for p in ports],
                     "not_tried": not_tried})
@@ -346,21 +326,9 @@ def port_cmd(
                 console.print(f"  {_paint(r.status)} {r.file}: {r.detail}", highlight=False)
             for rel, texts in p.lost_fingerprints.items():
                 console.print(f"  [yellow]fingerprint lost[/] {rel}: {', '.join(texts)}", highlight=False)
-    bad = [p for p in ports if not p.ok]
-    if bad:
-        stopped = next(r for r in bad[0].results if r.status == "conflict")
-        where = stopped.problems[0].describe() if stopped.problems else stopped.detail
-        more = f" (and {len(stopped.problems) - 1} more)" if len(stopped.problems) > 1 else ""
-        before = [p.series for p in ports if p.ok]
-        raise PatchConflictError(
-            f"series {bad[0].series} does not port from {bad[0].from_pin} to {to}: {stopped.file} conflicts, "
-            f"{where}{more}; nothing was written"
-            + (f" (also not {', '.join(before)}, which ported)" if before else "")
-            + (f"; not tried after it: {', '.join(not_tried)}" if not_tried else ""),
-            hint=(f"port {', '.join(before)} alone first (`g4build patches port NAME --to {to}`); then " if before
-                  else "") + f"make the change on a tree of {to} with the series before it applied and record it with "
-                 f"`g4build patches refresh {bad[0].series} --pin {to} --tree PATH --from-diff`",
-        )
+    error = port_conflict_error(ports, to=to, not_tried=not_tried)
+    if error is not None:
+        raise error
 
 
 def register(app: typer.Typer) -> None:

@@ -22,11 +22,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from g4build.errors import ConfigError, SourceError, UsageError
+from g4build.data import writable_root
+from g4build.errors import ConfigError, PatchConflictError, SourceError, UsageError
 from g4build.pins.add import scalar
-from g4build.pins.model import PinSet
+from g4build.pins.model import Pin, PinSet, load_pins
 from g4build.series.check import HunkProblem, PatchResult, Scratch
-from g4build.series.model import Series, SeriesPatch, load_series
+from g4build.series.model import Series, SeriesPatch, get_series, load_all, load_series
 from g4build.series.patchfile import FileDiff, parse_patch, touched_paths
 from g4build.series.refresh import NewPatch, refresh, write_atomic
 from g4build.source import gittree
@@ -83,6 +84,69 @@ def from_pin_for(series: Series, to: str, pinset: PinSet) -> str:
     best = min(have, key=lambda p: (_distance(p.parsed_version.release, target.release),
                                     p.parsed_version > target, p.parsed_version))
     return best.name
+
+
+@dataclass(frozen=True, kw_only=True)
+class PortPlan:
+    """What ``patches port`` carries: the ``chosen`` series (in stack order) to pin ``to``, each from its pin."""
+
+    pinset: PinSet
+    target: Pin  # the pin ported to
+    stack: tuple[Series, ...]
+    chosen: tuple[str, ...]
+    from_pins: dict[str, str]  # series name -> the pin its patches are taken from
+
+    def not_tried(self, ports: Sequence[SeriesPort]) -> list[str]:
+        """The chosen series a stopped port never reached."""
+        tried = {p.series for p in ports}
+        return [n for n in self.chosen if n not in tried]
+
+
+def plan_port(series: str | None, *, all_series: bool, to: str, from_pin: str | None, dry_run: bool) -> PortPlan:
+    """Which series ``patches port`` carries to pin ``to`` and from which pins: ``series``, or with ``all_series``
+    every series without a variant for ``to`` yet (the others are laid down as they are); each from ``from_pin``
+    (which every chosen series must have a variant for), else from the nearest release it has one for."""
+    if (series is None) == (not all_series):
+        raise UsageError("pass a series name or --all (one of them)",
+                         hint="e.g. `g4build patches port mm-prefix-fa --to vllm-0.34.0`")
+    if not dry_run:
+        writable_root()  # series are written in place: never into the installed package
+    pinset = load_pins()
+    target = pinset.get(to)
+    stack = load_all()
+    chosen = [s.name for s in stack if s.variant(to) is None] if all_series else [get_series(str(series)).name]
+    if not chosen:
+        raise UsageError(f"every series already has a variant for {to}: nothing to port",
+                         hint=f"change one with `g4build patches refresh SERIES --pin {to} --tree …`")
+    if from_pin is not None:
+        pinset.get(from_pin)
+        lacking = [s.name for s in stack if s.name in chosen and s.variant(from_pin) is None]
+        if lacking:
+            raise UsageError(f"--from {from_pin}: series {', '.join(lacking)} has no variant for it",
+                             hint="pass a pin the series has patches for (`g4build patches list`), or drop --from")
+    from_pins = {s.name: from_pin or from_pin_for(s, to, pinset) for s in stack if s.name in chosen}
+    return PortPlan(pinset=pinset, target=target, stack=tuple(stack), chosen=tuple(chosen), from_pins=from_pins)
+
+
+def port_conflict_error(ports: Sequence[SeriesPort], *, to: str, not_tried: Sequence[str]) -> PatchConflictError | None:
+    """The error a port that stopped at a conflict ends with (None when every series ported): where it stopped,
+    that nothing was written, and how to go on."""
+    bad = [p for p in ports if not p.ok]
+    if not bad:
+        return None
+    stopped = next(r for r in bad[0].results if r.status == "conflict")
+    where = stopped.problems[0].describe() if stopped.problems else stopped.detail
+    more = f" (and {len(stopped.problems) - 1} more)" if len(stopped.problems) > 1 else ""
+    before = [p.series for p in ports if p.ok]
+    return PatchConflictError(
+        f"series {bad[0].series} does not port from {bad[0].from_pin} to {to}: {stopped.file} conflicts, "
+        f"{where}{more}; nothing was written"
+        + (f" (also not {', '.join(before)}, which ported)" if before else "")
+        + (f"; not tried after it: {', '.join(not_tried)}" if not_tried else ""),
+        hint=(f"port {', '.join(before)} alone first (`g4build patches port NAME --to {to}`); then " if before
+              else "") + f"make the change on a tree of {to} with the series before it applied and record it with "
+             f"`g4build patches refresh {bad[0].series} --pin {to} --tree PATH --from-diff`",
+    )
 
 
 def _git(scratch: Scratch, *args: str, stdin: bytes | None = None) -> bytes:
