@@ -9,13 +9,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
+from g4build.doctor import SystemProbe, run_doctor
+from g4build.errors import DoctorFailed, UsageError
+from g4build.pins.model import load_pins
 
 
 def _existing_folder(path: str) -> str:
     """--path as an absolute folder that exists: free space measured at some parent instead would answer a
     question the user did not ask (a new folder may sit on another mount than its parent)."""
-    from g4build.errors import UsageError
-
     where = os.path.abspath(path)
     if not os.path.exists(where):
         raise UsageError(f"--path {path}: expected an existing folder, found nothing there",
@@ -36,10 +37,6 @@ def doctor(
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Check this machine before a long build: GPU, driver, CUDA, MSVC, Python, torch, RAM, disk, Docker."""
-    from g4build.doctor import SystemProbe, run_doctor
-    from g4build.errors import DoctorFailed
-    from g4build.pins.model import load_pins
-
     workdir = _existing_folder(path)
     pin_torch = load_pins().get(pin).torch
     with err_console.status("checking") as live:

@@ -8,6 +8,10 @@ import typer
 from rich.markup import escape
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
+from g4build.data import writable_root
+from g4build.image import extract_series
+from g4build.pins.model import load_pins
+from g4build.source.fetch import fetch_source
 
 image_app = typer.Typer(help="Turn a prepatched image's vLLM Python files into a series.", no_args_is_help=True)
 
@@ -29,19 +33,12 @@ def extract(
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Diff the image's installed vLLM Python files against the pin and write them as a new series."""
-    from g4build.image import extract_series
-    from g4build.pins.model import load_pins
-
     chosen = load_pins().get(pin)
     if out is None:  # the new series goes under the project's patches/: never the installed package
-        from g4build.data import writable_root
-
         writable_root()
     with err_console.status(f"opening {image}") as live:
 
         def pristine_tree() -> Path:
-            from g4build.source.fetch import fetch_source
-
             live.update(f"preparing the {chosen.name} source tree ({source})")
             return fetch_source(chosen, source).path
 
