@@ -9,13 +9,16 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support.index_server import serve_index
 
 from g4build.ci import (
     MatrixSpec,
     Target,
+    append_github_outputs,
     buildable,
     expand,
     github_outputs,
+    latest_release,
     load_matrix,
     newest_release,
     resolve_target,
@@ -176,6 +179,22 @@ def test_build_cell_command_names_the_target_and_the_cell() -> None:
 
 def _file(name: str, *, yanked: bool = False) -> IndexFile:
     return IndexFile(filename=name, url=f"files/{name}", sha256=None, yanked=yanked)
+
+
+def test_latest_release_reads_the_package_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    with serve_index() as idx:
+        for name in ("vllm-0.33.0.tar.gz", "vllm-0.34.0rc1.tar.gz", "vllm-0.21.0.tar.gz"):
+            idx.add(name, b"sdist")
+        monkeypatch.setenv("PIP_INDEX_URL", idx.url)
+        assert latest_release() == "0.33.0"
+
+
+def test_github_outputs_are_appended_as_key_value_lines(tmp_path: Path) -> None:
+    out = tmp_path / "github_output"
+    out.write_text("earlier=step\n", encoding="utf-8")
+    append_github_outputs(out, {"release": "0.33.0", "left_out": '["a"]'})
+    append_github_outputs(out, {"pin": ""})
+    assert out.read_bytes() == b'earlier=step\nrelease=0.33.0\nleft_out=["a"]\npin=\n'
 
 
 def test_newest_release_skips_pre_dev_yanked_and_wheels() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from g4build.ci import load_matrix, render_all, stale_files
+from g4build.ci import load_matrix, render_all, stale_files, write_rendered
 from g4build.ci.workflows import HEADER, WORKFLOWS_DIR
 from g4build.data import project_root
 
@@ -120,3 +120,11 @@ def test_tests_workflow_runs_the_project_test_command() -> None:
     assert job["strategy"]["matrix"]["python"] == list(spec.tests.python)
     runs = [s["run"].strip() for s in job["steps"] if "run" in s]
     assert runs == [spec.tests.install, spec.tests.run] == ["pip install -e '.[test]'", "python -m pytest"]
+
+
+def test_written_workflows_are_not_stale(tmp_path: Path) -> None:
+    rendered = render_all(load_matrix())
+    assert stale_files(tmp_path, rendered) == [r.path.as_posix() for r in rendered]
+    write_rendered(tmp_path, rendered)
+    assert stale_files(tmp_path, rendered) == []
+    assert all(b"\r\n" not in (tmp_path / r.path).read_bytes() for r in rendered)

@@ -12,13 +12,14 @@ import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 
 from g4build.ci.spec import MatrixSpec
 from g4build.errors import ConfigError, UsageError
-from g4build.pins.index import IndexFile
+from g4build.pins.index import IndexFile, project_files
 from g4build.pins.model import PinSet, load_pins
 
 Role = Literal["build", "check"]
@@ -246,6 +247,11 @@ def newest_release(files: Iterable[IndexFile]) -> str:
     return str(max(versions))
 
 
+def latest_release() -> str:
+    """The newest final vLLM release on the package index (``newest_release`` of its file list)."""
+    return newest_release(project_files("vllm"))
+
+
 def resolve_target(
     pins: PinSet, *, pin: str | None, release: str | None, latest: Callable[[], str],
 ) -> Target:
@@ -282,3 +288,10 @@ def github_outputs(
         "smoke_artifact": smoke.artifact if smoke else "",
         "left_out": json.dumps(list(notes)),
     }
+
+
+def append_github_outputs(path: Path, outputs: dict[str, str]) -> None:
+    """Append ``outputs`` to a ``$GITHUB_OUTPUT`` file as ``key=value`` lines (LF line ends on every OS)."""
+    with path.open("a", encoding="utf-8", newline="\n") as fh:
+        for key, value in outputs.items():
+            fh.write(f"{key}={value}\n")

@@ -354,3 +354,11 @@ def stale_files(root: Path, rendered: tuple[Rendered, ...]) -> list[str]:
         if not path.is_file() or path.read_text(encoding="utf-8") != item.text:
             stale.append(item.path.as_posix())
     return stale
+
+
+def write_rendered(root: Path, rendered: tuple[Rendered, ...]) -> None:
+    """Write the generated files under ``root`` (folders made as needed, LF line ends on every OS)."""
+    for item in rendered:
+        path = root / item.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(item.text, encoding="utf-8", newline="\n")

@@ -8,21 +8,22 @@ import typer
 from rich.table import Table
 
 from g4build.ci import (
+    append_github_outputs,
     buildable,
     exclusion_notes,
     expand,
     github_outputs,
+    latest_release,
     load_matrix,
-    newest_release,
     render_all,
     resolve_target,
     select_archs,
     stale_files,
+    write_rendered,
 )
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
 from g4build.data import project_root, writable_root
 from g4build.errors import ConfigError
-from g4build.pins import index
 from g4build.pins.model import load_pins
 
 ci_app = typer.Typer(help="The CI wheel matrix (ci/matrix.yaml) and the workflows generated from it.",
@@ -31,10 +32,6 @@ ci_app = typer.Typer(help="The CI wheel matrix (ci/matrix.yaml) and the workflow
 PIN_OPTION = typer.Option(None, "--pin", help="A pin from patches/pins.yaml.")
 RELEASE_OPTION = typer.Option(None, "--release", help="An upstream vLLM release, e.g. 0.33.0.")
 ARCH_OPTION = typer.Option("default", "--arch", help="default (non-optional archs), all, or one arch such as sm121.")
-
-
-def _latest_release() -> str:
-    return newest_release(index.project_files("vllm"))
 
 
 def _offline_default() -> str:
@@ -97,22 +94,13 @@ def render_cmd(
         if not json_out:
             console.print(f"{len(rendered)} workflows match {spec.source.name}")
         return
-    for item in rendered:
-        path = root / item.path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(item.text, encoding="utf-8", newline="\n")
+    write_rendered(root, rendered)
     if json_out:
         print_json({"written": [r.path.as_posix() for r in rendered], "changed": stale})
     else:
         for r in rendered:
             state = "updated" if r.path.as_posix() in stale else "unchanged"
             console.print(f"{r.path.as_posix()}: {state}", highlight=False)
-
-
-def _append_outputs(path: Path, outputs: dict[str, str]) -> None:
-    with path.open("a", encoding="utf-8", newline="\n") as fh:
-        for key, value in outputs.items():
-            fh.write(f"{key}={value}\n")
 
 
 @ci_app.command("resolve")
@@ -128,11 +116,11 @@ def resolve_cmd(
     """Pick what a nightly run builds: the pin or release given, else the newest release on the package index."""
     spec = load_matrix()
     pins = load_pins()
-    target = resolve_target(pins, pin=pin, release=release, latest=_latest_release)
+    target = resolve_target(pins, pin=pin, release=release, latest=latest_release)
     cells, left_out = buildable(spec, expand(spec, select_archs(spec, arch)), target, pins)
     outputs = github_outputs(spec, target, cells, left_out)
     if github_output is not None:
-        _append_outputs(github_output, outputs)
+        append_github_outputs(github_output, outputs)
     for note in left_out:
         err_console.print(note, highlight=False)
     if json_out:
