@@ -30,6 +30,10 @@ def test_wheel_ships_every_data_file_and_the_installed_cli_reads_them(tmp_path: 
         zf.extractall(tmp_path / "site")
     missing = [f for f in tracked if f"g4build/_data/{f}" not in names]
     assert tracked and missing == []
+    # exactly the package's modules: none left out, none stale (setuptools does not clean an old build/lib)
+    modules = {n for n in names if n.endswith(".py") and not n.startswith("g4build/_data/")}
+    source = {p.relative_to(REPO / "toolkit").as_posix() for p in (REPO / "toolkit" / "g4build").rglob("*.py")}
+    assert modules == source, (sorted(modules - source)[:10], sorted(source - modules)[:10])
 
     env = {k: v for k, v in os.environ.items() if k not in ("G4BUILD_HOME", "PYTHONPATH")}
     env["PYTHONPATH"] = str(tmp_path / "site")

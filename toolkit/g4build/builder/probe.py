@@ -1,4 +1,5 @@
-"""The one interface doctor uses to look at the machine: run a command, read a file, ask the host.
+"""The one interface host probing (builder.host, and doctor above it) uses to look at the machine: run a command,
+read a file, ask the host.
 
 ``SystemProbe`` is the real machine. Tests use a recorder that answers from recorded tool outputs, so every
 check runs against the real formats of nvidia-smi, nvcc, vswhere and friends without those tools.
@@ -24,7 +25,7 @@ class CommandResult:
 
 
 class Probe(Protocol):
-    """What doctor may ask. Each method answers None when the thing is absent or cannot be read."""
+    """What host probing may ask. Each method answers None when the thing is absent or cannot be read."""
 
     system: str  # "linux", "windows" or "darwin"
 

@@ -1,4 +1,4 @@
-"""Checking the series stack against a source tree (applying it lives in ``patch_apply``).
+"""Checking the series stack against a source tree (applying it lives in ``series.apply``).
 
 Check (quilt-style): each patch is tried forward with zero fuzz on a scratch copy of the touched files, with
 every earlier patch of the stack already applied there. A patch that does not apply forward but reverse-applies

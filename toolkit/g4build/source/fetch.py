@@ -1,7 +1,7 @@
 """Source acquisition: a pin's vLLM tree from the release sdist, the upstream git remote, or a local path.
 
 Every route ends in a verified git work tree whose first commit is the pristine upstream source, so patch
-series apply with git. Trees and downloads live in the cache (``index.cache_root()``), keyed by pin and
+series apply with git. Trees and downloads live in the cache (``pins.index.cache_root()``), keyed by pin and
 source, guarded by a file lock, and are complete or absent: work happens in a temporary sibling that is
 renamed into place only once it is whole.
 """
