@@ -91,7 +91,7 @@ def find_nvcc() -> str | None:
 
 
 def probe(root: str, system: Probe | None = None) -> HostFacts:
-    """This machine's facts; ``system`` answers what the OS is asked (builder.probe's Probe, the real one by default)."""
+    """This machine's facts; ``system`` (a builder.probe Probe; default: the real one) answers the OS questions."""
     system = system or SystemProbe()
     where = Path(root)
     while not where.exists() and where != where.parent:
