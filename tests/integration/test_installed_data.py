@@ -15,11 +15,26 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _checkout_copy(tmp_path: Path) -> Path:
+    """The checkout's files as git sees them (tracked, and untracked but not ignored) in a folder of their own:
+    pip builds in the source folder, so building from REPO would write build/ into it, and an old build/lib
+    there would put stale modules into the wheel."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
+                            capture_output=True).stdout.decode().split("\0")
+    dest = tmp_path / "checkout"
+    for rel in filter(None, listed):
+        src = REPO / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
+
 @pytest.mark.network  # pip fetches the build backend (setuptools) into an isolated build environment
 def test_wheel_ships_every_data_file_and_the_installed_cli_reads_them(tmp_path: Path) -> None:
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path),
-         str(REPO)],
+         str(_checkout_copy(tmp_path))],
         check=True, capture_output=True, text=True,
     )
     (wheel,) = tmp_path.glob("g4build-*.whl")
@@ -30,7 +45,7 @@ def test_wheel_ships_every_data_file_and_the_installed_cli_reads_them(tmp_path: 
         zf.extractall(tmp_path / "site")
     missing = [f for f in tracked if f"g4build/_data/{f}" not in names]
     assert tracked and missing == []
-    # exactly the package's modules: none left out, none stale (setuptools does not clean an old build/lib)
+    # exactly the package's modules: none left out, none stale
     modules = {n for n in names if n.endswith(".py") and not n.startswith("g4build/_data/")}
     source = {p.relative_to(REPO / "toolkit").as_posix() for p in (REPO / "toolkit" / "g4build").rglob("*.py")}
     assert modules == source, (sorted(modules - source)[:10], sorted(source - modules)[:10])
@@ -63,7 +78,8 @@ def test_wheel_ships_every_data_file_and_the_installed_cli_reads_them(tmp_path: 
 
 @pytest.mark.network  # as above: pip builds the wheel
 def test_installed_cli_writes_into_the_project_it_stands_in_never_into_site_packages(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(REPO)],
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path),
+                    str(_checkout_copy(tmp_path))],
                    check=True, capture_output=True, text=True)
     (wheel,) = tmp_path.glob("g4build-*.whl")
     site = tmp_path / "site"
