@@ -1,5 +1,8 @@
-"""Removing trees the way Windows needs: git marks its object files read-only, and shutil.rmtree cannot delete
-a read-only file there, so a plain ``rmtree(..., ignore_errors=True)`` leaves half a tree behind."""
+"""Files and trees that are complete or absent.
+
+Removing trees the way Windows needs: git marks its object files read-only, and shutil.rmtree cannot delete a
+read-only file there, so a plain ``rmtree(..., ignore_errors=True)`` leaves half a tree behind. Writing a file
+whole (``write_atomic``) and building a folder in a claimed staging folder (``staging_dir``)."""
 
 from __future__ import annotations
 
@@ -23,6 +26,20 @@ def _retry_writable(func: Callable[[str], Any], path: str, _exc: object) -> None
         func(path)
     except OSError:
         pass
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all: a temporary file of its own beside it (two writers never
+    share one), renamed over it; removed again on any failure or interrupt."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def remove_tree(path: str | Path) -> bool:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from g4build.builder.deps import CMakeDep, default_cache, find_deps, prefetch, unset_line
 from g4build.errors import BuildError, PatchConflictError, SourceError, UsageError
-from g4build.fsutil import remove_tree
+from g4build.fsutil import remove_tree, write_atomic
 from g4build.pins.index import cache_lock
 from g4build.pins.model import Pin
 from g4build.series.apply import apply_stack
@@ -243,7 +243,5 @@ def apply_for_pin(tree: Path, chosen: Sequence[BuildSeries], pin: Pin, *, cache:
         if text is not None:
             text = point_cache_at(text, dep, copy, f"g4build deps: {b.name} v{b.version}")
     if write is not None and text is not None:
-        tmp = write.with_name(write.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(write)
+        write_atomic(write, text.encode("utf-8"))
     return rows

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from g4build.errors import BuildError, SourceError
-from g4build.fsutil import remove_tree
+from g4build.fsutil import remove_tree, write_atomic
 from g4build.pins.index import cache_lock, cache_root
 
 _DECLARE = re.compile(r"FetchContent_Declare\s*\((?P<body>[^()]*(?:\([^()]*\)[^()]*)*)\)", re.IGNORECASE)
@@ -220,6 +220,5 @@ def prefetch_all(tree: Path, cache: Path | None = None, *, write: Path | None = 
             path = prefetch(dep, cache, git=git)
         done.append(Prefetched(dep, path))
     if write:
-        write.parent.mkdir(parents=True, exist_ok=True)
-        write.write_text(initial_cache((p.dep, p.path) for p in done), encoding="utf-8")
+        write_atomic(write, initial_cache((p.dep, p.path) for p in done).encode("utf-8"))
     return done

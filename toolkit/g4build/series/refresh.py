@@ -7,7 +7,6 @@ changed, other pins' variants are left alone. Every file is written atomically (
 
 from __future__ import annotations
 
-import os
 import re
 import tempfile
 from collections.abc import Sequence
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from g4build.errors import ConfigError, SourceError, UsageError
+from g4build.fsutil import write_atomic
 from g4build.series.apply import TRAILER_SERIES
 from g4build.series.model import Series, load_series
 from g4build.series.patchfile import parse_patch
@@ -51,18 +51,6 @@ class RefreshResult:
         return {"series": self.series, "pin": self.pin, "old_version": self.old_version,
                 "new_version": self.new_version, "changed": self.changed, "written": list(self.written),
                 "removed": list(self.removed)}
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def slug(text: str) -> str:
