@@ -121,3 +121,22 @@ def test_a_claim_left_by_a_kill_is_removed_once_it_is_old(tmp_path: Path) -> Non
     os.utime(old, (past, past))
     assert sweep_staging(folder) == ([old], [])
     assert young.is_dir() and not old.exists()  # young: its run is about to lock and rename it
+
+
+# --- write_atomic: whole or absent ---------------------------------------------------------------------------
+def test_write_atomic_replaces_the_file_whole_and_leaves_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "deep" / "init-cache.cmake"
+    fsutil.write_atomic(target, b"old\n")
+    fsutil.write_atomic(target, b"new\n")
+    assert target.read_bytes() == b"new\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["init-cache.cmake"]
+
+
+def test_write_atomic_that_cannot_rename_keeps_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "taken"
+    target.mkdir()  # a folder where the file should go: the rename fails after the data is written
+    (target / "inside").write_text("kept\n")
+    with pytest.raises(OSError):
+        fsutil.write_atomic(target, b"new\n")
+    assert (target / "inside").read_text() == "kept\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # the temporary went again

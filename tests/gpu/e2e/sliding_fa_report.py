@@ -341,8 +341,6 @@ def main(argv: list[str] | None = None) -> int:
     for workload, figures in (doc["speed"] or {}).items():
         if isinstance(figures, dict):
             for kind, row in figures.items():
-                if not isinstance(row, dict):
-                    continue
                 print(f"speed {workload} {kind}: triton {row['triton']} sliding-fa {row['sliding_fa']} "
                       f"ratio {row['ratio']}")
     for name, group in (doc["speed_spread"] or {}).items():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -296,8 +297,6 @@ def test_every_pair_of_the_judging_class_must_pass(report: ModuleType, tmp_path:
 
 
 def test_run_e2e_names_a_pair_as_the_report_reads_it(report: ModuleType, tmp_path: Path) -> None:
-    import subprocess
-
     script = E2E / "run_e2e.sh"
     env = {"PATH": "/usr/bin:/bin", "G4E2E_STAGE": str(tmp_path / "stage"), "G4E2E_DTYPE": "float16",
            "G4E2E_FA_VERSION": "2", "G4E2E_REPEAT": "3"}
