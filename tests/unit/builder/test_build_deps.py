@@ -112,6 +112,8 @@ def test_prefetch_failure_leaves_nothing_that_looks_finished(tmp_path: Path) -> 
     with pytest.raises(BuildError, match="git fetch"):
         prefetch(dep, tmp_path / "cache", remote=str(tmp_path / "missing"))
     assert not (tmp_path / "cache" / dep.cache_name).exists()
+    # nor a half clone beside it: the cache holds the dependency's lock file and nothing else
+    assert [p.name for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")] == []
 
 
 def test_find_deps_needs_a_cmake_tree(tmp_path: Path) -> None:

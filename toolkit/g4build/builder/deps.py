@@ -176,15 +176,19 @@ def _clone_once(dep: CMakeDep, dest: Path, *, remote: str | None, git: Runner) -
     def run(*argv: str) -> None:
         git([*LONG_PATHS, *argv], tmp)
 
-    run("init", "-q")
-    run("remote", "add", "origin", remote or dep.repository)
-    run("fetch", "-q", "--depth", "1", "origin", dep.tag)
-    run("checkout", "-q", "--detach", "FETCH_HEAD")
-    if dep.submodules:
-        run("submodule", "update", "--init", "--depth", "1", "--", *dep.submodules)
-    else:
-        run("submodule", "update", "--init", "--recursive", "--depth", "1")
-    (tmp / ".g4build-prefetched").write_text(f"{dep.repository} {dep.tag}\n")
+    try:
+        run("init", "-q")
+        run("remote", "add", "origin", remote or dep.repository)
+        run("fetch", "-q", "--depth", "1", "origin", dep.tag)
+        run("checkout", "-q", "--detach", "FETCH_HEAD")
+        if dep.submodules:
+            run("submodule", "update", "--init", "--depth", "1", "--", *dep.submodules)
+        else:
+            run("submodule", "update", "--init", "--recursive", "--depth", "1")
+        (tmp / ".g4build-prefetched").write_text(f"{dep.repository} {dep.tag}\n")
+    except BaseException:  # a failed or interrupted clone leaves no half copy in the cache
+        remove_tree(tmp)
+        raise
     remove_tree(dest)
     tmp.rename(dest)
     return dest
