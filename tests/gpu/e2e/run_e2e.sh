@@ -19,6 +19,12 @@
 #                  starts, sliding_fa_runs.py; G4E2E_FA_VERSION=2 forces FA2, results NAME-fa2; G4E2E_REPEAT=N
 #                  names a repetition of a pair, NAME-rN)
 #   sliding-fa-report  tests/gpu/results/vllm-0.21.0-sliding-fa.json from those runs (sliding_fa_report.py)
+#   train          train the tiny target and its DFlash drafter, reference acceptance (train_models.py)
+#   train-bg       the same in the background (it outlives the call; keep the machine with calls back to back)
+#   train-wait     wait for train-bg (G4E2E_TRAIN_WAIT seconds, default 480)
+#   reference      the reference acceptance of $stage/trained (copied from a carried .device/trained if absent)
+#   acc:VARIANT:PHASES  one engine start with the trained models (acceptance_runs.py; phases comma-separated):
+#                  results under $stage/acc/, brought back as acc.tgz
 #
 # G4E2E_NUMERICS=batch-invariant runs the engine steps under vLLM's VLLM_BATCH_INVARIANT=1 (results NAME-bi);
 # batch-invariant-casts adds Inductor's emulate_precision_casts (NAME-bi-casts), batch-invariant-eager the
@@ -48,6 +54,7 @@ publish() {  # small results back to the caller when $OUT exists (the device too
   [ -n "${OUT:-}" ] || return 0
   cp "$stage"/runs/*.json "$OUT"/ 2>/dev/null || true
   (cd "$stage" && tar -czf "$OUT/logs.tgz" logs runs/*.log 2>/dev/null) || true
+  [ ! -d "$stage/acc" ] || (cd "$stage" && tar -czf "$OUT/acc.tgz" acc) || true
 }
 trap publish EXIT
 trap 'exit 143' TERM INT
@@ -180,6 +187,58 @@ step_sliding_fa_report() {
   [ -z "${OUT:-}" ] || cp "$repo"/tests/gpu/results/vllm-0.21.0-sliding-fa.json "$OUT"/
 }
 
+# --- trained models and acceptance (train_models.py, acceptance_runs.py) ---
+step_train() {  # in the foreground
+  mkdir -p "$stage/acc"
+  say "training the tiny target and its DFlash drafter"
+  "$py" "$here/train_models.py" "$stage/trained" ${G4E2E_TRAIN_ARGS:-} > "$stage/logs/train.log" 2>&1 \
+    || { tail -30 "$stage/logs/train.log"; return 1; }
+  cp "$stage/trained/train.json" "$stage/trained/reference.json" "$stage/acc/"
+  say "trained: $(tail -1 "$stage/logs/train.log")"
+}
+
+step_reference() {  # the reference acceptance of the checkpoints in $stage/trained (carried: .device/trained)
+  mkdir -p "$stage/acc"
+  if [ ! -f "$stage/trained/dflash/model.safetensors" ] && [ -d "$repo/.device/trained" ]; then
+    cp -r "$repo/.device/trained" "$stage/trained.tmp" && mv "$stage/trained.tmp" "$stage/trained"
+  fi
+  "$py" "$here/train_models.py" "$stage/trained" --reference-only > "$stage/logs/reference.log" 2>&1 \
+    || { tail -20 "$stage/logs/reference.log"; return 1; }
+  cp "$stage/trained/reference.json" "$stage/acc/"
+  [ ! -f "$stage/trained/train.json" ] || cp "$stage/trained/train.json" "$stage/acc/"
+  say "$(tail -1 "$stage/logs/reference.log" | cut -c1-400)"
+}
+
+step_train_bg() {  # in its own session: it outlives this call while later calls keep the machine
+  mkdir -p "$stage/acc"
+  setsid nohup bash -c "'$0' train > '$stage/logs/train-bg.log' 2>&1; echo \$? > '$stage/acc/train.rc'" \
+    < /dev/null > /dev/null 2>&1 &
+  say "training started in the background"
+}
+
+step_train_wait() {  # wait for train-bg, up to G4E2E_TRAIN_WAIT seconds (default 480)
+  local waited=0 limit=${G4E2E_TRAIN_WAIT:-480}
+  while [ ! -f "$stage/acc/train.rc" ] && [ $waited -lt "$limit" ]; do sleep 5; waited=$((waited + 5)); done
+  tail -4 "$stage/logs/train.log" 2>/dev/null
+  [ -f "$stage/acc/train.rc" ] || { echo "training still running after $limit s"; return 1; }
+  return "$(cat "$stage/acc/train.rc")"
+}
+
+acc_run() {  # VARIANT PHASES: one engine start with the trained models on the overlaid wheel
+  local variant=$1 phases=$2 name start rc=0 suffix
+  suffix=$(run_suffix) || return 2
+  name=$variant$suffix
+  [ -d "$stage/patched" ] || { echo "step $name: overlaid wheel not installed (run prepare first)"; return 7; }
+  [ -f "$stage/trained/dflash/model.safetensors" ] || { echo "step $name: no trained models (run train)"; return 7; }
+  say "acceptance run $name ($phases)"
+  start=$(date +%s)
+  PYTHONPATH=$stage/patched:$stage/deps:$here timeout -k 20 "$run_limit" "$py" "$here/acceptance_runs.py" \
+    --variant "$variant" --phases "$phases" --models "$stage/trained" --json "$stage/acc/$name.json" \
+    > "$stage/logs/acc-$name.log" 2>&1 || rc=$?
+  say "acceptance run $name exited $rc after $(( $(date +%s) - start )) s"
+  tail -4 "$stage/logs/acc-$name.log"
+}
+
 step_kernel() {
   [ -d "$stage/patched" ] || { echo "step kernel: overlaid wheel not installed"; return 7; }
   say "mm-prefix-fa kernel check"
@@ -193,7 +252,7 @@ step_report() {
   [ -z "${OUT:-}" ] || cp "$repo"/tests/gpu/results/vllm-0.21.0-*.json "$OUT"/
 }
 
-[ $# -gt 0 ] || { sed -n '2,29p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,35p' "$0"; exit 2; }
 status=0
 for s in "$@"; do
   case $s in
@@ -204,6 +263,11 @@ for s in "$@"; do
     baseline) engine_run baseline patched baseline ;;
     dflash) engine_run dflash patched dflash ;;
     mtp) engine_run mtp patched mtp ;;
+    train) step_train || { echo "step train failed ($?)"; status=1; } ;;
+    train-bg) step_train_bg ;;
+    reference) step_reference || { echo "step reference failed ($?)"; status=1; } ;;
+    train-wait) step_train_wait || { echo "step train-wait failed ($?)"; status=1; } ;;
+    acc:*:*) v=${s#acc:}; acc_run "${v%%:*}" "${v#*:}" ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac
   publish

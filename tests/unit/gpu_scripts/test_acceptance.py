@@ -1,0 +1,232 @@
+"""The acceptance scripts' CPU parts (tests/gpu/e2e: tiny_lang, tiny_torch, train_models, acceptance_report): the
+language, the reference's speculative loop, the drafter's attention masks against vLLM's rules, RoPE as vLLM's
+Gemma 4 computes it, checkpoint names and their round trip, the report's judgements, and the kept result."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import random
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+E2E = Path(__file__).resolve().parents[2] / "gpu" / "e2e"
+RESULT = Path(__file__).resolve().parents[2] / "gpu" / "results" / "vllm-0.21.0-acceptance.json"
+
+
+def _load(name: str) -> ModuleType:
+    if str(E2E) not in sys.path:
+        sys.path.insert(0, str(E2E))  # the scripts import each other from their own folder
+    spec = importlib.util.spec_from_file_location(f"e2e_{name}", E2E / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def lang() -> ModuleType:
+    return _load("tiny_lang")
+
+
+@pytest.fixture(scope="module")
+def tt() -> ModuleType:
+    return _load("tiny_torch")
+
+
+@pytest.fixture(scope="module")
+def train() -> ModuleType:
+    return _load("train_models")
+
+
+@pytest.fixture(scope="module")
+def report() -> ModuleType:
+    return _load("acceptance_report")
+
+
+# --- the language -------------------------------------------------------------------------------------------------
+def test_chain_documents_follow_their_dialect(lang: ModuleType) -> None:
+    rng = random.Random(3)
+    follow = total = 0
+    for _ in range(50):
+        doc = lang.chain_document(rng, 200)
+        assert doc[0] == lang.BOS and len(doc) == 201
+        d = doc[1] - lang.DIALECT_TOKEN
+        assert 0 <= d < lang.DIALECTS
+        for a, b in itertools.pairwise(doc[2:]):
+            total += 1
+            follow += lang.CHAINS[d][a - lang.FIRST_WORD] == b
+    # one word in ten is drawn at random (and lands on the successor 1 time in 64)
+    assert 0.86 < follow / total < 0.94
+
+
+def test_chains_are_single_cycles_and_differ(lang: ModuleType) -> None:
+    for succ in lang.CHAINS:
+        seen, w = set(), lang.FIRST_WORD
+        for _ in range(lang.CHAIN_WORDS):
+            seen.add(w)
+            w = succ[w - lang.FIRST_WORD]
+        assert len(seen) == lang.CHAIN_WORDS and w == lang.FIRST_WORD
+    assert len({tuple(c) for c in lang.CHAINS}) == lang.DIALECTS
+
+
+def test_prompts_are_deterministic(lang: ModuleType) -> None:
+    a, b = lang.eval_prompts(), lang.eval_prompts()
+    assert a == b and len(a) == 48
+    assert [len(p["token_ids"]) for p in a] == sorted(len(p["token_ids"]) for p in a)
+    assert lang.training_batch(1, 5, 2, 64) == lang.training_batch(1, 5, 2, 64) != lang.training_batch(1, 6, 2, 64)
+    ctx = lang.long_context_prompts()
+    assert {p["context"] for p in ctx} >= {256, 3072} and all(len(p["token_ids"]) > p["context"] for p in ctx)
+
+
+# --- the reference's speculative loop ---------------------------------------------------------------------------
+def test_simulate_counts_as_vllm(train: ModuleType) -> None:
+    prompt = [2, 10, 11, 12]  # P = 4: context 0..3 after prefill, the bonus out[0] sits at position 4
+    out = list(range(100, 140))
+    seq = prompt + out
+
+    def drafts_right_for(k: int) -> dict[int, list[int]]:  # the first k of every draft right, then wrong
+        return {p: [seq[p + 2 + i] if i < k and p + 2 + i < len(seq) else -1 for i in range(3)]
+                for p in range(len(seq) - 1)}
+
+    full = train.simulate(prompt, out, 9, drafts_right_for(3), 3)
+    # emitted 1 at prefill, then 4 per step: 5, 9 -> two drafts, all 3 accepted each time
+    assert full == {"drafts": 2, "accepted": 6, "per_pos": [2, 2, 2], "acceptance_length": 4.0}
+    none = train.simulate(prompt, out, 5, drafts_right_for(0), 3)
+    assert none["drafts"] == 4 and none["accepted"] == 0 and none["acceptance_length"] == 1.0
+    # a draft reaching past max_tokens is judged against the continuation beyond it, as vLLM verifies it whole
+    tail = train.simulate(prompt, out, 3, drafts_right_for(3), 3)
+    assert tail["drafts"] == 1 and tail["accepted"] == 3
+
+
+# --- the drafter's attention --------------------------------------------------------------------------------------
+def test_block_masks_follow_dflash(tt: ModuleType) -> None:
+    shape = tt.DraftShape(window=4, block=3)
+    d = tt.Drafter(shape)
+    anchors = torch.tensor([[5, 9]])
+    m = d.block_masks(anchors, 12)
+    full, slide = m[tt.FULL][0, 0], m[tt.SLIDING][0, 0]
+    t = 12
+    # block of anchor 5: positions 6, 7, 8; full layers see context 0..5 and their whole block, nothing else
+    for row, qpos in enumerate((6, 7, 8)):
+        assert full[row, :t].tolist() == [c <= 5 for c in range(t)]
+        assert full[row, t:].tolist() == [True, True, True, False, False, False]
+        # sliding layers: causal in the block, keys within the window (qpos - k < 4)
+        assert slide[row, :t].tolist() == [c <= 5 and qpos - c < 4 for c in range(t)]
+        assert slide[row, t:t + 3].tolist() == [j <= row for j in range(3)]
+    # pristine 0.21.0 (no 0005): every layer full and non-causal
+    plain = d.block_masks(anchors, 12, sliding_causal=False, windowed=False)[tt.SLIDING]
+    assert torch.equal(plain, m[tt.FULL])
+
+
+def test_proportional_rope_matches_vllm_formula(tt: ModuleType) -> None:
+    f = tt.inv_freq(512, 1e6, 0.25, True)
+    assert f.shape == (256,) and torch.count_nonzero(f) == 64
+    assert torch.allclose(f[:64], 1.0 / (1e6 ** (torch.arange(0, 128, 2).float() / 512)))
+    x = torch.randn(1, 1, 3, 512)
+    y = tt.rope(x, torch.tensor([0, 1, 7]), f)
+    assert torch.allclose(y[..., 0, :], x[..., 0, :])  # position 0: identity
+    # the zero-frequency pairs (64..255 and 320..511) are not rotated at any position
+    assert torch.allclose(y[..., 64:256], x[..., 64:256]) and torch.allclose(y[..., 320:], x[..., 320:])
+    assert not torch.allclose(y[..., 2, :64], x[..., 2, :64])
+
+
+def _small() -> tuple[Any, Any, Any, Any]:
+    tt = _load("tiny_torch")
+    ts = tt.TargetShape(hidden=32, intermediate=32, layer_types=(tt.SLIDING, tt.FULL), head_dim=16,
+                        global_head_dim=32, window=4, moe_intermediate=8)
+    ds = tt.DraftShape(hidden=32, intermediate=32, head_dim=16, window=8, block=4, target_layer_ids=(0, 1, 2))
+    return tt, ts, ds, torch.Generator().manual_seed(0)
+
+
+def test_checkpoint_names_and_round_trip(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    tt, ts, ds, _ = _small()
+    torch.manual_seed(0)
+    target, drafter = tt.Target(ts), tt.Drafter(ds)
+    names = set(target.hf_state_dict())
+    # the names vLLM 0.21.0's Gemma4ForCausalLM.load_weights maps (language_model., router.per_expert_scale,
+    # packed experts, layer_scalar) and qwen3_dflash's (no embed_tokens / lm_head: shared with the target)
+    assert "model.language_model.layers.1.experts.gate_up_proj" in names
+    assert "model.language_model.layers.0.router.per_expert_scale" in names
+    assert "model.language_model.layers.0.layer_scalar" in names
+    assert target.hf_state_dict()["model.language_model.layers.1.experts.gate_up_proj"].shape == (4, 16, 32)
+    dnames = set(drafter.hf_state_dict())
+    assert {"fc.weight", "hidden_norm.weight", "norm.weight"} <= dnames
+    assert not any("embed_tokens" in n or "lm_head" in n for n in dnames)
+    save_file({k: v.contiguous() for k, v in target.hf_state_dict().items()}, str(tmp_path / "t.safetensors"))
+    other = tt.Target(ts)
+    assert tt.load_checkpoint(other, str(tmp_path / "t.safetensors")) == []
+    tok = torch.randint(16, 64, (1, 10))
+    assert torch.allclose(other(tok)[0], target(tok)[0])
+
+
+def test_drafter_runs_and_the_ablations_change_it() -> None:
+    tt, ts, ds, _ = _small()
+    torch.manual_seed(1)
+    target, drafter = tt.Target(ts), tt.Drafter(ds)
+    tok = torch.randint(16, 64, (1, 20))
+    logits, aux = target(tok, ds.target_layer_ids)
+    assert logits.abs().max() <= ts.softcap and len(aux) == 3
+    feats = torch.cat(aux, -1)
+    anchors = torch.tensor([[5, 12]])
+    bonus = tok.gather(1, anchors + 1)
+    w = target.embed_tokens.weight
+    base = drafter(feats, bonus, anchors, w, w, ts.hidden ** 0.5, ts.softcap)
+    assert base.shape == (1, 2, ds.block - 1, ts.vocab)
+    nocap = drafter(feats, bonus, anchors, w, w, ts.hidden ** 0.5, None)
+    assert torch.equal(base.argmax(-1), nocap.argmax(-1))  # a soft cap never moves a greedy draft
+    assert not torch.allclose(base, drafter(feats, bonus, anchors, w, w, None, ts.softcap))
+    # a context token after the anchor must not reach its block (only 0..p is context)
+    feats2 = feats.clone()
+    feats2[:, 6:] += 5.0
+    again = drafter(feats2, bonus, anchors, w, w, ts.hidden ** 0.5, ts.softcap)
+    assert torch.allclose(again[:, 0], base[:, 0]) and not torch.allclose(again[:, 1], base[:, 1])
+
+
+# --- the report -------------------------------------------------------------------------------------------------
+def _run(acc: float, outs: dict[str, list[int]], ok: bool = True) -> dict[str, Any]:
+    spec = {"num_drafts": 10, "num_accepted_tokens": round((acc - 1) * 10), "per_pos": [], "acceptance_length": acc}
+    return {"ok": ok, "main": {"outputs": [{"id": k, "token_ids": v} for k, v in outs.items()], "image_outputs": [],
+                               "text_spec": spec, "image_spec": spec}}
+
+
+def test_report_judges(report: ModuleType) -> None:
+    train = {"target": {"steps": 1, "seconds": 1, "log": [{"loss": 1.0}]},
+             "dflash": {"steps": 1, "seconds": 1, "log": [{"loss": 2.0, "token_acc": 0.5}]}}
+    ref = {"summary": {v: {"drafts": 10, "accepted": 90, "acceptance_length": 10.0}
+                       for v in ("series", "no_embed_scale", "no_softcap", "no_window_causality")}}
+    ref["summary"]["no_window_causality"]["acceptance_length"] = 2.0
+    outs = {"a": [1, 2, 3], "b": [4, 5]}
+    runs = {"target": _run(1.0, outs), "dflash": _run(10.1, outs),
+            "ablation-no-window": _run(2.5, outs), "ablation-no-softcap": _run(10.0, {"a": [1, 2, 9], "b": [4, 5]})}
+    res = report.build(train, ref, runs, {})
+    c = res["checks"]
+    assert c["dflash_matches_reference"]["ok"] is True  # within 2%
+    assert c["ablation-no-window_matches_reference"]["ok"] is False  # 2.5 against 2.0
+    assert c["greedy-default"]["greedy_equal"] is True
+    cmp = report.compare(outs, {"a": [1, 2, 9], "b": [4, 5]})
+    assert cmp["greedy_equal"] is False and cmp["differ"] == [{"id": "a", "first_difference": 2}]
+
+
+def test_kept_result_holds_its_claims() -> None:
+    res = json.loads(RESULT.read_text())
+    checks = res["checks"]
+    assert all(v["ok"] for k, v in checks.items() if k.endswith("_matches_reference"))
+    assert checks["greedy-strict"]["greedy_equal"] and checks["greedy-strict"]["requests"] >= 40
+    assert res["runs"]["dflash"]["text_acceptance_length"] >= 3
+    assert res["runs"]["dflash-strict"]["image_acceptance_length"] > 1  # image requests drafted and accepted
+    assert res["prefix_cache-strict"]["prefix_same"] and res["prefix_cache-default"]["prefix_same"]
+    speed = res["speed"]["by_concurrency"]
+    assert set(speed) == {"1", "8", "22"} and speed["1"]["ratio"] > 1
+    # no machine path in what is kept
+    assert "/tmp/" not in RESULT.read_text() and "/work/" not in RESULT.read_text()
