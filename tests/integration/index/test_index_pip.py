@@ -156,3 +156,24 @@ def test_cli_json(wheels: Path, tmp_path: Path) -> None:
     assert "https://download.pytorch.org/whl/cu130" in page
     bad = run_g4build("index", "build", str(tmp_path / "nothing"), "--out", str(tmp_path / "s2"), "--json")
     assert bad.returncode == 2 and json.loads(bad.stdout)["exit_code"] == 2
+
+
+def test_wheels_served_apart_from_the_pages(wheels: Path, tmp_path: Path) -> None:
+    """The nightly's layout: pages on one host (GitHub Pages), wheels and .metadata as release assets."""
+    (wheel,) = wheels.glob("*.whl")
+    root = tmp_path / "root"
+    root.mkdir()
+    with serve_site(root) as served:
+        site = root / "pages"
+        (entry,) = build_index(wheels, site, SiteOptions(files_url=f"{served.url}/assets/")).entries
+        (site / "files").rename(root / "assets")  # what the workflow uploads to the release
+        (tmp_path / "req.txt").write_text(f"vllm=={entry.version} --hash=sha256:{entry.sha256}\n")
+        done = pip("download", "--no-deps", "--index-url", f"{served.url}/pages/simple/", "--require-hashes",
+                   "-r", "req.txt", "-d", str(tmp_path / "dl"), cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        done = pip("install", "--no-deps", "--index-url", f"{served.url}/pages/simple/", "--target",
+                   str(tmp_path / "t"), f"vllm=={entry.version}", cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert served.hits[f"/assets/{quote(wheel.name)}.metadata"] >= 1, served.hits
+    assert (tmp_path / "dl" / wheel.name).read_bytes() == wheel.read_bytes()
+    assert not any(path.startswith("/pages/files/") for path in served.hits)

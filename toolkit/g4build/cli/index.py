@@ -37,6 +37,9 @@ def build(
                                         "install commands its pages show)."),
     repo: str | None = typer.Option(None, "--repo", help="OWNER/NAME of the repository whose workflow attests "
                                     "the wheels (for the verify commands its pages show)."),
+    files_url: str | None = typer.Option(None, "--files-url", help="Link the wheels and their .metadata files "
+                                         "at this URL (e.g. a release's download URL) instead of the site's "
+                                         "files/; upload SITE/files/* there."),
     torch_index: str = typer.Option(TORCH_INDEX, "--torch-index", help="The torch index the pages name beside "
                                     "ours; {cu} stands for the wheel's CUDA line (cu130, ...)."),
     pin: str | None = typer.Option(None, "--pin", help="Validate the wheels as made for this pin."),
@@ -44,7 +47,7 @@ def build(
 ) -> None:
     """Validate every wheel in WHEELS and write a package index site: PEP 503 pages and PEP 691 JSON with
     sha256 fragments, each wheel's METADATA (PEP 658), and a page per wheel (pin, series, torch, CUDA)."""
-    options = SiteOptions(base_url=base_url, repo=repo, torch_index=torch_index)
+    options = SiteOptions(base_url=base_url, repo=repo, files_url=files_url, torch_index=torch_index)
     with console.status("building the index", spinner="dots") if not as_json else nullcontext() as status:
 
         def say(text: str) -> None:

@@ -36,6 +36,9 @@ SUMMARY = "g4build-index.json"  # the site's own record of what it lists; also m
 class SiteOptions:
     base_url: str | None = None  # where the site will be served (install commands); None: a placeholder
     repo: str | None = None  # OWNER/NAME whose workflow attests the wheels (verify commands); None: a placeholder
+    # where the wheels and their .metadata files are served when not from the site's files/ (release assets:
+    # GitHub Pages takes no file over 100 MB); None: relative links to files/
+    files_url: str | None = None
     torch_index: str = TORCH_INDEX
 
 
@@ -54,6 +57,13 @@ def ordered(entries: Iterable[WheelEntry]) -> list[WheelEntry]:
     listed.sort(key=lambda e: Version(e.version), reverse=True)
     listed.sort(key=lambda e: e.project)
     return listed
+
+
+def file_url(entry: WheelEntry, options: SiteOptions, *, up: str) -> str:
+    """The link to ``entry``'s wheel from a page ``up`` levels below the root ('../', '../../')."""
+    if options.files_url:
+        return f"{options.files_url.rstrip('/')}/{_link(entry.filename)}"
+    return f"{up}files/{_link(entry.filename)}"
 
 
 def cu_tag(cuda: str) -> str | None:
@@ -100,10 +110,10 @@ def simple_root(projects: list[str]) -> dict[str, bytes]:
     }
 
 
-def simple_project(project: str, entries: list[WheelEntry]) -> dict[str, bytes]:
+def simple_project(project: str, entries: list[WheelEntry], options: SiteOptions) -> dict[str, bytes]:
     links, files = [], []
     for e in entries:
-        href = f"../../files/{_link(e.filename)}"
+        href = file_url(e, options, up="../../")
         attrs = [f'href="{escape(href)}#sha256={e.sha256}"']
         if e.requires_python:
             attrs.append(f'data-requires-python="{escape(e.requires_python)}"')
@@ -143,12 +153,13 @@ def wheel_page(entry: WheelEntry, options: SiteOptions) -> bytes:
     facts += [("requires Python", entry.requires_python or "any"), ("sha256", entry.sha256),
               ("size", f"{entry.size} bytes")]
     torch = torch_index_of(entry, options)
+    href = file_url(entry, options, up="../")
     torch_line = (f"<p>torch {escape(b.torch if b else '')} for this wheel comes from PyTorch's index for its CUDA "
                   f"line: <code>{escape(torch)}</code></p>\n") if torch else ""
     body = (
         f"<h1>{escape(entry.filename)}</h1>\n<table>\n{_rows(facts)}</table>\n"
-        f'<p><a href="../files/{escape(_link(entry.filename))}#sha256={entry.sha256}">download</a> · '
-        f'<a href="../files/{escape(_link(entry.filename))}.metadata">METADATA</a></p>\n'
+        f'<p><a href="{escape(href)}#sha256={entry.sha256}">download</a> · '
+        f'<a href="{escape(href)}.metadata">METADATA</a></p>\n'
         f"<h2>Install</h2>\n<p>Linux and WSL:</p>\n<pre>{escape(install_command(entry, options))}</pre>\n"
         f"<p>Windows (PowerShell):</p>\n<pre>{escape(install_command(entry, options, windows=True))}</pre>\n"
         f"{torch_line}"
@@ -179,6 +190,7 @@ def front_page(entries: list[WheelEntry], options: SiteOptions) -> bytes:
 
 def summary(entries: list[WheelEntry], options: SiteOptions) -> dict[str, Any]:
     return {"generator": "g4build index", "base_url": options.base_url, "repo": options.repo,
+            "files_url": options.files_url,
             "wheels": [e.to_dict() for e in entries]}
 
 
@@ -189,7 +201,7 @@ def render_site(entries: Iterable[WheelEntry], options: SiteOptions) -> dict[str
     files: dict[str, bytes] = {"index.html": front_page(listed, options), SUMMARY: _json(summary(listed, options))}
     files.update(simple_root(projects))
     for project in projects:
-        files.update(simple_project(project, [e for e in listed if e.project == project]))
+        files.update(simple_project(project, [e for e in listed if e.project == project], options))
     for e in listed:
         files[f"wheels/{e.filename}.html"] = wheel_page(e, options)
         files[f"files/{e.filename}.metadata"] = e.metadata

@@ -42,6 +42,9 @@ def check_options(options: SiteOptions) -> None:
     if options.base_url is not None and not _URL.match(options.base_url):
         raise UsageError(f"--base-url {options.base_url!r}: expected an http(s) URL without spaces or quotes",
                          hint="e.g. --base-url https://OWNER.github.io/REPO")
+    if options.files_url is not None and not _URL.match(options.files_url):
+        raise UsageError(f"--files-url {options.files_url!r}: expected an http(s) URL without spaces or quotes",
+                         hint="e.g. --files-url https://github.com/OWNER/REPO/releases/download/TAG")
     if options.repo is not None and not _REPO.match(options.repo):
         raise UsageError(f"--repo {options.repo!r}: expected OWNER/NAME of a GitHub repository")
     if options.torch_index.count("{cu}") != 1 or not _URL.match(options.torch_index):
