@@ -30,6 +30,7 @@ API_VERSION = "1.1"
 # PyTorch's own package index per CUDA line ({cu}: cu130, cu129, ...); the wheels need the torch they name
 TORCH_INDEX = "https://download.pytorch.org/whl/{cu}"
 SUMMARY = "g4build-index.json"  # the site's own record of what it lists; also marks a folder as a g4build site
+INSTALL_NOTES = "install.md"  # install and verify commands as Markdown (the nightly's release notes)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,6 +189,26 @@ def front_page(entries: list[WheelEntry], options: SiteOptions) -> bytes:
     return _page("g4build wheels", body)
 
 
+def install_notes(entries: list[WheelEntry], options: SiteOptions) -> bytes:
+    """Markdown for release notes: per wheel, what it needs, how to install it, how to verify it."""
+    lines = ["## Install", "",
+             f"Package index: {_base(options)}/simple/ (add it to pip with `--extra-index-url`; the torch a wheel "
+             "needs comes from PyTorch's index for its CUDA line, named in each command).", ""]
+    for e in entries:
+        b = e.build
+        needs = f"pin {b.pin}, torch {b.torch}, CUDA {b.cuda}, series: {', '.join(b.series) or 'none'}" if b else \
+            "no build manifest"
+        lines += [f"### {e.filename}", "", f"- {needs}", f"- sha256 `{e.sha256}`", "",
+                  "Linux / WSL:", "```", install_command(e, options), "```",
+                  "Windows (PowerShell):", "```", install_command(e, options, windows=True), "```", ""]
+    lines += ["## Verify", "",
+              "Every wheel carries a build provenance attestation made by the workflow that built it. On a "
+              "downloaded wheel, with the GitHub CLI:", "", "```",
+              *(verify_command(e, options) for e in entries), "```", "",
+              "The release is immutable once published: its files cannot be replaced.", ""]
+    return "\n".join(lines).encode()
+
+
 def summary(entries: list[WheelEntry], options: SiteOptions) -> dict[str, Any]:
     return {"generator": "g4build index", "base_url": options.base_url, "repo": options.repo,
             "files_url": options.files_url,
@@ -198,7 +219,8 @@ def render_site(entries: Iterable[WheelEntry], options: SiteOptions) -> dict[str
     """Every page of the site (not the wheels themselves), by path relative to the site's root."""
     listed = ordered(entries)
     projects = sorted({e.project for e in listed})
-    files: dict[str, bytes] = {"index.html": front_page(listed, options), SUMMARY: _json(summary(listed, options))}
+    files: dict[str, bytes] = {"index.html": front_page(listed, options), SUMMARY: _json(summary(listed, options)),
+                               INSTALL_NOTES: install_notes(listed, options)}
     files.update(simple_root(projects))
     for project in projects:
         files.update(simple_project(project, [e for e in listed if e.project == project], options))
