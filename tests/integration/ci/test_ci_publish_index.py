@@ -48,7 +48,8 @@ def test_publish_builds_the_index_and_releases_wheels_with_their_metadata(tmp_pa
     out = tmp_path / "github_output"
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", PYTHONPATH=str(ROOT / "toolkit"),
                GITHUB_OUTPUT=str(out), G4_TEST_LOG=str(log), GH_REPO="Some-Owner/g4build", RELEASE="0.21.0",
-               PIN="vllm-0.21.0", RUN="42", INDEX_URL="", LEFT_OUT="none", GH_TOKEN="x")
+               PIN="vllm-0.21.0", RUN="42", INDEX_URL="", LEFT_OUT="none", GH_TOKEN="x",
+               G4_TORCH_INDEX="https://torch.invalid/whl/{cu}")
     steps = _steps()
     done = _bash(steps["build the package index"]["run"], work, env)
     assert done.returncode == 0, done.stderr
@@ -74,4 +75,4 @@ def test_publish_builds_the_index_and_releases_wheels_with_their_metadata(tmp_pa
     notes = (work / "notes.md").read_text(encoding="utf-8")
     assert f"gh attestation verify {wheel.name} --repo Some-Owner/g4build" in notes
     assert f'"vllm=={entry["version"]}" --extra-index-url {url}/simple/' in notes
-    assert "--extra-index-url https://download.pytorch.org/whl/cu130" in notes
+    assert "--extra-index-url https://torch.invalid/whl/cu130" in notes

@@ -145,7 +145,7 @@ def test_the_site_replaces_only_an_earlier_site(wheels: Path, tmp_path: Path) ->
 
 def test_cli_json(wheels: Path, tmp_path: Path) -> None:
     done = run_g4build("index", "build", str(wheels), "--out", str(tmp_path / "site"), "--repo", "owner/repo",
-                       "--json")
+                       "--torch-index", "https://torch.invalid/whl/{cu}", "--json")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     (w,) = out["wheels"]
@@ -153,7 +153,7 @@ def test_cli_json(wheels: Path, tmp_path: Path) -> None:
     assert (tmp_path / "site" / SUMMARY).is_file()
     page = (tmp_path / "site" / "wheels" / f"{w['filename']}.html").read_text()
     assert f"gh attestation verify {w['filename']} --repo owner/repo" in page
-    assert "https://download.pytorch.org/whl/cu130" in page
+    assert "--extra-index-url https://torch.invalid/whl/cu130" in page
     bad = run_g4build("index", "build", str(tmp_path / "nothing"), "--out", str(tmp_path / "s2"), "--json")
     assert bad.returncode == 2 and json.loads(bad.stdout)["exit_code"] == 2
 

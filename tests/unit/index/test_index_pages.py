@@ -46,6 +46,7 @@ def test_hostile_manifest_values_stay_text() -> None:
             assert "<script>" not in data.decode(), path
     page = site["wheels/vllm-0.21.0+cu130.g4.ab-cp38-abi3-manylinux_2_24_x86_64.whl.html"].decode()
     assert "&lt;script&gt;" in page and "&amp;amp;" in page
+    assert "--extra-index-url &lt;PyTorch&#x27;s cu130 wheel index&gt;" in page  # no --torch-index: named, no URL
     assert json.loads(site["simple/vllm/index.json"])["files"][0]["requires-python"] == HOSTILE
 
 

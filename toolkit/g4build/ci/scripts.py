@@ -187,7 +187,9 @@ owner=${GH_REPO%%/*}
 url=${INDEX_URL:-https://${owner,,}.github.io/${GH_REPO#*/}}
 pin=()
 if [ -n "$PIN" ]; then pin=(--pin "$PIN"); fi
-g4build index build release --out site "${pin[@]}" --base-url "$url" --repo "$GH_REPO" \\
+torch=()
+if [ -n "$G4_TORCH_INDEX" ]; then torch=(--torch-index "$G4_TORCH_INDEX"); fi
+g4build index build release --out site "${pin[@]}" "${torch[@]}" --base-url "$url" --repo "$GH_REPO" \\
   --files-url "https://github.com/$GH_REPO/releases/download/$tag" --json > index.json
 mkdir -p assets
 mv site/files/*.metadata assets/

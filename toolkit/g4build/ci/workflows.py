@@ -331,6 +331,7 @@ def _nightly(spec: MatrixSpec) -> dict[str, Any]:
             _run("build the package index", scripts.INDEX, {
                 "GH_REPO": "${{ github.repository }}", "RELEASE": _need("release"), "PIN": _need("pin"),
                 "RUN": "${{ github.run_number }}", "INDEX_URL": f"${{{{ vars.{n.index_url_variable} }}}}",
+                "G4_TORCH_INDEX": f"${{{{ vars.{n.torch_index_variable} }}}}",
             }, step_id="index"),
             _run("create the release (immutable once published)", scripts.PUBLISH, {
                 "GH_TOKEN": "${{ github.token }}", "GH_REPO": "${{ github.repository }}",

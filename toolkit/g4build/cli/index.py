@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, print_json
-from g4build.index.pages import TORCH_INDEX, SiteOptions
+from g4build.index.pages import SiteOptions
 from g4build.index.site import IndexResult, build_index
 
 index_app = typer.Typer(help="A PEP 503 package index (hashes, PEP 658 metadata) built from a folder of wheels.",
@@ -40,8 +40,9 @@ def build(
     files_url: str | None = typer.Option(None, "--files-url", help="Link the wheels and their .metadata files "
                                          "at this URL (e.g. a release's download URL) instead of the site's "
                                          "files/; upload SITE/files/* there."),
-    torch_index: str = typer.Option(TORCH_INDEX, "--torch-index", help="The torch index the pages name beside "
-                                    "ours; {cu} stands for the wheel's CUDA line (cu130, ...)."),
+    torch_index: str | None = typer.Option(None, "--torch-index", help="The torch index (CUDA builds) the pages "
+                                           "name beside ours; {cu} stands for the wheel's CUDA line (cu130, ...). "
+                                           "Default: a placeholder naming PyTorch's index for that line."),
     pin: str | None = typer.Option(None, "--pin", help="Validate the wheels as made for this pin."),
     as_json: bool = JSON_OPTION,
 ) -> None:

@@ -27,8 +27,9 @@ from packaging.version import Version
 from g4build.index.entry import WheelEntry
 
 API_VERSION = "1.1"
-# PyTorch's own package index per CUDA line ({cu}: cu130, cu129, ...); the wheels need the torch they name
-TORCH_INDEX = "https://download.pytorch.org/whl/{cu}"
+# Without --torch-index the commands name PyTorch's index for the wheel's CUDA line by this placeholder (its
+# address is on PyTorch's install page); {cu} stands for cu130, cu129, ...
+TORCH_PLACEHOLDER = "<PyTorch's {cu} wheel index>"
 SUMMARY = "g4build-index.json"  # the site's own record of what it lists; also marks a folder as a g4build site
 INSTALL_NOTES = "install.md"  # install and verify commands as Markdown (the nightly's release notes)
 
@@ -40,7 +41,7 @@ class SiteOptions:
     # where the wheels and their .metadata files are served when not from the site's files/ (release assets:
     # GitHub Pages takes no file over 100 MB); None: relative links to files/
     files_url: str | None = None
-    torch_index: str = TORCH_INDEX
+    torch_index: str | None = None  # a package index of CUDA builds of torch, {cu} in it (cu130, cu129, ...)
 
 
 def _json(data: Any) -> bytes:
@@ -75,7 +76,7 @@ def cu_tag(cuda: str) -> str | None:
 
 def torch_index_of(entry: WheelEntry, options: SiteOptions) -> str | None:
     cu = cu_tag(entry.build.cuda) if entry.build else None
-    return options.torch_index.replace("{cu}", cu) if cu else None
+    return (options.torch_index or TORCH_PLACEHOLDER).replace("{cu}", cu) if cu else None
 
 
 def _base(options: SiteOptions) -> str:

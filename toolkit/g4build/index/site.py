@@ -47,7 +47,8 @@ def check_options(options: SiteOptions) -> None:
                          hint="e.g. --files-url https://github.com/OWNER/REPO/releases/download/TAG")
     if options.repo is not None and not _REPO.match(options.repo):
         raise UsageError(f"--repo {options.repo!r}: expected OWNER/NAME of a GitHub repository")
-    if options.torch_index.count("{cu}") != 1 or not _URL.match(options.torch_index):
+    if options.torch_index is not None and (options.torch_index.count("{cu}") != 1 or
+                                            not _URL.match(options.torch_index)):
         raise UsageError(f"--torch-index {options.torch_index!r}: expected an http(s) URL with one {{cu}}",
                          hint="{cu} stands for the wheel's CUDA line: cu130, cu129, ...")
 
