@@ -24,7 +24,9 @@ PIN = "vllm-0.21.0"
 TAG = "cp38-abi3-manylinux_2_24_x86_64"
 
 
-def tiny_vllm_wheel(out: Path, work: Path, *, cuda: str = "13.0", note: str = "tiny") -> Path:
+def tiny_vllm_wheel(
+    out: Path, work: Path, *, cuda: str = "13.0", note: str = "tiny", requires_python: str = ">=3.8",
+) -> Path:
     """A wheel named and versioned like one ``g4build wheel`` makes for the pin (``0.21.0+cu130.g4.<digest>``),
     its files a stand-in vllm package: packed by ``python -m wheel pack`` (which writes RECORD), then the
     manifest stamped into its dist-info by ``g4build.emit.stamp``, as a build does."""
@@ -38,7 +40,7 @@ def tiny_vllm_wheel(out: Path, work: Path, *, cuda: str = "13.0", note: str = "t
     dist.mkdir()
     (tree / "vllm" / "__init__.py").write_text(f"__version__ = {version!r}\nNOTE = {note!r}\n")
     (dist / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\nRequires-Python: >=3.8\n"
+        f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\nRequires-Python: {requires_python}\n"
         "Requires-Dist: torch==2.11.0\n\nA stand-in vLLM for the index tests.\n")
     (dist / "WHEEL").write_text(f"Wheel-Version: 1.0\nGenerator: g4build-tests\nRoot-Is-Purelib: false\nTag: {TAG}\n")
     (dist / "top_level.txt").write_text("vllm\n")

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -17,6 +19,7 @@ import pytest
 from tests.support.indexsite import pip, serve_site, tiny_vllm_wheel
 from tests.support.wheelsfactory import run_g4build
 
+import g4build.index.site as site_module
 from g4build.errors import UsageError, ValidationError
 from g4build.index.pages import SUMMARY, SiteOptions
 from g4build.index.site import build_index
@@ -177,3 +180,37 @@ def test_wheels_served_apart_from_the_pages(wheels: Path, tmp_path: Path) -> Non
         assert served.hits[f"/assets/{quote(wheel.name)}.metadata"] >= 1, served.hits
     assert (tmp_path / "dl" / wheel.name).read_bytes() == wheel.read_bytes()
     assert not any(path.startswith("/pages/files/") for path in served.hits)
+
+
+def test_an_interrupt_while_writing_the_pages_leaves_the_earlier_site(
+    wheels: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    site = tmp_path / "site"
+    build_index(wheels, site, SiteOptions())
+    before = _tree(site)
+    real = site_module.render_site
+
+    def interrupted(*args: object, **kwargs: object) -> Iterator[tuple[str, bytes]]:
+        pages = real(*args, **kwargs)  # type: ignore[arg-type]
+
+        class Half(dict[str, bytes]):
+            def items(self) -> Iterator[tuple[str, bytes]]:  # type: ignore[override]
+                for i, item in enumerate(dict.items(pages)):
+                    if i == 3:
+                        raise KeyboardInterrupt
+                    yield item
+
+        return Half(pages)  # type: ignore[return-value]
+
+    monkeypatch.setattr(site_module, "render_site", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build_index(wheels, site, SiteOptions(base_url="https://example.invalid/other"))
+    assert _tree(site) == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".g4build-")] == []
+
+
+def test_a_wheel_with_an_invalid_requires_python_is_refused(tmp_path: Path) -> None:
+    tiny_vllm_wheel(tmp_path / "w", tmp_path / "pack", requires_python=">=3.8<script>")
+    with pytest.raises(ValidationError, match=re.escape("Requires-Python '>=3.8<script>' is no version specifier")):
+        build_index(tmp_path / "w", tmp_path / "out", SiteOptions())
+    assert not (tmp_path / "out").exists()

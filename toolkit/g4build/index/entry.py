@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from g4build.errors import ValidationError
@@ -126,6 +127,12 @@ def read_entry(path: Path) -> WheelEntry:
         manifest_name = f"{dist}/{MANIFEST_NAME}"
         manifest = loads(zf.read(manifest_name), path.name) if manifest_name in zf.namelist() else None
     requires = metadata_fields(metadata).get("requires-python") or None
+    if requires is not None:
+        try:
+            SpecifierSet(requires)
+        except InvalidSpecifier as exc:
+            raise ValidationError(f"{path.name}: METADATA Requires-Python {requires!r} is no version specifier",
+                                  hint="e.g. Requires-Python: >=3.10; rebuild the wheel with a valid one") from exc
     return WheelEntry(
         filename=name.filename, project=project, version=str(name.version), sha256=file_sha256(path),
         size=path.stat().st_size, metadata=metadata, requires_python=requires,

@@ -21,6 +21,7 @@ from g4build.fsutil import staging_dir, sweep_staging
 from g4build.index.entry import WheelEntry, read_entry, safe_filename
 from g4build.index.pages import SUMMARY, SiteOptions, ordered, render_site
 from g4build.validate.wheel import ValidateOptions, ValidationReport, validate_wheel
+from g4build.wheelfile.wheelfile import WheelName
 
 _REPO = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?/[A-Za-z0-9._-]+$")
 _URL = re.compile(r"^https?://[^\s<>\"'`]+$")
@@ -105,8 +106,8 @@ def build_index(
     tell = say or (lambda _text: None)
     check_options(options)
     wheels = find_wheels(wheels_dir)
-    for wheel in wheels:
-        safe_filename(wheel.name)  # before anything is copied under that name
+    for wheel in wheels:  # before anything is copied under that name
+        WheelName.parse(safe_filename(wheel.name))
     check_destination(out, wheels_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     sweep_staging(out.parent)  # staging folders a killed run left
