@@ -149,7 +149,7 @@ def wheel_page(entry: WheelEntry, options: SiteOptions) -> bytes:
     if b is not None:
         facts += [("pin", b.pin), ("series", ", ".join(b.series) or "none"), ("torch", b.torch),
                   ("CUDA", b.cuda), ("GPU arch", b.arch or "as the pin's upstream wheel"), ("OS", b.os or "any"),
-                  ("made by", f"g4build {b.route}"), ("digest", b.digest)]
+                  ("g4build route", b.route), ("digest", b.digest)]
     else:
         facts.append(("build manifest", "none: the wheel does not say what made it"))
     facts += [("requires Python", entry.requires_python or "any"), ("sha256", entry.sha256),
