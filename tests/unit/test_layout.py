@@ -26,7 +26,7 @@ PACKAGE = TOOLKIT / "g4build"
 # of one layer never import each other (the routes are independent).
 LAYERS: list[tuple[str, ...]] = [
     ("cli",),
-    ("overlay", "image", "recipes", "ci", "doctor"),
+    ("overlay", "index", "image", "recipes", "ci", "doctor"),
     ("emit",),
     ("validate",),
     ("builder",),

@@ -12,6 +12,7 @@ The pipeline, one subpackage per stage, in the order a build runs them:
 Routes, each on top of the stages it uses and independent of the others:
 
     overlay   series laid over a released wheel or an installed venv instead of a build
+    index     a package index (PEP 503/691/658) that users pip-install validated wheels from
     image     a prepatched container image's vLLM files turned into a series
     recipes   launch recipes, checked against a wheel's manifest and rendered as bash or PowerShell
     ci        the wheel matrix (ci/matrix.yaml) and the GitHub workflows generated from it
@@ -26,7 +27,7 @@ Layers, top to bottom: a module imports from its own subpackage or from a lower 
 and no route from another (tests/unit/test_layout.py holds the code to this list):
 
     cli
-    overlay | image | recipes | ci | doctor
+    overlay | index | image | recipes | ci | doctor
     emit
     validate
     builder

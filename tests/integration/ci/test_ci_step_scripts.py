@@ -57,6 +57,11 @@ def _fill(value: str, matrix: dict[str, Any], needs: dict[str, str]) -> str:
         scope, key = m["scope"], m["key"]
         return str(matrix[key]) if scope == "matrix" else needs[key]
 
+    # repository variables, as on a repository that sets none (the sccache bucket's): empty
+    value = re.sub(r"\$\{\{ vars\.\w+ == '' && matrix\.(?P<key>\w+) \|\| '' \}\}", lambda m: str(matrix[m["key"]]),
+                   value)
+    value = re.sub(r"\$\{\{ vars\.\w+ == '' \}\}", "true", value)
+    value = re.sub(r"\$\{\{ vars\.\w+ \}\}", "", value)
     filled = re.sub(r"\$\{\{ (?P<scope>matrix|needs\.resolve\.outputs)\.(?P<key>\w+) \}\}", one, value)
     assert "${{" not in filled, value
     return filled

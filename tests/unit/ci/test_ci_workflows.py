@@ -49,11 +49,14 @@ def test_security_properties(path: Path) -> None:
     assert text.startswith(HEADER)
     wf = _load(path)
     assert wf["permissions"] == {}
+    # the only grants beyond reading, each in the one job that needs it
+    writes = {"publish": {"contents": "write"}, "attest": {"id-token": "write", "attestations": "write"},
+              "pages": {"pages": "write", "id-token": "write"}}
     for job_id, job in wf["jobs"].items():
         assert "permissions" in job, job_id
         assert set(job["permissions"].values()) <= {"read", "write"}
-        if job_id != "publish":
-            assert "write" not in job["permissions"].values(), job_id
+        granted = {k: v for k, v in job["permissions"].items() if v == "write"}
+        assert granted == writes.get(job_id, {}), job_id
     for job_id, step in _steps(wf):
         if "run" in step:
             assert "${{" not in step["run"], (job_id, step["name"])
@@ -75,10 +78,16 @@ def test_nightly_follows_the_data() -> None:
     assert set(inputs) == {"pin", "release", "arch"}
     assert inputs["arch"]["options"] == ["default", "all", *spec.axes["arch"]]
     jobs = wf["jobs"]
-    assert list(jobs) == ["resolve", "drift", "port", "build", "check", "gpu-smoke", "publish"]
+    assert list(jobs) == ["resolve", "drift", "port", "build", "check", "gpu-smoke", "attest", "publish", "pages"]
     build = jobs["build"]
-    assert build["env"]["SCCACHE_GHA_ENABLED"] == "true"
-    assert build["env"]["SCCACHE_GHA_VERSION"] == "${{ matrix.cache_key }}"
+    bucket = f"vars.{spec.nightly.sccache_prefix}_BUCKET"
+    # the Actions cache per cell's key, or the user's bucket when its variable is set (then the key is empty:
+    # sccache would turn the Actions cache on for any SCCACHE_GHA_VERSION)
+    assert build["env"]["SCCACHE_GHA_ENABLED"] == f"${{{{ {bucket} == '' }}}}"
+    assert build["env"]["SCCACHE_GHA_VERSION"] == f"${{{{ {bucket} == '' && matrix.cache_key || '' }}}}"
+    assert build["env"]["SCCACHE_BUCKET"] == f"${{{{ {bucket} }}}}"
+    creds = [s for s in build["steps"] if "AWS_SECRET_ACCESS_KEY" in s.get("env", {})]
+    assert [s["name"] for s in creds] == ["build the wheels"]  # no third-party action of the job sees them
     assert build["continue-on-error"] == "${{ !matrix.required }}"
     scripts = "\n".join(s.get("run", "") for s in build["steps"])
     assert "g4build wheel --arch \"$G4_ARCH\" --os \"$G4_OS\"" in scripts
@@ -89,6 +98,14 @@ def test_nightly_follows_the_data() -> None:
     assert jobs["gpu-smoke"]["runs-on"] == f"${{{{ vars.{spec.nightly.gpu_runner_variable} }}}}"
     assert jobs["publish"]["permissions"] == {"contents": "write"}
     assert "needs.build.result == 'success'" in jobs["publish"]["if"]
+    assert "needs.attest.result == 'success'" in jobs["publish"]["if"]
+    assert jobs["attest"]["if"].removesuffix(" }}") in jobs["publish"]["if"]  # attested whenever published
+    (attest,) = [s for s in jobs["attest"]["steps"] if s["uses"].startswith("actions/attest-build-provenance@")]
+    assert attest["with"] == {"subject-path": "dist/g4build-*/wheelhouse/*.whl"}
+    publish = "\n".join(s.get("run", "") for s in jobs["publish"]["steps"])
+    assert "g4build index build release --out site" in publish
+    assert "gh release create \"$tag\" --draft" in publish and "gh release edit \"$tag\" --draft=false" in publish
+    assert jobs["pages"]["needs"] == ["publish"] and jobs["pages"]["environment"]["name"] == "github-pages"
     # no registry host is written into the workflow: the index comes from pip's configuration
     assert "pypi" not in (ROOT / WORKFLOWS_DIR / spec.nightly.workflow).read_text(encoding="utf-8").lower()
 

@@ -34,6 +34,7 @@ def test_windows_rtx5090_with_cuda_12_9() -> None:
     assert _status(found) == {
         "platform": "ok", "gpu": "ok", "driver": "warn", "cuda": "ok", "flashinfer-cuda": "warn", "git": "ok",
         "msvc": "ok", "long-paths": "fail", "python": "ok", "torch": "ok", "memory": "ok", "disk": "ok", "docker": "ok",
+        "compiler-cache": "ok",
     }
     assert found["gpu"].summary == "GPU 0: NVIDIA GeForce RTX 5090, SM120 detected"
     assert found["driver"].summary == "driver 576.88 runs CUDA 12.x builds only"
@@ -57,6 +58,7 @@ def test_windows_cuda_13_0_vs2019_no_torch_little_disk() -> None:
         "msvc-alignas": "warn", "git": "ok", "git-longpaths": "fail", "msvc": "fail", "long-paths": "ok",
         "python": "ok", "torch": "fail",
         "memory": "ok", "disk": "fail", "docker": "warn",
+        "compiler-cache": "ok",
     }
     assert found["gpu"].summary == "GPU 0: NVIDIA GeForce RTX 5090, SM120 detected"  # found under NVSMI
     assert found["msvc-alignas"].summary == "CUDA 13.0 with MSVC hits the alignas(128) error in cuda.h"
@@ -78,8 +80,12 @@ def test_wsl_rtx5090_cuda_13() -> None:
         "platform": "ok", "wsl-filesystem": "warn", "gpu": "ok", "driver": "ok", "cuda": "ok",
         "flashinfer-cuda": "ok", "git": "ok", "python": "ok", "torch": "ok", "memory": "warn", "disk": "ok",
         "docker": "warn",
+        "compiler-cache": "ok",
     }
     assert found["platform"].summary == "WSL2 (Ubuntu-24.04)"
+    assert found["compiler-cache"].summary == (
+        "sccache 0.10.0: units kept in S3-compatible bucket g4-cache (endpoint http://nas.local:9000, region auto) "
+        "(shared with every machine using it)")
     assert "TORCH_CUDA_ARCH_LIST=12.0f" in found["cuda"].summary and found["cuda"].detail["version"] == "13.0"
     assert found["memory"].summary == "MAX_JOBS=16 with 31 GiB RAM risks the compiler being 'Killed'"
     assert found["memory"].fix == r"set MAX_JOBS=6 (raise memory= in %UserProfile%\.wslconfig)"
@@ -96,8 +102,10 @@ def test_old_linux_machine_fails_on_cuda_python_and_torch() -> None:
         "platform": "ok", "gpu": "warn", "driver": "warn", "cuda": "fail", "flashinfer-cuda": "warn",
         "git": "warn", "python": "fail", "torch": "fail", "torch-pin": "warn", "memory": "warn", "disk": "warn",
         "docker": "ok",
+        "compiler-cache": "warn",
     }
     assert found["gpu"].summary == "GPU 0: NVIDIA GeForce RTX 4090 is SM89, not SM120"
+    assert "no sccache or ccache" in found["compiler-cache"].summary and "sccache" in found["compiler-cache"].fix
     assert found["cuda"].summary == "CUDA 12.4 cannot compile for sm_120"
     assert found["git"].summary == "git 2.17.1 is older than 2.25 (or not understood)"
     assert found["torch"].summary == "torch 2.5.1+cu124 is built for CUDA 12.4: no Blackwell (sm_120) support"

@@ -119,6 +119,9 @@ class Options:
     existing_torch: bool = True
     launcher: str | None = None  # the compiler cache, "sccache" or "ccache" (Linux: when found; Windows: --sccache)
     sccache: bool = False  # --sccache: on Windows a compiler launcher is used only when asked for
+    # where sccache keeps units when its environment names a shared backend (a bucket, the GitHub Actions
+    # cache: builder.cachebackend); None: the compiler cache folder of the layout
+    cache_backend: str | None = None
     g4build: tuple[str, ...] = ("g4build",)
     python: tuple[str, ...] = ("python",)
     torch_index: str | None = None  # --torch-index: install the pin's torch from it first ({cu}: cu130 ...)
@@ -232,6 +235,13 @@ def build_env(target: Target, pin: Pin | None, version: str, layout: Layout, opt
             env["VLLM_DISABLE_SCCACHE"] = "1"  # vLLM prefers sccache when both exist; pick the one we found
         env.update(compiler_cache_env(opts.launcher, layout))
     return env
+
+
+def compiler_cache_where(opts: Options, layout: Layout) -> str:
+    """Where the compiler cache keeps units: sccache's shared backend when one is configured, else the folder."""
+    if opts.launcher == "sccache" and opts.cache_backend:
+        return f"{opts.cache_backend}, shared with every machine that uses it"
+    return layout.compiler_cache
 
 
 def compiler_cache_env(launcher: str, layout: Layout) -> dict[str, str]:

@@ -8,12 +8,14 @@ project's pins and series).
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from g4build.builder.arch import parse_arch
+from g4build.builder.cachebackend import sccache_backend
 from g4build.builder.executors import docker as docker_exec
 from g4build.builder.executors.base import Executor, RunResult
 from g4build.builder.executors.native import NativeExecutor
@@ -80,6 +82,12 @@ def checked_python_exe(exe: str, target: Target) -> str:
                          hint="give the full path of the venv's python (Scripts\\python.exe on Windows, "
                               "bin/python elsewhere)")
     return exe
+
+
+def shared_cache() -> str | None:
+    """sccache's shared backend as this machine's environment names it (None: the local folder)."""
+    backend = sccache_backend(os.environ.get)
+    return backend.where if backend.shared else None
 
 
 def machine_choices(target: Target, host: HostFacts | None) -> tuple[int, str | None, str | None]:
@@ -164,7 +172,7 @@ def plan_wheel(request: WheelRequest) -> WheelPlan:
     default_jobs, launcher, cuda_home = machine_choices(target, host)
     python_exe = checked_python_exe(r.python_exe, target) if r.python_exe is not None else None
     opts = Options(jobs=r.jobs or default_jobs, jobs_given=r.jobs is not None, flashinfer=r.flashinfer,
-                   launcher=launcher, sccache=r.sccache,
+                   launcher=launcher, sccache=r.sccache, cache_backend=shared_cache(),
                    python=python_cmd(target, python_exe), python_exe=python_exe, recipes=r.recipes,
                    torch_index=r.torch_index or None,
                    flashinfer_wheels=tuple(parse_spec(item) for item in r.flashinfer_wheels))

@@ -179,13 +179,37 @@ cp dist/drift-report/drift.json release/drift.json
 ls -l release
 """
 
+# The index's pages go to GitHub Pages; its files/ (the wheels, over Pages' 100 MB limit, and their .metadata)
+# are the release's assets, which the pages link to.
+INDEX = """\
+tag="g4build-vllm-${RELEASE}-run${RUN}"
+owner=${GH_REPO%%/*}
+url=${INDEX_URL:-https://${owner,,}.github.io/${GH_REPO#*/}}
+pin=()
+if [ -n "$PIN" ]; then pin=(--pin "$PIN"); fi
+torch=()
+if [ -n "$G4_TORCH_INDEX" ]; then torch=(--torch-index "$G4_TORCH_INDEX"); fi
+g4build index build release --out site "${pin[@]}" "${torch[@]}" --base-url "$url" --repo "$GH_REPO" \\
+  --files-url "https://github.com/$GH_REPO/releases/download/$tag" --json > index.json
+mkdir -p assets
+mv site/files/*.metadata assets/
+rm -r site/files
+echo "index_url=$url" >> "$GITHUB_OUTPUT"
+"""
+
+# A draft first, its files uploaded, then published: a repository with release immutability on locks the files
+# and the tag at that moment, so a published release never changes.
 PUBLISH = """\
 tag="g4build-vllm-${RELEASE}-run${RUN}"
 {
   echo "Wheels built by the nightly workflow for vLLM ${RELEASE} (pin: ${PIN:-none})."
   echo "What made each wheel: build-manifest-<cell>.json. Patch drift: drift.json."
   echo "Cells left out of this run: ${LEFT_OUT}"
+  echo "Package index: ${INDEX_URL}/simple/ (each wheel's page: ${INDEX_URL}/)"
+  echo
+  cat site/install.md
 } > notes.md
-gh release create "$tag" --prerelease --title "vLLM ${RELEASE} with g4build series (run ${RUN})" \\
-  --notes-file notes.md release/*
+gh release create "$tag" --draft --prerelease --title "vLLM ${RELEASE} with g4build series (run ${RUN})" \\
+  --notes-file notes.md release/* assets/*.metadata
+gh release edit "$tag" --draft=false
 """

@@ -67,6 +67,11 @@ class NightlySpec:
     torch_index_variable: str
     smoke_cell: Selector
     port_token_secret: str  # a repository secret: a token that may push a branch and open a pull request
+    # a repository variable: the URL the package index is served at (unset: the repository's GitHub Pages URL)
+    index_url_variable: str
+    # repository variables <prefix>_BUCKET, _ENDPOINT, _REGION and secrets <prefix>_KEY_ID, _SECRET_KEY: with
+    # the bucket set, sccache keeps compiled units in that S3-compatible bucket instead of the Actions cache
+    sccache_prefix: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,8 +231,11 @@ def load_matrix(path: Path | None = None) -> MatrixSpec:
         torch_index_variable=require(nightly_raw, "torch_index_variable", str, nw),
         smoke_cell=_selector(require(nightly_raw, "smoke_cell", dict, nw), axes, f"{nw}.smoke_cell"),
         port_token_secret=require(nightly_raw, "port_token_secret", str, nw),
+        index_url_variable=require(nightly_raw, "index_url_variable", str, nw),
+        sccache_prefix=require(nightly_raw, "sccache_prefix", str, nw),
     )
-    for key in ("gpu_runner_variable", "torch_index_variable", "port_token_secret"):
+    for key in ("gpu_runner_variable", "torch_index_variable", "port_token_secret", "index_url_variable",
+                "sccache_prefix"):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", getattr(nightly, key)):
             raise ConfigError(f"{nw}.{key}: not a variable name: {getattr(nightly, key)!r}")
     tests_raw = require(data, "tests", dict, where)

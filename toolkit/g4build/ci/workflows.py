@@ -29,6 +29,9 @@ HEADER = (
 _GRANT_REASONS = {
     "contents: read": "check out the repository",
     "contents: write": "create the release and upload its files (gh release create)",
+    "attestations: write": "store the wheels' build provenance attestations",
+    "id-token: write": "the workflow's OIDC identity: signs the attestations, or authorises the Pages deployment",
+    "pages: write": "deploy the package index to GitHub Pages",
 }
 
 Job = dict[str, Any]
@@ -159,6 +162,35 @@ def _cell_env() -> dict[str, str]:
     }
 
 
+def _sccache_env(prefix: str) -> dict[str, str]:
+    """sccache's backend: the Actions cache, namespaced per cell's cache key; with the bucket variable set, that
+    bucket instead (sccache takes an empty variable as unset, and SCCACHE_GHA_VERSION alone would turn the
+    Actions cache on)."""
+    no_bucket = f"vars.{prefix}_BUCKET == ''"
+    return {
+        "SCCACHE_GHA_ENABLED": _expr(no_bucket),
+        "SCCACHE_GHA_VERSION": _expr(f"{no_bucket} && matrix.cache_key || ''"),
+        "SCCACHE_BUCKET": _expr(f"vars.{prefix}_BUCKET"),
+        "SCCACHE_ENDPOINT": _expr(f"vars.{prefix}_ENDPOINT"),
+        "SCCACHE_REGION": _expr(f"vars.{prefix}_REGION"),
+    }
+
+
+def _bucket_credentials(prefix: str) -> dict[str, str]:
+    """Given to the build step only (no third-party action of the job sees them); empty without a bucket."""
+    return {"AWS_ACCESS_KEY_ID": _expr(f"secrets.{prefix}_KEY_ID"),
+            "AWS_SECRET_ACCESS_KEY": _expr(f"secrets.{prefix}_SECRET_KEY")}
+
+
+_PUBLISHING = (
+    "!cancelled() && (github.event_name == 'schedule' || "
+    "github.ref == format('refs/heads/{0}', github.event.repository.default_branch)) && "
+    "needs.build.result == 'success' && "
+    "(needs.check.result == 'success' || needs.check.result == 'skipped') && "
+    "needs.gpu-smoke.result != 'failure'"
+)
+
+
 def _nightly(spec: MatrixSpec) -> dict[str, Any]:
     n = spec.nightly
     linux = spec.runners["linux"]
@@ -219,16 +251,16 @@ def _nightly(spec: MatrixSpec) -> dict[str, Any]:
         "timeout-minutes": n.build_timeout_minutes,
         "continue-on-error": "${{ !matrix.required }}",
         "strategy": {"fail-fast": False, "matrix": _expr(f"fromJSON({_resolved('build_matrix')})")},
-        "env": {**_cell_env(), "SCCACHE_GHA_ENABLED": "true", "SCCACHE_GHA_VERSION": "${{ matrix.cache_key }}"},
+        "env": {**_cell_env(), **_sccache_env(n.sccache_prefix)},
         "steps": [
             _checkout(spec), _python(spec, "${{ matrix.python }}"),
             _uses(spec, "cuda-toolkit", "install the CUDA toolkit",
                   {"cuda": "${{ matrix.toolkit }}", "method": "network", "use-github-cache": False}),
-            _uses(spec, "sccache", "set up sccache (GitHub Actions cache backend)"),
+            _uses(spec, "sccache", "set up sccache (GitHub Actions cache, or the configured bucket)"),
             _install_g4build(),
             _run("install the pin's torch built for CUDA", scripts.TORCH,
                  {"G4_TORCH_INDEX": f"${{{{ vars.{n.torch_index_variable} }}}}"}),
-            _run("build the wheels", scripts.BUILD),
+            _run("build the wheels", scripts.BUILD, _bucket_credentials(n.sccache_prefix)),
             _run("validate the wheels", scripts.VALIDATE),
             _run("render launch scripts for the wheel", scripts.LAUNCH),
             _run("sccache statistics", "sccache --show-stats\n", condition="always()"),
@@ -270,29 +302,54 @@ def _nightly(spec: MatrixSpec) -> dict[str, Any]:
             _run("install and load the kernels on the GPU", scripts.SMOKE),
         ],
     }
-    publish: Job = {
-        "name": "publish the release",
+    attest: Job = {
+        "name": "attest the wheels' build provenance",
         "needs": ["resolve", "drift", "build", "check", "gpu-smoke"],
-        "if": (
-            "${{ !cancelled() && (github.event_name == 'schedule' || "
-            "github.ref == format('refs/heads/{0}', github.event.repository.default_branch)) && "
-            "needs.build.result == 'success' && "
-            "(needs.check.result == 'success' || needs.check.result == 'skipped') && "
-            "needs.gpu-smoke.result != 'failure' }}"
-        ),
+        "if": _expr(_PUBLISHING),
+        "runs-on": linux,
+        "permissions": {"id-token": "write", "attestations": "write"},
+        "steps": [
+            _uses(spec, "download-artifact", "download every cell's artifacts",
+                  {"pattern": "g4build-*", "path": "dist"}),
+            _uses(spec, "attest-build-provenance", "attest every wheel",
+                  {"subject-path": "dist/g4build-*/wheelhouse/*.whl"}),
+        ],
+    }
+    publish: Job = {
+        "name": "publish the release and its package index",
+        "needs": ["resolve", "drift", "build", "check", "gpu-smoke", "attest"],
+        "if": _expr(f"{_PUBLISHING} && needs.attest.result == 'success'"),
         "runs-on": linux,
         "permissions": {"contents": "write"},
         "steps": [
+            _checkout(spec), _python(spec, n.tool_python), _install_g4build(),
             _uses(spec, "download-artifact", "download every cell's artifacts",
                   {"pattern": "g4build-*", "path": "dist"}),
             _uses(spec, "download-artifact", "download the drift report", {"name": "drift-report",
                                                                            "path": "dist/drift-report"}),
             _run("stage the release files", scripts.STAGE),
-            _run("create the release", scripts.PUBLISH, {
+            _run("build the package index", scripts.INDEX, {
+                "GH_REPO": "${{ github.repository }}", "RELEASE": _need("release"), "PIN": _need("pin"),
+                "RUN": "${{ github.run_number }}", "INDEX_URL": f"${{{{ vars.{n.index_url_variable} }}}}",
+                "G4_TORCH_INDEX": f"${{{{ vars.{n.torch_index_variable} }}}}",
+            }, step_id="index"),
+            _run("create the release (immutable once published)", scripts.PUBLISH, {
                 "GH_TOKEN": "${{ github.token }}", "GH_REPO": "${{ github.repository }}",
                 "RELEASE": _need("release"), "PIN": _need("pin"), "RUN": "${{ github.run_number }}",
-                "LEFT_OUT": _need("left_out"),
+                "LEFT_OUT": _need("left_out"), "INDEX_URL": _expr("steps.index.outputs.index_url"),
             }),
+            _uses(spec, "upload-pages-artifact", "upload the index pages", {"path": "site"}),
+        ],
+    }
+    pages: Job = {
+        "name": "deploy the package index (GitHub Pages)",
+        "needs": ["publish"],
+        "if": _expr("!cancelled() && needs.publish.result == 'success'"),
+        "runs-on": linux,
+        "permissions": {"pages": "write", "id-token": "write"},
+        "environment": {"name": "github-pages", "url": _expr("steps.deploy.outputs.page_url")},
+        "steps": [
+            {**_uses(spec, "deploy-pages", "deploy the pages"), "id": "deploy"},
         ],
     }
     return {
@@ -305,7 +362,7 @@ def _nightly(spec: MatrixSpec) -> dict[str, Any]:
         "concurrency": {"group": "nightly-wheels-${{ github.ref }}", "cancel-in-progress": False},
         "defaults": {"run": {"shell": "bash"}},
         "jobs": {"resolve": resolve, "drift": drift, "port": port, "build": build, "check": check,
-                 "gpu-smoke": smoke, "publish": publish},
+                 "gpu-smoke": smoke, "attest": attest, "publish": publish, "pages": pages},
     }
 
 

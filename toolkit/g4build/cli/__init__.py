@@ -21,6 +21,7 @@ from g4build.cli import (
     deps,
     doctor,
     image,
+    index,
     overlay,
     patches,
     pins,
@@ -42,7 +43,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for _module in (pins, source, patches, deps, wheel, validate, overlay, recipe, ci, image, doctor):
+for _module in (pins, source, patches, deps, wheel, validate, overlay, index, recipe, ci, image, doctor):
     _module.register(app)
 
 

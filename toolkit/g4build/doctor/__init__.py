@@ -10,6 +10,7 @@ from typing import Any
 from g4build.builder.probe import CommandResult, Probe, SystemProbe
 from g4build.doctor.checks import (
     Finding,
+    check_compiler_cache,
     check_cuda,
     check_disk,
     check_docker,
@@ -74,6 +75,8 @@ def run_doctor(
     say("memory and disk")
     findings += check_memory(probe, wsl)
     findings += check_disk(probe, workdir)
+    say("compiler cache")
+    findings += check_compiler_cache(probe)
     say("Docker engine")
     findings += check_docker(probe)
     return DoctorReport(findings=tuple(findings))

