@@ -94,7 +94,7 @@ def test_powershell_check_at_start_and_fixed_env(tmp_path: Path) -> None:
     ps = PsScript((tmp_path / "a" / f"{RECIPE}.ps1").read_bytes())
     assert not ps.root.has_error and ps.errors() == []
     assert {k: ps.env()[k] for k in ON} == ON and ps.env(conditional=True) == OFF
-    [probe] = [n for n in walk(ps.root) if n.type == "command" and n.text.decode().startswith("& python -c ")]
+    [probe] = [n for n in walk(ps.root) if n.type == "command" and n.text.decode().startswith("& $python -c ")]
     [program] = [n for n in walk(probe) if n.type == "string_literal"]
     assert ps._value(program) == probe_program()  # the exact program, under PowerShell's quoting
     wheel = make_wheel(tmp_path / "b" / WIN_WHEEL, metadata=WIN_METADATA)
@@ -103,7 +103,7 @@ def test_powershell_check_at_start_and_fixed_env(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     fixed = PsScript((tmp_path / "b" / f"{RECIPE}.ps1").read_bytes())
     assert {k: fixed.env()[k] for k in OFF} == OFF and fixed.env(conditional=True) == {}
-    assert not any(c.startswith("& python -c ") for c in fixed.commands())
+    assert not any(c.startswith("& $python -c ") for c in fixed.commands())
 
 
 def test_flashinfer_wheels_recorded_by_the_build_are_installed_with_it(tmp_path: Path, stubs: Stubs) -> None:
@@ -129,7 +129,7 @@ def test_flashinfer_wheels_recorded_by_the_build_are_installed_with_it(tmp_path:
     assert _vllm_env(stubs) == ON  # the check at start found it (the stub's python3 exits 0)
     ps = PsScript((out / f"{RECIPE}.ps1").read_bytes())
     assert not ps.root.has_error
-    assert "& python -m pip install $wheel @flashinferWheels" in ps.commands()
+    assert "& $python -m pip install $wheel @flashinferWheels" in ps.commands()
     shellcheck = subprocess.run(["shellcheck", "--severity=style", "--enable=all", str(out / f"{RECIPE}.sh")],
                                 capture_output=True, text=True, check=False) if _has("shellcheck") else None
     assert shellcheck is None or shellcheck.returncode == 0, shellcheck.stdout

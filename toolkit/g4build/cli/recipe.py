@@ -28,7 +28,7 @@ from g4build.recipes.model import Recipe
 from g4build.recipes.rules import flashinfer_presence
 from g4build.recipes.script import absolute_path_sets, drafter_follows_model, shell_name, wheel_ref
 from g4build.recipes.vllm_args import SetsCheck, check_sets
-from g4build.recipes.wheelfit import arch_warning, refuse_platform
+from g4build.recipes.wheelfit import arch_warning, platform_finding
 
 recipe_app = typer.Typer(
     name="recipe",
@@ -162,15 +162,15 @@ def render_cmd(
     chosen = shell_name(shell)
     if wheel is not None:
         require_wheel_file(wheel)
-        refuse_platform(wheel.name, chosen)
     sets = absolute_path_sets(sets or ())  # the script must open the same folders wherever it is started
     sets = _follow_model(name, sets)
     r = load_recipe(name, sets)
     _check_sets(r, sets)
     ctx = gather_context(r, wheel=wheel, ask_transformers=False)
     findings = check_recipe(r, ctx)
-    if ctx.wheel is not None and wheel is not None and (fit := arch_warning(ctx.wheel, r.hardware.arch, wheel.name)):
-        findings = (*findings, fit)
+    if ctx.wheel is not None and wheel is not None:
+        fits = (platform_finding(wheel.name, chosen), arch_warning(ctx.wheel, r.hardware.arch, wheel.name))
+        findings = (*findings, *(f for f in fits if f is not None))
     _print_findings(tuple(f for f in findings if f.severity != "info"), stderr=True)
     raise_on_errors(r, findings)
     info = ctx.wheel.flashinfer if ctx.wheel is not None else None

@@ -2,10 +2,10 @@
 
 Two questions, both answered from what the wheel says about itself (never by running it):
 
-- platform (``refuse_platform``): the script installs the wheel with pip on the machine it runs on. A PowerShell
-  script runs on Windows, where pip refuses a ``manylinux``/``linux`` wheel; a bash script runs on Linux or in
-  WSL, where pip refuses a ``win_amd64`` wheel. Either would be found out only at launch, after the download of
-  a checkpoint, so rendering refuses it with the route that does work.
+- platform (``platform_finding``): the script installs the wheel with pip on the machine it runs on. A PowerShell
+  script runs on Windows, where pip refuses a ``manylinux``/``linux`` wheel: found out only at launch, so
+  rendering refuses it (exit 11) with the routes that do work. A bash script is for WSL and Linux, where pip
+  refuses a ``win_amd64`` wheel: a warning (a Windows bash could still install it).
 - arch (``arch_warning``): a wheel whose ``build-manifest.json`` records a g4build build for the recipe's arch has
   native kernels for it (the build validated them). Any other wheel (a registry wheel, an overlay of one, a fork's
   wheel) may not: the registry's Linux wheels carry FlashAttention 2 as sm_80 code only, which an SM120 card
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from g4build.errors import RecipeError, UsageError
+from g4build.errors import UsageError
 from g4build.recipes.findings import Finding, WheelInfo
 from g4build.recipes.script import Shell
 from g4build.validate.fatbin import Arch
@@ -32,27 +32,32 @@ def wheel_platforms(filename: str) -> frozenset[str]:
     return frozenset(tag.platform for tag in tags)
 
 
-def refuse_platform(filename: str, shell: Shell) -> None:
-    """RecipeError (exit 11) when pip on the script's OS cannot install the wheel."""
+def platform_finding(filename: str, shell: Shell) -> Finding | None:
+    """An error when pip on Windows cannot install the wheel a PowerShell script installs; a warning for a
+    non-Linux wheel in a bash script (bash runs on Windows too, as Git Bash or MSYS, but g4build's bash scripts
+    are for WSL and Linux)."""
     platforms = wheel_platforms(filename)
     if "any" in platforms:
-        return
+        return None
     windows = any(p.startswith("win") for p in platforms)
     linux = any(p.startswith(("manylinux", "musllinux", "linux")) for p in platforms)
     shown = ", ".join(sorted(platforms))
     if shell == "powershell" and not windows:
-        raise RecipeError(
-            f"--wheel {filename} is a {'Linux' if linux else 'non-Windows'} wheel ({shown}), but a PowerShell "
-            "launch script installs it on Windows, where pip refuses it",
+        return Finding(
+            rule="wheel-platform", severity="error",
+            message=f"--wheel {filename} is a {'Linux' if linux else 'non-Windows'} wheel ({shown}), but a "
+                    "PowerShell launch script installs it on Windows, where pip refuses it",
             hint="on Windows install a Windows wheel: overlay a Windows fork's win_amd64 wheel "
                  "(`g4build overlay FORK.whl --pin PIN`) or build one (`g4build wheel --arch sm120 --os windows`); "
                  "or keep this wheel and render `--shell bash` to run it in WSL")
     if shell == "bash" and not linux:
-        raise RecipeError(
-            f"--wheel {filename} is a {'Windows' if windows else 'non-Linux'} wheel ({shown}), but a bash launch "
-            "script installs it on Linux or in WSL, where pip refuses it",
+        return Finding(
+            rule="wheel-platform", severity="warning",
+            message=f"--wheel {filename} is a {'Windows' if windows else 'non-Linux'} wheel ({shown}): pip in WSL "
+                    "or on Linux refuses it; this bash script can install it only in a Windows bash (Git Bash)",
             hint="render `--shell powershell` for this wheel and run it on Windows; for WSL/Linux use a "
                  "manylinux wheel (`g4build overlay --pin PIN`, or `g4build wheel --arch sm120 --os wsl`)")
+    return None
 
 
 def arch_warning(info: WheelInfo, arch: str, filename: str) -> Finding | None:
