@@ -226,3 +226,19 @@ def test_ci_check_without_a_project_says_so(tmp_path: Path, monkeypatch: pytest.
     assert "ci render --check compares a checkout's .github/workflows/ with ci/matrix.yaml" in err
     assert "stale" not in err
     assert not (installed / ".github").exists()
+
+
+# --- wheel --os windows for a pin without a Windows base: the routes that work, each of them a working command --
+
+
+def test_a_pin_without_a_windows_base_names_the_routes_that_work() -> None:
+    done = g4("wheel", "--arch", "sm120", "--os", "windows", "--pin", "vllm-0.26.0", "--dry-run")
+    assert done.returncode == 2
+    said = " ".join(done.stderr.split())
+    assert "pin vllm-0.26.0 names no Windows base" in said
+    routes = re.findall(r"`(g4build [^`]+)`", said)
+    overlay = next(r for r in routes if r.startswith("g4build overlay "))
+    assert overlay.endswith("--pin vllm-0.26.0") and "win_amd64.whl" in overlay
+    wsl = next(r for r in routes if "--os wsl" in r)
+    assert g4(*shlex.split(wsl)[1:], "--dry-run").returncode == 0  # the suggested build plans as written
+    assert "bases.windows to vllm-0.26.0 in patches/pins.yaml" in said and "full commit of its 0.26.0 release" in said
