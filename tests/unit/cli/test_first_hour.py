@@ -79,6 +79,12 @@ def test_a_missing_wheel_exits_5(tmp_path: Path, args: tuple[str, ...]) -> None:
     assert not out.exists()
 
 
+def test_a_folder_for_a_wheel_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "x.whl").mkdir()
+    done = g4("validate", "x.whl", cwd=tmp_path)
+    assert done.returncode == 2 and "x.whl: expected a wheel file, found a folder" in done.stderr
+
+
 def test_readme_documents_exit_5_for_a_missing_file() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert "5 index unreachable or file missing" in " ".join(readme.split())

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from g4build.errors import DownloadError
+from g4build.errors import DownloadError, UsageError
 
 # Width used when stdout is not a terminal: lines are never cut or wrapped for a pipe or a file.
 _PIPE_WIDTH = 10_000
@@ -100,10 +100,12 @@ def lower_option(value: str | None) -> str | None:
 
 
 def require_wheel_file(path: Path) -> Path:
-    """A wheel named on the command line must be a file: missing is exit 5 (README: file missing), as for
-    every command that reads a wheel, before anything is written."""
-    if path.is_file():
+    """A wheel named on the command line must be there: missing is exit 5 (README: file missing), as for every
+    command that reads a wheel, before anything is written; a folder is a usage error (exit 2). Anything else that
+    exists is the reader's to judge (a socket or an unreadable file gets its own report from validate)."""
+    if path.is_dir():
+        raise UsageError(f"{path}: expected a wheel file, found a folder", hint="pass the .whl file itself")
+    if path.exists():
         return path
-    found = "a folder" if path.is_dir() else "nothing"
-    raise DownloadError(f"{path}: expected a wheel file, found {found} there",
+    raise DownloadError(f"{path}: expected a wheel file, found nothing there",
                         hint="check the path (a wheel is a file ending in .whl)")
