@@ -118,7 +118,13 @@ def test_ctrl_c_in_any_command_says_aborted_and_exits_130(monkeypatch: pytest.Mo
         raise AssertionError("SIGINT was not delivered")
 
     monkeypatch.setattr(pins_cli, "load_pins", interrupted)
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(["pins", "list"])
+    # a test run started as a background job inherits SIGINT ignored (the shell's doing): this test sends the
+    # signal, so it sets the disposition Python gives an interactive process itself, and puts the old one back
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(["pins", "list"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert exit_info.value.code == 130
     assert "aborted" in capsys.readouterr().err
