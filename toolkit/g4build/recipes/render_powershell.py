@@ -16,7 +16,7 @@ parser (CommandLineToArgvW / the C runtime, or .NET on Unix) turns it back into 
 
 from __future__ import annotations
 
-from g4build.recipes.script import LaunchPlan, header_lines, probe_program
+from g4build.recipes.script import LaunchPlan, header_lines, installed_program, probe_program, wheel_version
 from g4build.util.shellquote import ps_quote, windows_word
 
 HOW_ARGUMENTS_PASS = [
@@ -117,11 +117,22 @@ def render_powershell(plan: LaunchPlan) -> str:
             out += _array("flashinferWheels", [f"({_path(plan.wheel.beside_script, plan.wheel.sibling(name))})"
                                                for name in plan.wheel.companions])
             install += " @flashinferWheels"
-        out += [
-            install,
-            "if ($LASTEXITCODE -ne 0) { exit $LASTEXITCODE }",
-            "",
-        ]
+        version = wheel_version(plan.wheel)
+        if version is None:
+            out += [install, "if ($LASTEXITCODE -ne 0) { exit $LASTEXITCODE }", ""]
+        else:
+            note = ps_quote(f"note: vllm {version} is already installed here: not installing the wheel again")
+            out += [
+                "# Install the wheel unless this venv already has that very build (its version names the series).",
+                f"& $python -c {ps_quote(installed_program(version))}",
+                "if ($LASTEXITCODE -eq 3) {",
+                f"    [Console]::Error.WriteLine({note})",
+                "} else {",
+                f"    {install}",
+                "    if ($LASTEXITCODE -ne 0) { exit $LASTEXITCODE }",
+                "}",
+                "",
+            ]
     if plan.probe_flashinfer:
         note = ps_quote("note: FlashInfer is not installed: serving without it ("
                      + ", ".join(f"{s.name}={s.value}" for s in plan.flashinfer_off) + ")")

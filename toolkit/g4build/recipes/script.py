@@ -164,6 +164,21 @@ def flashinfer_lines(plan: LaunchPlan) -> list[str]:
             "as on Windows), the script sets these instead of letting vLLM fail:", *changes]
 
 
+def wheel_version(ref: WheelRef) -> str | None:
+    """The version in the wheel's file name (``0.26.0+cu132.g4.<digest>``: the digest names the series it carries),
+    None for a name that is not a wheel's."""
+    name = ref.path.replace("\\", "/").rsplit("/", 1)[-1]
+    parts = name.split("-")
+    return parts[1] if name.endswith(".whl") and len(parts) >= 5 and parts[1] else None
+
+
+def installed_program(version: str) -> str:
+    """A Python program that exits 3 when this venv already has vllm ``version`` (the same build: a g4build
+    version names its series digest), 0 when it has another or none."""
+    return ("import importlib.metadata as m, sys; "
+            f"sys.exit(3 if any(d.version == {version!r} for d in m.distributions(name='vllm')) else 0)")
+
+
 def probe_program() -> str:
     """A Python program that exits 3 when ``flashinfer`` is not importable (any other failure is not 3)."""
     return "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('flashinfer') else 3)"

@@ -71,8 +71,14 @@ $flashinferWheels = @(
     (Join-Path -Path $PSScriptRoot -ChildPath 'flashinfer_python-0.6.8.post1-py3-none-any.whl')
     (Join-Path -Path $PSScriptRoot -ChildPath 'flashinfer_jit_cache-0.6.8.post1+cu130-cp39-abi3-win_amd64.whl')
 )
-& $python -m pip install $wheel @flashinferWheels
-if ($LASTEXITCODE -ne 0) { exit $LASTEXITCODE }
+# Install the wheel unless this venv already has that very build (its version names the series).
+& $python -c 'import importlib.metadata as m, sys; sys.exit(3 if any(d.version == ''0.21.0+cu130.g4.0123456789'' for d in m.distributions(name=''vllm'')) else 0)'
+if ($LASTEXITCODE -eq 3) {
+    [Console]::Error.WriteLine('note: vllm 0.21.0+cu130.g4.0123456789 is already installed here: not installing the wheel again')
+} else {
+    & $python -m pip install $wheel @flashinferWheels
+    if ($LASTEXITCODE -ne 0) { exit $LASTEXITCODE }
+}
 
 # FlashInfer: where it is not installed, close the paths that would import it (see the header).
 if ($python) {

@@ -66,8 +66,14 @@ if (-not $python) {
 }
 
 $wheel = Join-Path -Path $PSScriptRoot -ChildPath 'vllm-0.21.0+cu130.g4.0123456789-cp312-cp312-win_amd64.whl'
-& $python -m pip install $wheel
-if ($LASTEXITCODE -ne 0) { exit $LASTEXITCODE }
+# Install the wheel unless this venv already has that very build (its version names the series).
+& $python -c 'import importlib.metadata as m, sys; sys.exit(3 if any(d.version == ''0.21.0+cu130.g4.0123456789'' for d in m.distributions(name=''vllm'')) else 0)'
+if ($LASTEXITCODE -eq 3) {
+    [Console]::Error.WriteLine('note: vllm 0.21.0+cu130.g4.0123456789 is already installed here: not installing the wheel again')
+} else {
+    & $python -m pip install $wheel
+    if ($LASTEXITCODE -ne 0) { exit $LASTEXITCODE }
+}
 
 $vllmArgs = @(
     'serve'
