@@ -125,3 +125,18 @@ def test_quickstart_names_the_models_and_the_routes() -> None:
     for folder in re.findall(r"\./models/([\w.-]+)", dflash):
         assert folder in quick
     assert shutil.which("bash")
+
+
+def test_the_pin_advice_agrees_with_the_data() -> None:
+    from g4build.pins.model import load_pins
+    from g4build.recipes import load_recipe, recipe_names
+
+    pins = load_pins()
+    text = " ".join(README.split())
+    said = re.search(r"The recipes and the default pin are (vllm-[\d.]+): the one pin with a Windows base", text)
+    assert said is not None and said.group(1) == pins.default
+    assert {load_recipe(n).pin for n in recipe_names()} == {pins.default}
+    assert [p.name for p in pins.pins.values() if "windows" in p.bases] == [pins.default]
+    # each pin the quickstart names for a route is a pin
+    quick = " ".join(README.split("## Quickstart", 1)[1].split("\n## ", 1)[0].split())
+    assert set(re.findall(r"vllm-\d+\.\d+\.\d+(?![+\w])", quick)) <= set(pins.pins)
