@@ -4,6 +4,7 @@ and the numbers it states (exit codes, the driver) are the code's."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -140,3 +141,20 @@ def test_the_pin_advice_agrees_with_the_data() -> None:
     # each pin the quickstart names for a route is a pin
     quick = " ".join(README.split("## Quickstart", 1)[1].split("\n## ", 1)[0].split())
     assert set(re.findall(r"vllm-\d+\.\d+\.\d+(?![+\w])", quick)) <= set(pins.pins)
+
+
+def test_the_command_reference_is_the_clis() -> None:
+    """README's command reference is generated from the CLI; after a change to a command, regenerate it with
+    ``G4BUILD_UPDATE_GOLDEN=1 python -m pytest tests/unit/cli/test_readme_commands.py`` and review the diff."""
+    from tests.support.cli_reference import END, START, reference
+
+    readme = REPO / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    assert text.count(START) == 1 and text.count(END) == 1, "README lost its command reference markers"
+    head, rest = text.split(START, 1)
+    shown, tail = rest.split(END, 1)
+    fresh = reference()
+    if os.environ.get("G4BUILD_UPDATE_GOLDEN") == "1":
+        readme.write_text(head + fresh + tail, encoding="utf-8")
+        return
+    assert START + shown + END == fresh, "README's command reference is stale: regenerate (see the docstring)"
