@@ -16,6 +16,7 @@ from tests.integration.recipes.conftest import REPO, Stubs, make_wheel
 from tests.integration.recipes.test_recipe_powershell_ast import PsScript
 
 from g4build.emit.manifest import make_manifest
+from g4build.pins.index import cache_root
 from g4build.pins.model import load_pins
 from g4build.series.model import load_all
 
@@ -95,3 +96,23 @@ def test_the_powershell_quickstart_renders_a_script_that_parses(tmp_path: Path) 
     assert argv[:2] == ["serve", target]
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
     assert spec["model"] == target.rsplit("\\", 1)[0] + "\\gemma4-dflash-0.2b"
+
+
+@pytest.mark.network
+@pytest.mark.heavy  # the registry wheel of the pin the quickstart names (~300 MB), fetched once into the cache
+def test_the_bash_quickstart_overlay_render_and_launch_run_as_written(tmp_path: Path, stubs: Stubs) -> None:
+    """Every g4build line of the bash quickstart, as README writes it (only pip's and hf's downloads left out):
+    overlay, render, then the launch script, with stubs for what needs a GPU."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    env = {**g4_env(home), "G4BUILD_CACHE": str(cache_root())}  # the shared download cache, not the tmp HOME's
+    lines = [x for x in block("bash").splitlines() if x.startswith(("g4build overlay", "g4build recipe render"))]
+    assert [x.split()[1] for x in lines] == ["overlay", "recipe"]
+    for command in lines:
+        done = subprocess.run(["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, (command, done.stderr)
+    script = work / line("bash", "./launch/").strip()
+    result = stubs.run(script)
+    assert result.returncode == 0, result.stderr
+    (vllm,) = [c for c in stubs.calls() if c["prog"] == "vllm"]
+    assert vllm["argv"][0] == "serve" and vllm["argv"][1].startswith(str(home))
