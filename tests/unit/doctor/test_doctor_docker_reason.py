@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from g4build.builder.probe import SystemProbe
-from g4build.doctor.checks import check_docker
+from g4build.doctor.docker import check_docker
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="unix sockets")
 

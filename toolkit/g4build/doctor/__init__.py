@@ -12,7 +12,6 @@ from g4build.doctor.checks import (
     Finding,
     check_cuda,
     check_disk,
-    check_docker,
     check_git,
     check_gpu,
     check_long_paths,
@@ -21,6 +20,7 @@ from g4build.doctor.checks import (
     check_platform,
     check_python_and_torch,
 )
+from g4build.doctor.docker import check_docker
 
 
 @dataclass(frozen=True, kw_only=True)
