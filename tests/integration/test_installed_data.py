@@ -101,6 +101,11 @@ def test_installed_cli_writes_into_the_project_it_stands_in_never_into_site_pack
     assert refused.returncode == 2, refused.stderr
     assert "no g4build project to write into" in refused.stderr and "--root" in refused.stderr
     assert list(outside.iterdir()) == []
+    # --check there has no workflows to compare: said so, not "stale"
+    unchecked = g4("ci", "render", "--check", cwd=outside)
+    said = " ".join(unchecked.stderr.split())
+    assert unchecked.returncode == 2, unchecked.stderr
+    assert "no g4build project to check" in said and "stale" not in said
 
     # --root or G4BUILD_HOME aimed at the installed data itself: refused naming what was passed and why
     data = site / "g4build" / "_data"

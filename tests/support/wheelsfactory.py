@@ -7,6 +7,7 @@ import base64
 import hashlib
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -161,7 +162,14 @@ def run_g4build(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
     full["PYTHONPATH"] = os.pathsep.join(p for p in (toolkit, full.get("PYTHONPATH")) if p)
     full["COLUMNS"] = "200"
     return subprocess.run([sys.executable, "-m", "g4build", *args], capture_output=True, text=True, env=full,
-                          check=False)
+                          check=False, preexec_fn=_default_sigint if os.name == "posix" else None)
+
+
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT back to its default, so the CLI gets Python's KeyboardInterrupt for it.
+    A test run started as a background job inherits SIGINT ignored, and an ignored SIGINT stays ignored across
+    exec: the Ctrl-C tests (G4BUILD_FAULT=...:SIGINT) would then see no interrupt at all."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 # Fatbin containers laid out as nvcc writes them (see g4build.validate.fatbin), and minimal ELF / PE files.

@@ -53,9 +53,22 @@ if ($LASTEXITCODE -eq 0 -and -not ($caps -contains '12.0')) {
     [Console]::Error.WriteLine('warning: this recipe is for sm120 (compute capability 12.0); nvidia-smi reports: ' + ($caps -join ' '))
 }
 
+# The interpreter this script installs into and probes: the active virtual environment's own.
+$python = $null
+if ($env:VIRTUAL_ENV) {
+    foreach ($candidate in @('Scripts\python.exe', 'bin/python')) {
+        $exe = Join-Path -Path $env:VIRTUAL_ENV -ChildPath $candidate
+        if (-not $python -and (Test-Path -LiteralPath $exe -PathType Leaf)) { $python = $exe }
+    }
+}
+if (-not $python) {
+    $found = Get-Command -Name 'python' -CommandType Application -ErrorAction SilentlyContinue | Select-Object -First 1
+    if ($found) { $python = $found.Source }
+}
+
 # FlashInfer: where it is not installed, close the paths that would import it (see the header).
-if (Get-Command -Name 'python' -CommandType Application -ErrorAction SilentlyContinue) {
-    & python -c 'import importlib.util, sys; sys.exit(0 if importlib.util.find_spec(''flashinfer'') else 3)'
+if ($python) {
+    & $python -c 'import importlib.util, sys; sys.exit(0 if importlib.util.find_spec(''flashinfer'') else 3)'
     if ($LASTEXITCODE -eq 3) {
         [Console]::Error.WriteLine('note: FlashInfer is not installed: serving without it (VLLM_USE_FLASHINFER_SAMPLER=0, VLLM_NVFP4_GEMM_BACKEND=cutlass)')
         $env:VLLM_USE_FLASHINFER_SAMPLER = '0'

@@ -33,9 +33,11 @@ def test_doctor_here_reflects_this_machine(no_engine: None, tmp_path: Path) -> N
     report = run_doctor(SystemProbe(), pin_torch="2.11.0", workdir=str(tmp_path))
     found = {f.check: f for f in report.findings}
     if shutil.which("nvidia-smi") is None:
-        assert found["gpu"].status == "warn" and "R570" in found["gpu"].fix
+        assert found["gpu"].status == "warn" and "R580" in found["gpu"].fix  # README: R580
         assert "driver" not in found
     assert found["docker"].status == "warn" and "start Docker" in found["docker"].fix
+    assert found["docker"].summary.endswith("no Docker engine socket or pipe here (Docker is not installed or not "
+                                            "started)")
     py = found["python"]
     assert py.status == "ok" and py.detail["version"] == "{}.{}.{}".format(*sys.version_info[:3])
     torch = _torch_here()

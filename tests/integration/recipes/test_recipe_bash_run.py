@@ -147,9 +147,36 @@ def test_wheel_beside_the_script_is_installed_first(tmp_path: Path, stubs: Stubs
     assert result.returncode == 0, result.stderr
     run = stubs.run(out / "gemma4-26b-a4b-nvfp4-baseline.sh")
     assert run.returncode == 0, run.stderr
-    assert stubs.programs() == ["nvidia-smi", "python3", "python3", "vllm"]  # pip, then the FlashInfer check
+    # is this build installed already (no: the stub says 0), pip, then the FlashInfer check
+    assert stubs.programs() == ["nvidia-smi", "python3", "python3", "python3", "vllm"]
     [pip] = [c for c in stubs.calls() if c["prog"] == "python3" and c["argv"][0] == "-m"]
     assert pip["argv"] == ["-m", "pip", "install", str(wheel)]
+
+
+@pytest.mark.parametrize(("present", "installs"), [("0.21.0+cu130.g4.abc", False), ("0.21.0+cu130.g4.old", True),
+                                                   (None, True)])
+def test_the_wheel_is_installed_only_where_that_build_is_missing(tmp_path: Path, stubs: Stubs, present: str | None,
+                                                                 installs: bool) -> None:
+    """python3 runs the script's real check program against a site folder holding ``present`` (or no vllm)."""
+    site = tmp_path / "site"
+    if present is not None:
+        meta = site / f"vllm-{present}.dist-info"
+        meta.mkdir(parents=True)
+        (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {present}\n", encoding="utf-8")
+    stubs.add("python3", 'if sys.argv[1] == "-c" and "distributions" in sys.argv[2]:\n'
+                         f'    sys.path.insert(0, {str(site)!r})\n'
+                         '    exec(sys.argv[2])')
+    out = tmp_path / "out"
+    wheel = make_wheel(out / "vllm-0.21.0+cu130.g4.abc-cp38-abi3-linux_x86_64.whl")
+    done = g4build("recipe", "render", "gemma4-26b-a4b-nvfp4-baseline", "--shell", "bash", "--out", str(out),
+                   "--wheel", str(wheel))
+    assert done.returncode == 0, done.stderr
+    run = stubs.run(out / "gemma4-26b-a4b-nvfp4-baseline.sh")
+    assert run.returncode == 0, run.stderr
+    pip = [c["argv"] for c in stubs.calls() if c["prog"] == "python3" and c["argv"][0] == "-m"]
+    assert pip == ([["-m", "pip", "install", str(wheel)]] if installs else [])
+    assert ("vllm 0.21.0+cu130.g4.abc is already installed here" in run.stderr) is not installs
+    assert [c["prog"] for c in stubs.calls()][-1] == "vllm"
 
 
 def test_failing_pip_stops_before_vllm(tmp_path: Path, stubs: Stubs) -> None:
@@ -158,7 +185,7 @@ def test_failing_pip_stops_before_vllm(tmp_path: Path, stubs: Stubs) -> None:
     stubs.add("python3", "sys.exit(1)")
     result = stubs.run(script)
     assert result.returncode == 1
-    assert stubs.programs() == ["nvidia-smi", "python3"]
+    assert stubs.programs() == ["nvidia-smi", "python3", "python3"]  # is it installed (1: no), then pip
     assert stubs.calls()[-1]["argv"] == ["-m", "pip", "install", str(wheel)]
 
 

@@ -19,7 +19,8 @@ from tests.support.trees import sdist_tree
 from g4build.emit.manifest import make_manifest
 from g4build.pins.model import load_pins
 from g4build.recipes.flashinfer import OPT_IN
-from g4build.recipes.script import SHELLS, probe_program
+from g4build.recipes.script import SHELLS, installed_program, probe_program
+from g4build.util.shellquote import ps_quote
 
 RECIPE = "gemma4-26b-a4b-nvfp4-baseline"  # NVFP4 (flashinfer-cutlass GEMM) + FlashInfer sampler, needs no series
 WIN_WHEEL = "vllm-0.21.0+cu130.g4.0123456789-cp312-cp312-win_amd64.whl"
@@ -57,7 +58,9 @@ def test_script_for_a_wheel_without_flashinfer_has_it_off(tmp_path: Path, stubs:
     assert done.returncode == 0, done.stderr
     result = stubs.run(out / f"{RECIPE}.sh")
     assert result.returncode == 0, result.stderr
-    assert stubs.programs() == ["nvidia-smi", "python3", "vllm"]  # pip only: nothing to check at start
+    # is this build installed (no), pip: no FlashInfer check at start
+    assert stubs.programs() == ["nvidia-smi", "python3", "python3", "vllm"]
+    assert not any("find_spec('flashinfer')" in " ".join(c["argv"]) for c in stubs.calls())
     assert _vllm_env(stubs) == OFF
     refused = g4build("recipe", "render", RECIPE, "--shell", "bash", "--wheel", str(wheel),
                       "--set", "env.VLLM_USE_FLASHINFER_SAMPLER=1")
@@ -94,7 +97,7 @@ def test_powershell_check_at_start_and_fixed_env(tmp_path: Path) -> None:
     ps = PsScript((tmp_path / "a" / f"{RECIPE}.ps1").read_bytes())
     assert not ps.root.has_error and ps.errors() == []
     assert {k: ps.env()[k] for k in ON} == ON and ps.env(conditional=True) == OFF
-    [probe] = [n for n in walk(ps.root) if n.type == "command" and n.text.decode().startswith("& python -c ")]
+    [probe] = [n for n in walk(ps.root) if n.type == "command" and n.text.decode().startswith("& $python -c ")]
     [program] = [n for n in walk(probe) if n.type == "string_literal"]
     assert ps._value(program) == probe_program()  # the exact program, under PowerShell's quoting
     wheel = make_wheel(tmp_path / "b" / WIN_WHEEL, metadata=WIN_METADATA)
@@ -103,7 +106,9 @@ def test_powershell_check_at_start_and_fixed_env(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     fixed = PsScript((tmp_path / "b" / f"{RECIPE}.ps1").read_bytes())
     assert {k: fixed.env()[k] for k in OFF} == OFF and fixed.env(conditional=True) == {}
-    assert not any(c.startswith("& python -c ") for c in fixed.commands())
+    # no FlashInfer check at start (the one `-c` program left asks whether this build is installed already)
+    assert [c for c in fixed.commands() if c.startswith("& $python -c ")] == [
+        f"& $python -c {ps_quote(installed_program(WIN_WHEEL.split('-')[1]))}"]
 
 
 def test_flashinfer_wheels_recorded_by_the_build_are_installed_with_it(tmp_path: Path, stubs: Stubs) -> None:
@@ -129,7 +134,7 @@ def test_flashinfer_wheels_recorded_by_the_build_are_installed_with_it(tmp_path:
     assert _vllm_env(stubs) == ON  # the check at start found it (the stub's python3 exits 0)
     ps = PsScript((out / f"{RECIPE}.ps1").read_bytes())
     assert not ps.root.has_error
-    assert "& python -m pip install $wheel @flashinferWheels" in ps.commands()
+    assert "& $python -m pip install $wheel @flashinferWheels" in ps.commands()
     shellcheck = subprocess.run(["shellcheck", "--severity=style", "--enable=all", str(out / f"{RECIPE}.sh")],
                                 capture_output=True, text=True, check=False) if _has("shellcheck") else None
     assert shellcheck is None or shellcheck.returncode == 0, shellcheck.stdout

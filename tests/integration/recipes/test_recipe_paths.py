@@ -13,6 +13,7 @@ from tests.integration.recipes.conftest import REPO, Stubs, g4build, make_wheel
 
 RECIPE = "gemma4-26b-a4b-nvfp4-baseline"
 WHEEL = "vllm-0.21.0+cu130.g4.abc-cp38-abi3-linux_x86_64.whl"
+WIN_WHEEL = "vllm-0.21.0+cu130.g4.abc-cp312-cp312-win_amd64.whl"  # what a PowerShell script may install
 
 
 def run_from(stubs: Stubs, script: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -26,14 +27,15 @@ def run_from(stubs: Stubs, script: Path, cwd: Path) -> subprocess.CompletedProce
 @pytest.mark.parametrize("shell", ["bash", "powershell"])
 def test_relative_wheel_and_model_are_written_absolute(tmp_path: Path, shell: str) -> None:
     work = tmp_path / "work"
-    make_wheel(work / "dist" / WHEEL)
+    name = WHEEL if shell == "bash" else WIN_WHEEL
+    make_wheel(work / "dist" / name)
     (work / "models" / "target").mkdir(parents=True)
-    done = g4build("recipe", "render", RECIPE, "--shell", shell, "--wheel", f"dist/{WHEEL}",
+    done = g4build("recipe", "render", RECIPE, "--shell", shell, "--wheel", f"dist/{name}",
                    "--set", "model=./models/target", "--set", "speculative=null", cwd=work)
     assert done.returncode == 0, done.stderr
-    assert f"'{work / 'dist' / WHEEL}'" in done.stdout
+    assert f"'{work / 'dist' / name}'" in done.stdout
     assert f"'{work / 'models' / 'target'}'" in done.stdout
-    assert f"'dist/{WHEEL}'" not in done.stdout and "'./models/target'" not in done.stdout
+    assert f"'dist/{name}'" not in done.stdout and "'./models/target'" not in done.stdout
     # a Hugging Face id is no local path: it stays as typed
     hub = g4build("recipe", "render", RECIPE, "--shell", shell, "--set", "model=google/gemma-4-26b", cwd=work)
     assert hub.returncode == 0, hub.stderr

@@ -156,4 +156,12 @@ def test_wheel_install_uses_the_script_folder(tmp_path: Path) -> None:
     assert not ps.root.has_error
     wheel_value = ps.assignments()["$wheel"].text.decode()
     assert wheel_value == f"Join-Path -Path $PSScriptRoot -ChildPath '{wheel.name}'"
-    assert "& python -m pip install $wheel" in ps.commands()
+    assert "& $python -m pip install $wheel" in ps.commands()
+    # it installs into the active venv's own python only, and stops first where there is none (as build.ps1 does)
+    commands = ps.commands()
+    assert not any(c.startswith(("& python", "python")) for c in commands)  # never whatever PATH finds first
+    text = (out / "gemma4-26b-a4b-nvfp4-baseline.ps1").read_text(encoding="utf-8-sig")
+    guard = text.index("if (-not $python) {")
+    assert text.index("if ($env:VIRTUAL_ENV) {") < guard < text.index("& $python -m pip install $wheel")
+    assert "no virtual environment is active" in text[guard:text.index("& $python -m pip")]
+    assert "exit 1" in text[guard:text.index("& $python -m pip")]

@@ -219,6 +219,10 @@ def test_add_writes_the_pin_the_maintainers_wrote_by_hand(tmp_path: Path, index:
     assert proc.returncode == 0, proc.stderr
     assert (root / "patches" / "pins.yaml").read_text(encoding="utf-8") == PINS_TEXT
     assert "not read commit (full sha)" in proc.stdout and "short id 4ba787ec9" in proc.stdout
+    # and its vLLM argument names, recorded as data beside the recipes: the same table the project ships
+    recorded = root / "recipes" / "vllm-args" / "vllm-0.33.0.json"
+    assert recorded.read_bytes() == (REPO / "recipes" / "vllm-args" / "vllm-0.33.0.json").read_bytes()
+    assert f"recorded its vLLM argument names (recipe --set checks) in {recorded}" in proc.stdout
     assert (tmp_path / "cache" / "sdists" / sdist33.name).is_file()  # verified copy in the test's own cache
     again = _g4build(tmp_path, index, "--root", str(root), "pins", "add", "--release", "0.33.0", "--name", "other",
                      "--dry-run", "--json")

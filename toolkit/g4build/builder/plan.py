@@ -198,8 +198,16 @@ def check_target(target: Target, pin: Pin, *, flashinfer: bool = True) -> None:
         )
     if target.os == "windows" and "windows" not in pin.bases:
         raise UsageError(
-            f"pin {pin.name} names no Windows base: upstream's setup.py builds nothing on win32",
-            hint="add bases.windows (a Windows-enabled fork remote + commit) to the pin in patches/pins.yaml",
+            f"pin {pin.name} names no Windows base: upstream's setup.py builds nothing on win32, so a native Windows "
+            f"build starts from a Windows fork's tree, and patches/pins.yaml records none for vLLM {pin.version} "
+            "(a fork commit is pinned only once it is verified)",
+            hint=f"routes that work today: overlay a Windows fork's {pin.version} wheel, no compile "
+                 f"(`g4build overlay vllm-{pin.version}+cu132-cp312-cp312-win_amd64.whl --pin {pin.name}`); build "
+                 f"in WSL (`g4build wheel --arch {target.arch.name} --os wsl --pin {pin.name}`); or build natively "
+                 "from a pin that has a Windows base (`g4build pins show NAME` lists its bases). To build this pin "
+                 f"natively, add bases.windows to {pin.name} in patches/pins.yaml: the fork's remote and the full "
+                 f"commit of its {pin.version} release (a release is used as it is: no onto/keep_pin), then "
+                 f"`g4build source fetch --pin {pin.name} --os windows` clones and verifies it",
         )
     # FlashInfer's ahead-of-time build is Linux-only; on Windows (or with --no-flashinfer) it is not in the plan.
     check_cuda(target.arch, target.cuda, flashinfer=flashinfer and target.os != "windows")

@@ -150,6 +150,13 @@ def render(plan: BuildPlan) -> str:
     return render_powershell(plan) if plan.target.os == "windows" else render_bash(plan)
 
 
+def script_mode(powershell: bool) -> int:
+    """The permission bits of a written script: 0755 for bash, 0644 for PowerShell, as the umask allows."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return (0o644 if powershell else 0o755) & ~mask
+
+
 def write_script(plan: BuildPlan, path: Path) -> str:
     """Write ``plan`` as its script at ``path`` (bytes exactly as rendered; a bash one executable where that
     means something); returns the shell's name."""
@@ -162,8 +169,10 @@ def write_script(plan: BuildPlan, path: Path) -> str:
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
-        if os.name != "nt" and not windows:
-            os.chmod(tmp, 0o755)
+        if os.name != "nt":
+            # mkstemp makes the file 0600; a script is a file like any other, read by whoever may read the
+            # folder: 0755 for bash (run as ./build.sh), 0644 for PowerShell (run by pwsh -File), less the umask
+            os.chmod(tmp, script_mode(windows))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

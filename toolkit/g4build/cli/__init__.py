@@ -96,6 +96,18 @@ def _json_error(argv: list[str] | None, message: str, hint: str | None, code: in
         sys.stdout.flush()
 
 
+def _quiet_broken_pipe() -> None:
+    """The reader of stdout closed it (``g4build pins list | head -1``): it has what it wanted, so exit 0 without a
+    traceback. stdout is pointed at the null device first, or the interpreter's own flush at exit would fail
+    again and print "Exception ignored ... BrokenPipeError"."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real stdout (an embedding host): nothing to redirect
+        pass
+    sys.exit(0)
+
+
 def main(argv: list[str] | None = None) -> None:
     click_errors = _click_exception_types()
     reset_json_printed()
@@ -106,8 +118,16 @@ def main(argv: list[str] | None = None) -> None:
         result = app(args=argv, standalone_mode=False)
         if result == 130:  # typer turns Ctrl-C into a silent Exit(130), which click hands back as 130
             err_console.print("aborted")
+        sys.stdout.flush()  # a reader that went away (`| head -1`) shows here, inside the handlers below
         if isinstance(result, int) and result:
             sys.exit(result)
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+    except SystemExit:
+        # click (and typer's copy) answer a broken pipe themselves: sys.stdout wrapped in a PacifyFlushWrapper, exit 1
+        if type(sys.stdout).__name__.endswith("PacifyFlushWrapper"):
+            _quiet_broken_pipe()
+        raise
     except G4BuildError as exc:
         # messages quote user values (paths, names with brackets): never read them as rich markup
         err_console.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False)

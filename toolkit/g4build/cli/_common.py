@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from g4build.errors import DownloadError, UsageError
 
 # Width used when stdout is not a terminal: lines are never cut or wrapped for a pipe or a file.
 _PIPE_WIDTH = 10_000
@@ -94,3 +97,15 @@ def json_already_printed() -> bool:
 def lower_option(value: str | None) -> str | None:
     """Option callback: OS names and the like are matched case-insensitively (``--os Windows``)."""
     return value.lower() if isinstance(value, str) else value
+
+
+def require_wheel_file(path: Path) -> Path:
+    """A wheel named on the command line must be there: missing is exit 5 (README: file missing), as for every
+    command that reads a wheel, before anything is written; a folder is a usage error (exit 2). Anything else that
+    exists is the reader's to judge (a socket or an unreadable file gets its own report from validate)."""
+    if path.is_dir():
+        raise UsageError(f"{path}: expected a wheel file, found a folder", hint="pass the .whl file itself")
+    if path.exists():
+        return path
+    raise DownloadError(f"{path}: expected a wheel file, found nothing there",
+                        hint="check the path (a wheel is a file ending in .whl)")

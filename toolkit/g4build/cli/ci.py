@@ -22,8 +22,8 @@ from g4build.ci import (
     write_rendered,
 )
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
-from g4build.data import project_root, writable_root
-from g4build.errors import ConfigError
+from g4build.data import writable_root
+from g4build.errors import ConfigError, UsageError
 from g4build.pins.model import load_pins
 
 ci_app = typer.Typer(help="The CI wheel matrix (ci/matrix.yaml) and the workflows generated from it.",
@@ -79,8 +79,19 @@ def render_cmd(
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Regenerate .github/workflows/ from ci/matrix.yaml (or, with --check, prove they agree)."""
+    if check:
+        # the workflows live in a checkout: the installed package's data has none to compare with, and calling
+        # them "stale" there would send the user to regenerate files that do not exist
+        try:
+            root = writable_root()
+        except UsageError as exc:
+            raise UsageError(
+                "ci render --check compares a checkout's .github/workflows/ with ci/matrix.yaml: "
+                + exc.message.replace("no g4build project to write into", "no g4build project to check"),
+                hint=exc.hint) from exc
+    else:
+        root = writable_root()  # never write into the installed package
     spec = load_matrix()
-    root = project_root() if check else writable_root()  # never write into the installed package
     rendered = render_all(spec)
     stale = stale_files(root, rendered)
     if check:

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
-from g4build.cli._common import JSON_OPTION, console, err_console, print_json
+from g4build.cli._common import JSON_OPTION, console, err_console, print_json, require_wheel_file
 from g4build.cli.validate import show_report
 from g4build.errors import UsageError, ValidationError
 from g4build.overlay.registry import fetch_pin_wheel, pin_wheel
@@ -36,7 +36,7 @@ def _fetch_with_progress(pin: Pin, *, quiet: bool) -> Fetched:
 
 def overlay(
     wheel: Path | None = typer.Argument(
-        None, exists=True, dir_okay=False,
+        None,
         help="A vLLM wheel of the pin's version (default: the pin's registry wheel, fetched and verified).",
     ),
     pin: str | None = typer.Option(None, "--pin", help="Pin whose Python-only series are laid over."),
@@ -54,6 +54,8 @@ def overlay(
         raise UsageError("--force only applies to --undo (it restores files changed after the overlay)")
     if venv is not None and wheel is not None:
         raise UsageError("pass either a WHEEL or --venv PATH, not both")
+    if wheel is not None:
+        require_wheel_file(wheel)  # missing: exit 5, as for validate and recipe --wheel
     if venv is not None:
         try:
             if undo:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, print_json
 from g4build.data import writable_root
 from g4build.pins.add import Given, read_release, render_entry, write_pin
-from g4build.pins.model import load_pins
+from g4build.pins.model import Pin, load_pins
+from g4build.recipes.vllm_args import record_table
 
 pins_app = typer.Typer(help="The pinned upstream vLLM releases.", no_args_is_help=True)
 
@@ -68,8 +71,10 @@ def add_pin(
                   wheels=tuple(wheel))
     proposal = read_release(release, given, pinset)
     written = None if dry_run else write_pin(proposal.pin, pinset)
+    table, why = (None, "dry run") if written is None else _record_args(proposal.pin)
     if json_out:
-        print_json(proposal.to_dict() | {"file": str(pinset.source), "written": written is not None})
+        print_json(proposal.to_dict() | {"file": str(pinset.source), "written": written is not None,
+                                         "args_table": None if table is None else str(table)})
         return
     console.print(render_entry(proposal.pin), end="", markup=False, highlight=False)
     for key, where in proposal.sources.items():
@@ -83,6 +88,20 @@ def add_pin(
     else:
         console.print(f"added pin {proposal.pin.name} to {written}; next: `g4build patches check --pin "
                       f"{proposal.pin.name}` (the series must be ported before the pin is usable)", highlight=False)
+        if table is not None:
+            console.print(f"recorded its vLLM argument names (recipe --set checks) in {table}", highlight=False)
+        else:
+            console.print(f"[yellow]not recorded[/] its vLLM argument names: {why}", highlight=False)
+
+
+def _record_args(pin: Pin) -> tuple[Path | None, str]:
+    """The pin's vLLM argument table written into the project (recipes/vllm-args/), from the sdist `pins add`
+    just verified; (None, why) when it cannot be read."""
+    try:
+        table = record_table(pin, writable_root())
+    except ValueError as exc:
+        return None, f"its sdist could not be read ({exc}); recipe --set names stay unchecked for it"
+    return table, "" if table is not None else "its sdist is not in the cache"
 
 
 def register(app: typer.Typer) -> None:

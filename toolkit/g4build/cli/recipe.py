@@ -9,10 +9,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from g4build.cli._common import JSON_OPTION, console, err_console, print_json
-from g4build.errors import RecipeError, UsageError
+from g4build.cli._common import JSON_OPTION, console, err_console, print_json, require_wheel_file
+from g4build.errors import RecipeError
 from g4build.recipes import (
-    SHELLS,
     Finding,
     check_recipe,
     gather_context,
@@ -27,8 +26,9 @@ from g4build.recipes import (
 from g4build.recipes.argv import serve_argv
 from g4build.recipes.model import Recipe
 from g4build.recipes.rules import flashinfer_presence
-from g4build.recipes.script import absolute_path_sets, wheel_ref
+from g4build.recipes.script import absolute_path_sets, drafter_follows_model, shell_name, wheel_ref
 from g4build.recipes.vllm_args import SetsCheck, check_sets
+from g4build.recipes.wheelfit import arch_warning, platform_finding
 
 recipe_app = typer.Typer(
     name="recipe",
@@ -50,6 +50,16 @@ def _check_sets(recipe: Recipe, sets: list[str] | None) -> SetsCheck:
     if result.note:
         err_console.print(f"[yellow]warning:[/] {escape(result.note)}", highlight=False)
     return result
+
+
+def _follow_model(name: str, sets: list[str]) -> list[str]:
+    """--set model= moves the drafter the recipe keeps beside the target too (see drafter_follows_model)."""
+    if not any(item.startswith("model=") for item in sets):
+        return sets
+    moved, note = drafter_follows_model(load_recipe(name), sets)
+    if note:
+        err_console.print(f"note: {note}", highlight=False, markup=False)
+    return moved
 
 
 def _print_findings(findings: tuple[Finding, ...], *, stderr: bool) -> None:
@@ -112,6 +122,8 @@ def check_cmd(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Apply the rules (exit 11 when one fails); with --model-dir read the checkpoint's and drafter's config."""
+    if wheel is not None:
+        require_wheel_file(wheel)
     r = load_recipe(name, sets or ())
     checked = _check_sets(r, sets)
     ctx = gather_context(r, model_dir=model_dir, draft_dir=draft_dir, wheel=wheel)
@@ -140,29 +152,34 @@ def check_cmd(
 @recipe_app.command("render")
 def render_cmd(
     name: str = typer.Argument(..., help="Recipe name or path to a recipe .yaml."),
-    shell: str = typer.Option(..., "--shell", help="powershell or bash."),
+    shell: str = typer.Option(..., "--shell", help="powershell (or pwsh) or bash, any case."),
     out: Path | None = typer.Option(None, "--out", help="Write NAME.ps1 / NAME.sh into this folder (else stdout)."),
     sets: list[str] = SET_OPTION,
     wheel: Path | None = typer.Option(
         None, "--wheel", help="Install this wheel before serving (referenced beside the script when in --out)."),
 ) -> None:
     """Render a launch script: env, GPU check, optional wheel install, then `vllm serve` with exact arguments."""
-    if shell not in SHELLS:
-        raise UsageError(f"--shell {shell}: expected one of {', '.join(SHELLS)}")
+    chosen = shell_name(shell)
+    if wheel is not None:
+        require_wheel_file(wheel)
     sets = absolute_path_sets(sets or ())  # the script must open the same folders wherever it is started
+    sets = _follow_model(name, sets)
     r = load_recipe(name, sets)
     _check_sets(r, sets)
-    ctx = gather_context(r, wheel=wheel if wheel is not None and wheel.is_file() else None, ask_transformers=False)
+    ctx = gather_context(r, wheel=wheel, ask_transformers=False)
     findings = check_recipe(r, ctx)
+    if ctx.wheel is not None and wheel is not None:
+        fits = (platform_finding(wheel.name, chosen), arch_warning(ctx.wheel, r.hardware.arch, wheel.name))
+        findings = (*findings, *(f for f in fits if f is not None))
     _print_findings(tuple(f for f in findings if f.severity != "info"), stderr=True)
     raise_on_errors(r, findings)
     info = ctx.wheel.flashinfer if ctx.wheel is not None else None
     ref = with_flashinfer_wheels(wheel_ref(wheel, out), wheel, info)
-    text = render(r, shell, wheel=ref, sets=sets, flashinfer=info)
+    text = render(r, chosen, wheel=ref, sets=sets, flashinfer=info)
     if out is None:
         typer.echo(text, nl=False)
         return
-    path = write_script(text, out / script_filename(r.name, shell), shell)
+    path = write_script(text, out / script_filename(r.name, chosen), chosen)
     err_console.print(f"wrote {path}", highlight=False, markup=False)
 
 

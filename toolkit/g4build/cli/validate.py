@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from g4build.cli._common import JSON_OPTION, console, print_json
+from g4build.cli._common import JSON_OPTION, console, print_json, require_wheel_file
 from g4build.errors import UsageError, ValidationError
 from g4build.validate import cudatools
 from g4build.validate.fatbin import Arch
@@ -64,7 +64,7 @@ def run_validation(wheels: list[Path], options: ValidateOptions, *, as_json: boo
 
 
 def validate(
-    wheels: list[Path] = typer.Argument(..., exists=True, dir_okay=False, help="Wheel files to check."),
+    wheels: list[Path] = typer.Argument(..., help="Wheel files to check (a missing one: exit 5)."),
     arch: list[str] = typer.Option([], "--arch", help="Require SASS for this GPU arch (e.g. sm120); repeatable."),
     pin: str | None = typer.Option(None, "--pin", help="Require the version (and series) of this pin."),
     smoke: bool = typer.Option(False, "--smoke", help="Install into a fresh venv (no deps) and import it."),
@@ -74,6 +74,8 @@ def validate(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Check wheels: filename tags, METADATA, RECORD hashes, series fingerprints, CUDA archs."""
+    for wheel in wheels:  # a path that is no file: exit 5 (file missing), as README's exit codes say
+        require_wheel_file(wheel)
     options = ValidateOptions(
         archs=parse_archs(arch), pin=pin, smoke=smoke,
         cuobjdump=cudatools.find_cuobjdump() if cuobjdump and arch else None,

@@ -19,6 +19,7 @@ from g4build.cli._common import JSON_OPTION, console, err_console, lower_option,
 from g4build.emit.write import write_build_manifest
 from g4build.pins.model import load_pins
 from g4build.recipes import recipe_names
+from g4build.util.shellquote import bash_command, ps_command
 
 
 def _show(plan: BuildPlan) -> None:
@@ -33,7 +34,9 @@ def _show(plan: BuildPlan) -> None:
     for i, s in enumerate(plan.steps, 1):
         extra = "".join(f" {k}={v}" for k, v in s.env.items())
         console.print(f"{i:2d}. [bold]{s.name}[/] [dim](in {s.cwd}){extra}[/]", highlight=False)
-        console.print(f"    {' '.join(s.command)}", highlight=False, markup=False, soft_wrap=True)
+        # quoted for the shell the plan's script runs in, so a step can be copied and run by hand
+        line = ps_command(s.command) if t.os == "windows" else bash_command(s.command)
+        console.print(f"    {line}", highlight=False, markup=False, soft_wrap=True)
     for n in plan.notes:
         console.print(f"note: {n}")
 

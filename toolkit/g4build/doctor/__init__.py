@@ -13,7 +13,6 @@ from g4build.doctor.checks import (
     check_compiler_cache,
     check_cuda,
     check_disk,
-    check_docker,
     check_git,
     check_gpu,
     check_long_paths,
@@ -22,6 +21,7 @@ from g4build.doctor.checks import (
     check_platform,
     check_python_and_torch,
 )
+from g4build.doctor.docker import check_docker
 
 
 @dataclass(frozen=True, kw_only=True)

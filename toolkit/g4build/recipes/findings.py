@@ -35,6 +35,8 @@ class WheelInfo:
     pin: str | None
     series: dict[str, int] = field(default_factory=dict)  # name -> version
     flashinfer: FlashInferInfo | None = None  # whether installing the wheel brings FlashInfer
+    route: str | None = None  # the manifest's route: build or overlay (None: no manifest)
+    arch: str | None = None  # the arch a g4build build was for (its manifest's target.arch)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,7 +8,7 @@ Inside single quotes bash expands nothing: ``$``, backticks, ``;``, ``"``, newli
 
 from __future__ import annotations
 
-from g4build.recipes.script import LaunchPlan, header_lines, probe_program
+from g4build.recipes.script import LaunchPlan, header_lines, installed_program, probe_program, wheel_version
 from g4build.util.shellquote import bash_quote
 
 
@@ -53,9 +53,24 @@ def render_bash(plan: LaunchPlan) -> str:
         paths = [plan.wheel.path, *(plan.wheel.sibling(name) for name in plan.wheel.companions)]
         if plan.wheel.beside_script:
             out.append('script_dir="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"')
-            out.append("python3 -m pip install " + " ".join(f'"${{script_dir}}"/{bash_quote(p)}' for p in paths))
+            install = "python3 -m pip install " + " ".join(f'"${{script_dir}}"/{bash_quote(p)}' for p in paths)
         else:
-            out.append("python3 -m pip install " + " ".join(bash_quote(p) for p in paths))
+            install = "python3 -m pip install " + " ".join(bash_quote(p) for p in paths)
+        version = wheel_version(plan.wheel)
+        if version is None:
+            out.append(install)
+        else:
+            note = f"note: vllm {version} is already installed here: not installing the wheel again"
+            out += [
+                "# Install the wheel unless this Python already has that very build (its version names the series).",
+                "installed_rc=0",
+                f"python3 -c {bash_quote(installed_program(version))} || installed_rc=$?",
+                'if [[ "${installed_rc}" -eq 3 ]]; then',
+                f"  echo {bash_quote(note)} >&2",
+                "else",
+                f"  {install}",
+                "fi",
+            ]
         out.append("")
     if plan.probe_flashinfer:
         changes = ", ".join(f"{s.name}={s.value}" for s in plan.flashinfer_off)

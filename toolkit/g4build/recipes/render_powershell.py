@@ -16,7 +16,7 @@ parser (CommandLineToArgvW / the C runtime, or .NET on Unix) turns it back into 
 
 from __future__ import annotations
 
-from g4build.recipes.script import LaunchPlan, header_lines, probe_program
+from g4build.recipes.script import LaunchPlan, header_lines, installed_program, probe_program, wheel_version
 from g4build.util.shellquote import ps_quote, windows_word
 
 HOW_ARGUMENTS_PASS = [
@@ -38,6 +38,41 @@ def _path(beside_script: bool, path: str) -> str:
 
 def _array(name: str, words: list[str]) -> list[str]:
     return [f"${name} = @(", *(f"    {w}" for w in words), ")"]
+
+
+def _python_lines(*, installs: bool) -> list[str]:
+    """``$python``: the one interpreter the script installs into and asks about FlashInfer, the active virtual
+    environment's own (``$env:VIRTUAL_ENV``, as the build script checks), never whatever ``python`` PATH finds
+    first. A script that installs a wheel stops outside a venv (pip would write into the global Python)."""
+    lines = [
+        "# The interpreter this script installs into and probes: the active virtual environment's own.",
+        "$python = $null",
+        "if ($env:VIRTUAL_ENV) {",
+        "    foreach ($candidate in @('Scripts\\python.exe', 'bin/python')) {",
+        "        $exe = Join-Path -Path $env:VIRTUAL_ENV -ChildPath $candidate",
+        "        if (-not $python -and (Test-Path -LiteralPath $exe -PathType Leaf)) { $python = $exe }",
+        "    }",
+        "}",
+    ]
+    if installs:
+        lines += [
+            "if (-not $python) {",
+            "    [Console]::Error.WriteLine('error: no virtual environment is active, so pip would install the wheel"
+            " into the global Python.')",
+            "    [Console]::Error.WriteLine('hint: activate the venv vLLM runs from (e.g. C:\\g4b\\venv\\Scripts\\"
+            "Activate.ps1), then run this script again.')",
+            "    exit 1",
+            "}",
+        ]
+    else:
+        lines += [
+            "if (-not $python) {",
+            "    $found = Get-Command -Name 'python' -CommandType Application -ErrorAction SilentlyContinue |"
+            " Select-Object -First 1",
+            "    if ($found) { $python = $found.Source }",
+            "}",
+        ]
+    return [*lines, ""]
 
 
 def render_powershell(plan: LaunchPlan) -> str:
@@ -73,25 +108,38 @@ def render_powershell(plan: LaunchPlan) -> str:
         "}",
         "",
     ]
+    if plan.wheel is not None or plan.probe_flashinfer:
+        out += _python_lines(installs=plan.wheel is not None)
     if plan.wheel is not None:
         out.append(f"$wheel = {_path(plan.wheel.beside_script, plan.wheel.path)}")
-        install = "& python -m pip install $wheel"
+        install = "& $python -m pip install $wheel"
         if plan.wheel.companions:
             out += _array("flashinferWheels", [f"({_path(plan.wheel.beside_script, plan.wheel.sibling(name))})"
                                                for name in plan.wheel.companions])
             install += " @flashinferWheels"
-        out += [
-            install,
-            "if ($LASTEXITCODE -ne 0) { exit $LASTEXITCODE }",
-            "",
-        ]
+        version = wheel_version(plan.wheel)
+        if version is None:
+            out += [install, "if ($LASTEXITCODE -ne 0) { exit $LASTEXITCODE }", ""]
+        else:
+            note = ps_quote(f"note: vllm {version} is already installed here: not installing the wheel again")
+            out += [
+                "# Install the wheel unless this venv already has that very build (its version names the series).",
+                f"& $python -c {ps_quote(installed_program(version))}",
+                "if ($LASTEXITCODE -eq 3) {",
+                f"    [Console]::Error.WriteLine({note})",
+                "} else {",
+                f"    {install}",
+                "    if ($LASTEXITCODE -ne 0) { exit $LASTEXITCODE }",
+                "}",
+                "",
+            ]
     if plan.probe_flashinfer:
         note = ps_quote("note: FlashInfer is not installed: serving without it ("
                      + ", ".join(f"{s.name}={s.value}" for s in plan.flashinfer_off) + ")")
         out += [
             "# FlashInfer: where it is not installed, close the paths that would import it (see the header).",
-            "if (Get-Command -Name 'python' -CommandType Application -ErrorAction SilentlyContinue) {",
-            f"    & python -c {ps_quote(probe_program())}",
+            "if ($python) {",
+            f"    & $python -c {ps_quote(probe_program())}",
             "    if ($LASTEXITCODE -eq 3) {",
             f"        [Console]::Error.WriteLine({note})",
             *(f"        $env:{sw.name} = {ps_quote(sw.value)}" for sw in plan.flashinfer_off),

@@ -25,6 +25,18 @@ from g4build.recipes.model import Recipe
 Shell = Literal["bash", "powershell"]
 SHELLS: tuple[Shell, ...] = ("bash", "powershell")
 SUFFIX: dict[Shell, str] = {"bash": ".sh", "powershell": ".ps1"}
+# --shell takes these too, in any case (as --os takes Windows): pwsh is PowerShell 7's program name
+SHELL_ALIASES: dict[str, Shell] = {"bash": "bash", "powershell": "powershell", "pwsh": "powershell",
+                                   "ps1": "powershell"}
+
+
+def shell_name(value: str) -> Shell:
+    """``--shell``'s value as the shell it names (``pwsh``, ``PowerShell`` -> powershell); UsageError else."""
+    found = SHELL_ALIASES.get(value.strip().lower())
+    if found is None:
+        raise UsageError(f"--shell {value}: expected one of {', '.join(SHELL_ALIASES)} (any case), found {value!r}",
+                         hint="--shell powershell (or pwsh) for Windows, --shell bash for WSL and Linux")
+    return found
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,6 +164,21 @@ def flashinfer_lines(plan: LaunchPlan) -> list[str]:
             "as on Windows), the script sets these instead of letting vLLM fail:", *changes]
 
 
+def wheel_version(ref: WheelRef) -> str | None:
+    """The version in the wheel's file name (``0.26.0+cu132.g4.<digest>``: the digest names the series it carries),
+    None for a name that is not a wheel's."""
+    name = ref.path.replace("\\", "/").rsplit("/", 1)[-1]
+    parts = name.split("-")
+    return parts[1] if name.endswith(".whl") and len(parts) >= 5 and parts[1] else None
+
+
+def installed_program(version: str) -> str:
+    """A Python program that exits 3 when this venv already has vllm ``version`` (the same build: a g4build
+    version names its series digest), 0 when it has another or none."""
+    return ("import importlib.metadata as m, sys; "
+            f"sys.exit(3 if any(d.version == {version!r} for d in m.distributions(name='vllm')) else 0)")
+
+
 def probe_program() -> str:
     """A Python program that exits 3 when ``flashinfer`` is not importable (any other failure is not 3)."""
     return "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('flashinfer') else 3)"
@@ -193,6 +220,35 @@ def absolute_path_sets(sets: Sequence[str]) -> list[str]:
             item = f"{key}={os.path.abspath(value)}"
         result.append(item)
     return result
+
+
+def _local_absolute(value: str) -> bool:
+    """A local absolute path on either OS (``/x``, ``D:/x``, ``D:\\x``, ``\\\\host\\x``), not a Hugging Face id."""
+    return value.startswith(("/", "\\\\")) or (len(value) > 2 and value[0].isalpha() and value[1] == ":"
+                                                  and value[2] in "/\\")
+
+
+def drafter_follows_model(recipe: Recipe, sets: Sequence[str]) -> tuple[list[str], str | None]:
+    """``sets`` plus ``speculative.model=`` beside ``--set model=``'s folder, and a note saying so, when the recipe
+    keeps both checkpoints in one relative folder (``./models/``) and only the target was moved.
+
+    Without it the drafter would stay ``./models/...``, relative to wherever the script is started, while the
+    target is an absolute path: the two must be found the same way. ``--set speculative.model=`` wins.
+    """
+    given = {item.partition("=")[0]: item.partition("=")[2] for item in sets if "=" in item}
+    model, drafter = given.get("model"), (recipe.speculative or {}).get("model")
+    if (model is None or "speculative.model" in given or not _local_absolute(model) or not isinstance(drafter, str)
+            or not drafter.startswith(("./", "../")) or not recipe.model.startswith(("./", "../"))):
+        return list(sets), None
+    head, name = drafter.rsplit("/", 1)
+    if recipe.model.rsplit("/", 1)[0] != head:
+        return list(sets), None
+    cut = max(model.rstrip("/\\").rfind("/"), model.rstrip("/\\").rfind("\\"))
+    sep = model[cut] if cut >= 0 else "/"
+    moved = f"{model[:cut]}{sep}{name}" if cut > 0 else f"{sep}{name}"
+    note = (f"speculative.model follows --set model= to {moved} (the recipe keeps both in {head}/); "
+            "--set speculative.model=PATH names another")
+    return [*sets, f"speculative.model={moved}"], note
 
 
 def script_filename(recipe_name: str, shell: str) -> str:

@@ -3,7 +3,8 @@
 The names come from the pin's sdist (the cached, sha256-checked archive; never imported, parsed with ``ast``):
 
 - ``args.NAME``: the fields of ``EngineArgs`` / ``AsyncEngineArgs`` (``vllm/engine/arg_utils.py``) and of the
-  server's ``BaseFrontendArgs`` / ``FrontendArgs`` (``vllm/entrypoints/openai/cli_args.py``), in kebab case,
+  server's ``BaseFrontendArgs`` / ``FrontendArgs`` (``vllm/entrypoints/{openai,launchers,common}/cli_args.py``,
+  as the release has it), in kebab case,
   plus the literal ``--flags`` those files add by hand; ``no-NAME`` for a boolean ``NAME``.
 - ``speculative.NAME``: the fields of ``SpeculativeConfig`` (``vllm/config/speculative.py``).
 
@@ -11,8 +12,10 @@ Values are checked modestly, only for integer fields (annotation ``int`` or ``in
 integer, within the ``Field(gt=/ge=/lt=/le=)`` bounds vLLM declares (on the field itself or on the config field
 its default refers to, e.g. ``ModelConfig.max_model_len``); with no declared bound, a field whose name ends in
 ``len``, ``size``, ``tokens`` or ``seqs`` must be at least 1 (or at least its default when that is lower: 0 is
-``ubatch_size``'s "off"). The table is cached per pin (keyed by the sdist's sha256); when the sdist is not in the
-cache nothing is downloaded and the result says "not checked".
+``ubatch_size``'s "off"). Each pin's table is recorded in the project as data (``recipes/vllm-args/<pin>.json``,
+stamped with the sdist's sha256; ``pins add`` writes it, a test keeps it equal to what the sdist gives), so the
+check works offline for every pin, always. A pin without one falls back to the cache (keyed by the sdist's
+sha256) or the cached sdist; with neither nothing is downloaded and the result says "not checked".
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from g4build.data import recipes_dir
 from g4build.errors import G4BuildError, UsageError
+from g4build.fsutil import write_atomic
 from g4build.pins.index import cache_root, sha256_file
 from g4build.pins.model import Pin, load_pins
 from g4build.recipes.overrides import parse_override
@@ -36,7 +41,9 @@ from g4build.recipes.overrides import parse_override
 # Bump when the table's layout or the rules that build it change: older cache entries are then ignored.
 _TABLE_VERSION = 1
 _ENGINE_FILE = "vllm/engine/arg_utils.py"
-_FRONTEND_FILE = "vllm/entrypoints/openai/cli_args.py"
+# the server's options moved: openai/ up to 0.26.0, launchers/ in 0.29.0, common/ from 0.33.0
+_FRONTEND_FILES = ("vllm/entrypoints/openai/cli_args.py", "vllm/entrypoints/launchers/cli_args.py",
+                   "vllm/entrypoints/common/cli_args.py")
 _SPEC_FILE = "vllm/config/speculative.py"
 _ENGINE_CLASSES = ("EngineArgs", "AsyncEngineArgs")
 _FRONTEND_CLASSES = ("BaseFrontendArgs", "FrontendArgs")
@@ -61,7 +68,7 @@ class SetsCheck:
 
 def _sources(archive: Path) -> dict[str, str]:
     """The files the table is built from, by path inside the package (``vllm/...``), read without extracting."""
-    wanted = (_ENGINE_FILE, _FRONTEND_FILE, _SPEC_FILE)
+    wanted = (_ENGINE_FILE, *_FRONTEND_FILES, _SPEC_FILE)
     found: dict[str, str] = {}
     with tarfile.open(archive, "r:*") as tar:
         for member in tar:
@@ -187,12 +194,13 @@ def _human_readable(text: str) -> dict[str, str]:
 
 def build_table(sources: dict[str, str]) -> dict[str, Any]:
     """{"args": {kebab-name: rule}, "speculative": {name: rule}} from the pinned source files."""
-    missing = [f for f in (_ENGINE_FILE, _FRONTEND_FILE, _SPEC_FILE) if f not in sources]
+    frontend = next((f for f in _FRONTEND_FILES if f in sources), _FRONTEND_FILES[0])
+    missing = [f for f in (_ENGINE_FILE, frontend, _SPEC_FILE) if f not in sources]
     if missing:
         raise ValueError(f"the sdist lacks {', '.join(missing)}")
     configs = _config_fields(sources)
     args: dict[str, Any] = {}
-    for rel, names in ((_ENGINE_FILE, _ENGINE_CLASSES), (_FRONTEND_FILE, _FRONTEND_CLASSES)):
+    for rel, names in ((_ENGINE_FILE, _ENGINE_CLASSES), (frontend, _FRONTEND_CLASSES)):
         classes = _classes(sources[rel])
         for cls_name in names:
             if cls_name not in classes:
@@ -220,8 +228,48 @@ def _cache_file(pin: Pin) -> Path:
     return cache_root() / "vllm-args" / f"{pin.name}-{pin.sdist.sha256[:16]}.json"
 
 
+TABLES_DIR = "vllm-args"  # recipes/vllm-args/<pin>.json: the tables recorded with the project's pins
+
+
+def recorded_table_path(pin: Pin, root: Path | None = None) -> Path:
+    return (root / "recipes" if root is not None else recipes_dir()) / TABLES_DIR / f"{pin.name}.json"
+
+
+def recorded_table(pin: Pin) -> dict[str, Any] | None:
+    """The table recorded in the project for ``pin`` (written by `pins add`, kept current by a test), when it was
+    built from this pin's sdist with the current rules; else None."""
+    try:
+        data = json.loads(recorded_table_path(pin).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if (isinstance(data, dict) and data.get("table_version") == _TABLE_VERSION
+            and data.get("sdist_sha256") == pin.sdist.sha256.lower()):
+        return data
+    return None
+
+
+def table_from_sdist(pin: Pin, archive: Path) -> dict[str, Any]:
+    """The pin's table built from its sdist, stamped with the sdist's sha256 (what a recorded table is)."""
+    return {**build_table(_sources(archive)), "pin": pin.name, "sdist_sha256": pin.sdist.sha256.lower()}
+
+
+def record_table(pin: Pin, root: Path) -> Path | None:
+    """Write ``pin``'s table into the project at ``root`` from the cached, sha256-checked sdist (as `pins add`
+    leaves it); None when that sdist is not in the cache."""
+    archive = cache_root() / "sdists" / pin.sdist.file
+    if not archive.is_file() or sha256_file(archive) != pin.sdist.sha256.lower():
+        return None
+    path = recorded_table_path(pin, root)
+    write_atomic(path, (json.dumps(table_from_sdist(pin, archive), indent=1, sort_keys=True) + "\n").encode())
+    return path
+
+
 def pinned_table(pin: Pin) -> dict[str, Any] | None:
-    """The pin's table from the cache, else built from the cached sdist; None when neither is here (offline)."""
+    """The pin's table as recorded in the project, else from the cache, else built from the cached sdist; None
+    when none of them is here (a pin added by hand, offline)."""
+    recorded = recorded_table(pin)
+    if recorded is not None:
+        return recorded
     cached = _cache_file(pin)
     try:
         data = json.loads(cached.read_text(encoding="utf-8"))
@@ -298,11 +346,16 @@ def check_sets(sets: Sequence[str], pin_name: str | None) -> SetsCheck:
         return SetsCheck(checked=False, note=f"--set names not checked: {exc.message}")
     if not relevant:
         return SetsCheck(checked=True, version=pin.version)
-    table = pinned_table(pin)
+    try:
+        table = pinned_table(pin)
+    except ValueError as exc:  # a release whose files moved again: say so instead of failing unexpectedly
+        return SetsCheck(checked=False, version=pin.version,
+                         note=f"--set names not checked against vLLM {pin.version}: its sdist cannot be read ({exc})")
     if table is None:
         return SetsCheck(checked=False, version=pin.version, note=(
-            f"--set names not checked against vLLM {pin.version}: its sdist is not in the cache; "
-            f"run `g4build source fetch --pin {pin.name}` once to check them"))
+            f"--set names not checked against vLLM {pin.version}: the project records no argument table for "
+            f"{pin.name} (recipes/{TABLES_DIR}/{pin.name}.json, written by `g4build pins add`) and its sdist is not "
+            f"in the cache; run `g4build source fetch --pin {pin.name}` once to check them"))
     for path, value in relevant:
         head, name = path[0], path[1]
         key = ".".join(path)

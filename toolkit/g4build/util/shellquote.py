@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 
 from g4build.errors import UsageError
 
@@ -79,3 +80,21 @@ def windows_word(value: str) -> str:
         backslashes = 0
     out.append("\\" * (2 * backslashes) + '"')
     return "".join(out)
+
+
+# bare in PowerShell: no space, quote, $, `, ;, (, ), {, }, @, comma (an array there), #, <, >, | or &
+_PLAIN_PS_WORD = re.compile(r"[A-Za-z0-9_./:=+\\-]+")
+
+
+def bash_command(words: Sequence[str]) -> str:
+    """A command line bash runs as ``words`` (each word bare where safe, else single-quoted): copyable."""
+    return " ".join(bash_word(w) for w in words)
+
+
+def ps_command(words: Sequence[str]) -> str:
+    """A command line PowerShell runs as ``words``: a word with anything PowerShell reads specially is a verbatim
+    string, and a program so quoted is called with ``&`` (a bare string would only be echoed)."""
+    quoted = [w if _PLAIN_PS_WORD.fullmatch(check_writable(w)) else ps_quote(w) for w in words]
+    if quoted and quoted[0] != words[0]:
+        quoted[0] = "& " + quoted[0]
+    return " ".join(quoted)

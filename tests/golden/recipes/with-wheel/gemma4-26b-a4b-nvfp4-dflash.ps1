@@ -51,13 +51,33 @@ if ($LASTEXITCODE -eq 0 -and -not ($caps -contains '12.0')) {
     [Console]::Error.WriteLine('warning: this recipe is for sm120 (compute capability 12.0); nvidia-smi reports: ' + ($caps -join ' '))
 }
 
+# The interpreter this script installs into and probes: the active virtual environment's own.
+$python = $null
+if ($env:VIRTUAL_ENV) {
+    foreach ($candidate in @('Scripts\python.exe', 'bin/python')) {
+        $exe = Join-Path -Path $env:VIRTUAL_ENV -ChildPath $candidate
+        if (-not $python -and (Test-Path -LiteralPath $exe -PathType Leaf)) { $python = $exe }
+    }
+}
+if (-not $python) {
+    [Console]::Error.WriteLine('error: no virtual environment is active, so pip would install the wheel into the global Python.')
+    [Console]::Error.WriteLine('hint: activate the venv vLLM runs from (e.g. C:\g4b\venv\Scripts\Activate.ps1), then run this script again.')
+    exit 1
+}
+
 $wheel = Join-Path -Path $PSScriptRoot -ChildPath 'vllm-0.21.0+cu130.g4.0123456789-cp38-abi3-linux_x86_64.whl'
-& python -m pip install $wheel
-if ($LASTEXITCODE -ne 0) { exit $LASTEXITCODE }
+# Install the wheel unless this venv already has that very build (its version names the series).
+& $python -c 'import importlib.metadata as m, sys; sys.exit(3 if any(d.version == ''0.21.0+cu130.g4.0123456789'' for d in m.distributions(name=''vllm'')) else 0)'
+if ($LASTEXITCODE -eq 3) {
+    [Console]::Error.WriteLine('note: vllm 0.21.0+cu130.g4.0123456789 is already installed here: not installing the wheel again')
+} else {
+    & $python -m pip install $wheel
+    if ($LASTEXITCODE -ne 0) { exit $LASTEXITCODE }
+}
 
 # FlashInfer: where it is not installed, close the paths that would import it (see the header).
-if (Get-Command -Name 'python' -CommandType Application -ErrorAction SilentlyContinue) {
-    & python -c 'import importlib.util, sys; sys.exit(0 if importlib.util.find_spec(''flashinfer'') else 3)'
+if ($python) {
+    & $python -c 'import importlib.util, sys; sys.exit(0 if importlib.util.find_spec(''flashinfer'') else 3)'
     if ($LASTEXITCODE -eq 3) {
         [Console]::Error.WriteLine('note: FlashInfer is not installed: serving without it (VLLM_USE_FLASHINFER_SAMPLER=0, VLLM_NVFP4_GEMM_BACKEND=cutlass)')
         $env:VLLM_USE_FLASHINFER_SAMPLER = '0'

@@ -48,7 +48,14 @@ if caps="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader)"; then
 fi
 
 script_dir="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
-python3 -m pip install "${script_dir}"/'vllm-0.21.0+cu130.g4.0123456789-cp38-abi3-linux_x86_64.whl'
+# Install the wheel unless this Python already has that very build (its version names the series).
+installed_rc=0
+python3 -c 'import importlib.metadata as m, sys; sys.exit(3 if any(d.version == '\''0.21.0+cu130.g4.0123456789'\'' for d in m.distributions(name='\''vllm'\'')) else 0)' || installed_rc=$?
+if [[ "${installed_rc}" -eq 3 ]]; then
+  echo 'note: vllm 0.21.0+cu130.g4.0123456789 is already installed here: not installing the wheel again' >&2
+else
+  python3 -m pip install "${script_dir}"/'vllm-0.21.0+cu130.g4.0123456789-cp38-abi3-linux_x86_64.whl'
+fi
 
 # FlashInfer: where it is not installed, close the paths that would import it (see the header).
 if command -v python3 >/dev/null 2>&1; then
