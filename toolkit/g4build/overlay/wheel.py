@@ -20,30 +20,22 @@ import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, BinaryIO
+from typing import Any
 
 from packaging.version import Version
 
 from g4build.emit.manifest import make_manifest
-from g4build.errors import PatchConflictError, UnsafeArchiveError, UsageError, ValidationError
+from g4build.errors import IntegrityError, PatchConflictError, UnsafeArchiveError, UsageError, ValidationError
 from g4build.fsutil import staging_dir, sweep_staging
 from g4build.overlay.merge import APPLIED, FileOutcome, Pristine, merge_over
+from g4build.overlay.sourcecheck import NotPinned, WheelSource, pin_ref, sha256_as_read, verify_source
 from g4build.pins.model import Pin
 from g4build.series.model import Series, stack_digest
 from g4build.series.scratch import PatchFile, apply_patches, touched_paths
 from g4build.source.fetch import pristine_files
 from g4build.util.faults import fault
 from g4build.wheelfile.manifestfile import MANIFEST_NAME, dumps
-from g4build.wheelfile.safety import (
-    check_limits,
-    hash_members,
-    inside,
-    member_problems,
-    record_duplicates,
-    record_problems,
-    refuse,
-    wheel_file_problems,
-)
+from g4build.wheelfile.sources import Snapshot, Streamed
 from g4build.wheelfile.wheelfile import (
     RecordRow,
     WheelName,
@@ -54,7 +46,7 @@ from g4build.wheelfile.wheelfile import (
     record_hash,
     set_metadata_version,
 )
-from g4build.wheelfile.zipraw import RawZipWriter
+from g4build.wheelfile.zipraw import ByteSource, RawZipWriter
 
 PROJECT = "vllm"
 
@@ -190,41 +182,63 @@ class OverlayResult:
                 "leftovers_kept": [str(p) for p in self.leftovers_kept]}
 
 
-def verify_source(source: Path, zf: zipfile.ZipFile, wheel: WheelName, dist_info: str) -> None:
-    """Refuse a source wheel that fails validate's own checks, before anything is written: its members are
-    copied raw and get a new RECORD, so a tampered member would come out laundered, relabelled g4."""
-    check_limits(zf.infolist(), source.name)
-    infos = [i for i in zf.infolist() if not i.is_dir()]
-    names = [i.filename for i in infos]
-    rows = parse_record(zf.read(f"{dist_info}/RECORD"), source.name)
-    wheel_raw = zf.read(f"{dist_info}/WHEEL") if f"{dist_info}/WHEEL" in names else None
-    problems = [*(f"unsafe path (an installer would write outside site-packages): {n}"
-                  for n in sorted({*names, *(r.path for r in rows)}) if not inside(n)),
-                *(f"stored twice (one copy shadows the other): {n}" for n in sorted({n for n in names
-                                                                                    if names.count(n) > 1})),
-                *member_problems(zf.infolist()), *wheel_file_problems(wheel_raw, wheel, dist_info),
-                *record_duplicates(rows)]
-    if not problems:
-        problems = record_problems(hash_members(source, infos, min(8, os.cpu_count() or 2)), rows, dist_info)
-    refuse(source.name, "refused to overlay a wheel that fails its own checks (nothing was written)", problems,
-           hint="overlay the wheel as its release published it (`g4build validate WHEEL` lists every problem)")
-
-
 def overlay_wheel(
-    source: Path, plan: OverlayPlan, out_dir: Path, *, source_sha256: str | None = None,
+    source: Path, plan: OverlayPlan, out_dir: Path, *, require_pin: bool = False,
     check: Callable[[Path], None] | None = None,
 ) -> OverlayResult:
     """Write the overlaid wheel into ``out_dir``; nothing is written when any check or patch fails. ``check``
-    gets the finished wheel (under its final name, in the staging folder); raising there leaves no wheel."""
+    gets the finished wheel (under its final name, in the staging folder); raising there leaves no wheel.
+
+    A file named as one of the pin's wheels is first streamed: read once while it is copied, hashed on the way,
+    and its members' RECORD rows carried over unverified only when the sha256 of the whole file as read is the
+    pin's. Any other wheel (or one whose sha256 is not the pin's) is read into memory once and every member is
+    held against RECORD before anything is written from those same bytes. ``require_pin``: refuse (exit 4) a
+    wheel whose sha256 is not the pin's instead of verifying it member by member (the pin's registry wheel)."""
     wheel = WheelName.parse(source.name)
     if wheel.project != PROJECT:
         raise UsageError(f"{source.name} is a wheel of {wheel.name}, not of {PROJECT}")
     check_version(wheel.version, plan.pin, source.name)
+    ref = pin_ref(plan.pin, source)
+    found = None
+    if ref is not None:
+        try:
+            streamed = Streamed.open(source)
+        except OSError:
+            pass  # unreadable: the snapshot below says so, as for any wheel
+        else:
+            with streamed:
+                try:
+                    return _overlay(source, streamed, plan, out_dir, sha256=ref.sha256.lower(), check=check)
+                except Exception:
+                    found = sha256_as_read(streamed)
+                    if found == ref.sha256.lower():
+                        raise  # the pin's own bytes: the failure is the overlay's, not the wheel's
+    if require_pin:
+        raise IntegrityError(
+            f"{source}: not the wheel pin {plan.pin.name} records (" + (
+                f"sha256 {found or 'unknown: it changed while read'}, the pin's {ref.sha256}" if ref is not None
+                else f"the pin lists {', '.join(r.file for r in plan.pin.wheels.values()) or 'no wheel'}") + ")",
+            hint="the cached copy is damaged or was replaced: it is fetched again on the next run",
+        )
+    try:
+        snapshot = Snapshot.read(source)
+    except OSError as exc:
+        raise ValidationError(f"{source.name}: not a readable wheel ({exc})",
+                              hint="download the wheel again (`g4build validate WHEEL` says the same)") from exc
+    return _overlay(source, snapshot, plan, out_dir, sha256=None, check=check)
+
+
+def _overlay(
+    source: Path, src: WheelSource, plan: OverlayPlan, out_dir: Path, *, sha256: str | None,
+    check: Callable[[Path], None] | None,
+) -> OverlayResult:
+    """The overlay from one source's bytes; ``sha256``: the pin's, which a streamed source must prove."""
+    wheel = WheelName.parse(source.name)
     new_version = extend_local_label(wheel.version, plan.digest)
     old_dist = dist_info_name(wheel.name, str(wheel.version))
     new_dist = dist_info_name(wheel.name, new_version)
     try:
-        zf = zipfile.ZipFile(source)
+        zf = zipfile.ZipFile(src.file())
     except (zipfile.BadZipFile, OSError) as exc:  # not a zip, or cut short in transfer
         raise ValidationError(f"{source.name}: not a readable wheel ({exc})",
                               hint="download the wheel again (`g4build validate WHEEL` says the same)") from exc
@@ -240,14 +254,16 @@ def overlay_wheel(
                 "files are not the pinned release's",
                 hint="overlay the original release wheel instead",
             )
-        verify_source(source, zf, wheel, old_dist)
+        verify_source(source.name, src, zf, wheel, old_dist)
         touched = touched_by(plan)
         read = {n: zf.read(n) for n in sorted(touched) if n in by_name}
         patched = patch_files(read, plan, source.name)
         metadata = set_metadata_version(zf.read(f"{old_dist}/METADATA"), new_version)
         rows = parse_record(zf.read(f"{old_dist}/RECORD"), source.name)
-        # the same wheel overlaid twice gives the same bytes: the manifest's time is the source wheel's own
-        manifest = plan.manifest({"source_wheel": {"file": source.name, "sha256": source_sha256},
+        # the same wheel overlaid twice gives the same bytes: the manifest's time is the source wheel's own;
+        # its sha256 is the one computed from the bytes read (a streamed source proves it before publishing)
+        manifest = plan.manifest({"source_wheel": {"file": source.name,
+                                                   "sha256": sha256 if isinstance(src, Streamed) else src.sha256},
                                   "wheel": wheel.with_version(new_version)},
                                  created=datetime.datetime(*zf.getinfo(f"{old_dist}/RECORD").date_time))
         manifest_bytes = dumps(manifest)
@@ -263,11 +279,13 @@ def overlay_wheel(
         out_dir.mkdir(parents=True, exist_ok=True)
         try:
             swept, kept = sweep_staging(out_dir)
-            with staging_dir(out_dir) as stage, (stage / target.name).open("xb") as out, source.open("rb") as raw:
-                _write_members(RawZipWriter(out), raw, zf, patched, rename, old_dist=old_dist,
+            with staging_dir(out_dir) as stage, (stage / target.name).open("xb") as out:
+                _write_members(RawZipWriter(out), src, zf, patched, rename, old_dist=old_dist,
                                metadata=metadata, extra=[(f"{new_dist}/{MANIFEST_NAME}", manifest_bytes),
                                                          (f"{new_dist}/RECORD", format_record(new_rows))])
                 out.close()
+                if isinstance(src, Streamed) and src.finish() != sha256:
+                    raise NotPinned(f"{source.name}: sha256 {src.finish()}, not the pin's {sha256}")
                 fault("after-wheel-write")
                 (stage / MANIFEST_NAME).write_bytes(manifest_bytes)
                 if check is not None:
@@ -302,7 +320,7 @@ def _check_out(out_dir: Path, target: Path) -> None:
 
 
 def _write_members(
-    writer: RawZipWriter, raw: BinaryIO, zf: zipfile.ZipFile, patched: Patched, rename: Callable[[str], str], *,
+    writer: RawZipWriter, raw: ByteSource, zf: zipfile.ZipFile, patched: Patched, rename: Callable[[str], str], *,
     old_dist: str, metadata: bytes, extra: list[tuple[str, bytes]],
 ) -> None:
     """Members in file order: unchanged runs copied verbatim, renamed ones re-headed, changed ones deflated;

@@ -6,15 +6,16 @@ filename), size limits against zip bombs, and streaming sha256 of members (never
 from __future__ import annotations
 
 import hashlib
+import io
 import re
 import stat
+import threading
 import unicodedata
 import zipfile
 import zlib
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import BinaryIO
 
 from g4build.errors import ValidationError
@@ -170,25 +171,30 @@ class Hashed:
     error: str | None = None
 
 
-def hash_members(path: Path, infos: list[zipfile.ZipInfo], workers: int) -> list[Hashed]:
-    """Every member hashed by streaming, in threads (zlib and sha256 release the GIL), one ZipFile per thread."""
+def hash_members(data: bytes, infos: list[zipfile.ZipInfo], workers: int) -> list[Hashed]:
+    """Every member of the wheel held in ``data`` hashed by streaming, spread over ``workers`` threads (zlib,
+    crc32 and sha256 release the GIL): biggest first, each thread taking the next member when it is free, with
+    a ZipFile of its own over the same bytes."""
+    local = threading.local()
+    readers: list[zipfile.ZipFile] = []
 
-    def one(chunk: list[zipfile.ZipInfo]) -> list[Hashed]:
-        out = []
-        with zipfile.ZipFile(path) as zf:
-            for info in chunk:
-                try:
-                    digest, size = stream_member(zf, info)
-                except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
-                    out.append(Hashed(name=info.filename, hash="", size=-1, error=f"unreadable: {exc}"))
-                    continue
-                out.append(Hashed(name=info.filename, hash=digest, size=size))
-        return out
+    def one(info: zipfile.ZipInfo) -> Hashed:
+        zf = getattr(local, "zf", None)
+        if zf is None:
+            zf = local.zf = zipfile.ZipFile(io.BytesIO(data))
+            readers.append(zf)
+        try:
+            digest, size = stream_member(zf, info)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+            return Hashed(name=info.filename, hash="", size=-1, error=f"unreadable: {exc}")
+        return Hashed(name=info.filename, hash=digest, size=size)
 
-    ordered = sorted(infos, key=lambda i: -i.compress_size)
-    shares = [ordered[i::workers] for i in range(workers)]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return [h for part in pool.map(one, shares) for h in part]
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(one, sorted(infos, key=lambda i: -i.compress_size)))
+    finally:
+        for zf in readers:
+            zf.close()
 
 
 def record_problems(hashed: Iterable[Hashed], rows: list[RecordRow], dist_info: str) -> list[str]:
