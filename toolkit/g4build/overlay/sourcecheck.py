@@ -22,42 +22,46 @@ from g4build.wheelfile.safety import (
     record_duplicates,
     record_problems,
     refuse,
+    stored_twice,
     wheel_file_problems,
 )
 from g4build.wheelfile.sources import Snapshot, SourceChanged, Streamed
-from g4build.wheelfile.wheelfile import WheelName, parse_record
+from g4build.wheelfile.wheelfile import RecordRow, WheelName, parse_record
 
 WheelSource: TypeAlias = Snapshot | Streamed
 
 
-def source_problems(name: str, zf: zipfile.ZipFile, wheel: WheelName, dist_info: str) -> list[str]:
-    """What validate refuses that the zip's directory and dist-info files show, read without inflating the
-    members: unsafe paths, duplicates, links and mangled names, the WHEEL file, RECORD's own rows (a zip bomb
-    raises here, before anything is inflated)."""
-    check_limits(zf.infolist(), name)
+def source_problems(
+    name: str, zf: zipfile.ZipFile, wheel: WheelName, dist_info: str, rows: list[RecordRow],
+) -> list[str]:
+    """What validate refuses that the zip's directory and dist-info files show, without inflating members:
+    unsafe paths, duplicates, links and mangled names, the WHEEL file, RECORD's own rows."""
     names = [i.filename for i in zf.infolist() if not i.is_dir()]
-    rows = parse_record(zf.read(f"{dist_info}/RECORD"), name)
     wheel_raw = zf.read(f"{dist_info}/WHEEL") if f"{dist_info}/WHEEL" in names else None
     return [*(f"unsafe path (an installer would write outside site-packages): {n}"
               for n in sorted({*names, *(r.path for r in rows)}) if not inside(n)),
-            *(f"stored twice (one copy shadows the other): {n}" for n in sorted({n for n in names
-                                                                                if names.count(n) > 1})),
+            *(f"stored twice (one copy shadows the other): {n}" for n in stored_twice(names)),
             *member_problems(zf.infolist()), *wheel_file_problems(wheel_raw, wheel, dist_info),
             *record_duplicates(rows)]
 
 
-def verify_source(name: str, source: WheelSource, zf: zipfile.ZipFile, wheel: WheelName, dist_info: str) -> None:
+def verify_source(
+    name: str, source: WheelSource, zf: zipfile.ZipFile, wheel: WheelName, dist_info: str,
+) -> list[RecordRow]:
     """Refuse a source wheel that fails validate's own checks, before anything is written: its members are
     copied raw and get a new RECORD, so a tampered member would come out laundered, relabelled g4. A snapshot
     (a wheel the pin does not vouch for) has every member inflated and held against RECORD, across cores; a
-    streamed source is the pin's wheel only if its sha256 says so at the end of the copy (``_confirm``)."""
-    problems = source_problems(name, zf, wheel, dist_info)
+    streamed source is the pin's wheel only if its sha256 as read says so, checked before anything is
+    published. Returns RECORD's rows. A zip bomb is refused before anything is inflated."""
+    check_limits(zf.infolist(), name)
+    rows = parse_record(zf.read(f"{dist_info}/RECORD"), name)
+    problems = source_problems(name, zf, wheel, dist_info, rows)
     if not problems and isinstance(source, Snapshot):
         infos = [i for i in zf.infolist() if not i.is_dir()]
-        rows = parse_record(zf.read(f"{dist_info}/RECORD"), name)
         problems = record_problems(hash_members(source.data, infos, workers()), rows, dist_info)
     refuse(name, "refused to overlay a wheel that fails its own checks (nothing was written)", problems,
            hint="overlay the wheel as its release published it (`g4build validate WHEEL` lists every problem)")
+    return rows
 
 
 def workers() -> int:

@@ -42,7 +42,6 @@ from g4build.wheelfile.wheelfile import (
     dist_info_name,
     extend_local_label,
     format_record,
-    parse_record,
     record_hash,
     set_metadata_version,
 )
@@ -254,12 +253,11 @@ def _overlay(
                 "files are not the pinned release's",
                 hint="overlay the original release wheel instead",
             )
-        verify_source(source.name, src, zf, wheel, old_dist)
+        rows = verify_source(source.name, src, zf, wheel, old_dist)
         touched = touched_by(plan)
         read = {n: zf.read(n) for n in sorted(touched) if n in by_name}
         patched = patch_files(read, plan, source.name)
         metadata = set_metadata_version(zf.read(f"{old_dist}/METADATA"), new_version)
-        rows = parse_record(zf.read(f"{old_dist}/RECORD"), source.name)
         # the same wheel overlaid twice gives the same bytes: the manifest's time is the source wheel's own;
         # its sha256 is the one computed from the bytes read (a streamed source proves it before publishing)
         manifest = plan.manifest({"source_wheel": {"file": source.name,

@@ -13,6 +13,7 @@ import threading
 import unicodedata
 import zipfile
 import zlib
+from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -71,6 +72,7 @@ def member_problems(infos: Iterable[zipfile.ZipInfo]) -> list[str]:
     problems: list[str] = []
     files: set[str] = set()
     folders: set[str] = set()
+    verdicts: dict[str, str | None] = {}
     for info in infos:
         name = info.filename
         kind = _kind(info)
@@ -85,7 +87,9 @@ def member_problems(infos: Iterable[zipfile.ZipInfo]) -> list[str]:
                             f"{'/'.join(p for p in raw_parts if p not in ('', '.'))})")
         parts = [p for p in name.split("/") if p and p != "."]
         for part in parts:
-            why = _windows_problem(part)
+            if part not in verdicts:  # a wheel repeats the same folder names thousands of times
+                verdicts[part] = _windows_problem(part)
+            why = verdicts[part]
             if why:
                 problems.append(f"{name}: '{part}' {why}")
                 break
@@ -96,7 +100,7 @@ def member_problems(infos: Iterable[zipfile.ZipInfo]) -> list[str]:
     for path in files | folders:
         spellings.setdefault(unicodedata.normalize("NFC", path).casefold(), set()).add(path)
     problems.extend(f"{' and '.join(sorted(same))}: differ only in case (one overwrites the other on Windows "
-                    "and macOS)" for same in sorted(map(sorted, spellings.values())) if len(same) > 1)
+                    "and macOS)" for same in sorted(sorted(s) for s in spellings.values() if len(s) > 1))
     return problems
 
 
@@ -123,6 +127,11 @@ def wheel_file_problems(raw: bytes | None, wheel: WheelName, dist_info: str) -> 
         problems.append(f"{dist_info}/WHEEL: Tag {', '.join(tags) or 'none'} disagrees with the filename's "
                         f"{', '.join(wheel.tags)}")
     return problems
+
+
+def stored_twice(names: Iterable[str]) -> list[str]:
+    """Member names stored more than once (one copy shadows the other), sorted."""
+    return sorted(n for n, times in Counter(names).items() if times > 1)
 
 
 def record_duplicates(rows: Iterable[RecordRow]) -> list[str]:
