@@ -199,6 +199,7 @@ def overlay_wheel(
     check_version(wheel.version, plan.pin, source.name)
     ref = pin_ref(plan.pin, source)
     found = None
+    removed: list[Path] = []  # staging folders of killed runs swept, whichever attempt swept them
     if ref is not None:
         try:
             streamed = Streamed.open(source)
@@ -207,7 +208,8 @@ def overlay_wheel(
         else:
             with streamed:
                 try:
-                    return _overlay(source, streamed, plan, out_dir, sha256=ref.sha256.lower(), check=check)
+                    return _overlay(source, streamed, plan, out_dir, sha256=ref.sha256.lower(), check=check,
+                                    removed=removed)
                 except Exception:
                     found = sha256_as_read(streamed)
                     if found == ref.sha256.lower():
@@ -224,12 +226,12 @@ def overlay_wheel(
     except OSError as exc:
         raise ValidationError(f"{source.name}: not a readable wheel ({exc})",
                               hint="download the wheel again (`g4build validate WHEEL` says the same)") from exc
-    return _overlay(source, snapshot, plan, out_dir, sha256=None, check=check)
+    return _overlay(source, snapshot, plan, out_dir, sha256=None, check=check, removed=removed)
 
 
 def _overlay(
     source: Path, src: WheelSource, plan: OverlayPlan, out_dir: Path, *, sha256: str | None,
-    check: Callable[[Path], None] | None,
+    check: Callable[[Path], None] | None, removed: list[Path],
 ) -> OverlayResult:
     """The overlay from one source's bytes; ``sha256``: the pin's, which a streamed source must prove."""
     wheel = WheelName.parse(source.name)
@@ -277,6 +279,7 @@ def _overlay(
         out_dir.mkdir(parents=True, exist_ok=True)
         try:
             swept, kept = sweep_staging(out_dir)
+            removed.extend(swept)  # a streamed attempt that fell back swept them already
             with staging_dir(out_dir) as stage, (stage / target.name).open("xb") as out:
                 _write_members(RawZipWriter(out), src, zf, patched, rename, old_dist=old_dist,
                                metadata=metadata, extra=[(f"{new_dist}/{MANIFEST_NAME}", manifest_bytes),
@@ -302,7 +305,7 @@ def _overlay(
         added=tuple(n for n, d in patched.files.items() if d is not None and n not in by_name),
         removed=tuple(n for n, d in patched.files.items() if d is None),
         manifest=out_dir / MANIFEST_NAME,
-        leftovers_removed=tuple(swept), leftovers_kept=tuple(kept), files=patched.outcomes,
+        leftovers_removed=tuple(removed), leftovers_kept=tuple(kept), files=patched.outcomes,
     )
 
 
