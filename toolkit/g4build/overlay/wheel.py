@@ -3,11 +3,12 @@
 Only the files the patches touch are extracted and patched (in a scratch folder, all patches first; where the
 stack does not apply with zero fuzz, file by file with a three-way merge against the pin's own files, see
 ``merge``); the new wheel copies every other member's compressed bytes as they are, renames the dist-info folder for the
-new version, rewrites METADATA's Version, adds build-manifest.json and regenerates RECORD. The source wheel
-is verified first (every member against RECORD, safety's checks), since its members are copied raw under a
-new RECORD. Wheel and manifest are written into a locked staging folder in the destination, checked there
-(``check``: the CLI validates) and only then renamed into place, so a refusal, a failed check, Ctrl-C or a
-kill leaves no wheel behind; a kill leaves the staging folder, which the next overlay into the folder removes.
+new version, rewrites METADATA's Version, adds build-manifest.json and regenerates RECORD. Since its members
+are copied raw under a new RECORD, the source wheel must be the pin's (sha256 of the whole file as read, checked
+before anything is published) or pass validate's checks member by member first (``sourcecheck``). Wheel and
+manifest are written into a locked staging folder in the destination, checked there (``check``: the CLI
+validates) and only then renamed into place, so a refusal, a failed check, Ctrl-C or a kill leaves no wheel
+behind; a kill leaves the staging folder, which the next overlay into the folder removes.
 """
 
 from __future__ import annotations
@@ -215,12 +216,12 @@ def overlay_wheel(
                     if found == ref.sha256.lower():
                         raise  # the pin's own bytes: the failure is the overlay's, not the wheel's
     if require_pin:
-        raise IntegrityError(
-            f"{source}: not the wheel pin {plan.pin.name} records (" + (
-                f"sha256 {found or 'unknown: it changed while read'}, the pin's {ref.sha256}" if ref is not None
-                else f"the pin lists {', '.join(r.file for r in plan.pin.wheels.values()) or 'no wheel'}") + ")",
-            hint="the cached copy is damaged or was replaced: it is fetched again on the next run",
-        )
+        if ref is None:
+            found = f"the pin lists {', '.join(r.file for r in plan.pin.wheels.values()) or 'no wheel'}"
+        else:
+            found = f"sha256 {found or 'unknown: unreadable, or it changed while read'}, the pin's {ref.sha256}"
+        raise IntegrityError(f"{source}: not the wheel pin {plan.pin.name} records ({found})",
+                             hint="the cached copy is damaged or was replaced: it is fetched again on the next run")
     try:
         snapshot = Snapshot.read(source)
     except OSError as exc:
