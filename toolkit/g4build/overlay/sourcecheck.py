@@ -3,13 +3,15 @@
 A source wheel's members are copied raw, so a tampered member would come out laundered, relabelled g4. Before
 anything is published, either the whole file's sha256 as read is the pin's (``sources.Streamed``: the pin vouches
 for every byte, RECORD's rows are the release's) or every member was inflated from a ``sources.Snapshot`` and held
-against its RECORD row (across cores). Both also get validate's checks that need no inflating.
+against its RECORD row (across cores) before anything was written. Both get validate's checks that need no
+inflating (``check_structure``).
 """
 
 from __future__ import annotations
 
 import os
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeAlias
 
@@ -31,37 +33,44 @@ from g4build.wheelfile.wheelfile import RecordRow, WheelName, parse_record
 WheelSource: TypeAlias = Snapshot | Streamed
 
 
-def source_problems(
-    name: str, zf: zipfile.ZipFile, wheel: WheelName, dist_info: str, rows: list[RecordRow],
-) -> list[str]:
-    """What validate refuses that the zip's directory and dist-info files show, without inflating members:
-    unsafe paths, duplicates, links and mangled names, the WHEEL file, RECORD's own rows."""
-    names = [i.filename for i in zf.infolist() if not i.is_dir()]
-    wheel_raw = zf.read(f"{dist_info}/WHEEL") if f"{dist_info}/WHEEL" in names else None
-    return [*(f"unsafe path (an installer would write outside site-packages): {n}"
-              for n in sorted({*names, *(r.path for r in rows)}) if not inside(n)),
-            *(f"stored twice (one copy shadows the other): {n}" for n in stored_twice(names)),
-            *member_problems(zf.infolist()), *wheel_file_problems(wheel_raw, wheel, dist_info),
-            *record_duplicates(rows)]
+@dataclass(frozen=True, kw_only=True)
+class DistInfo:
+    """What the checks read of a source wheel besides its zip directory: RECORD's rows and the WHEEL file."""
+
+    rows: list[RecordRow]
+    wheel_file: bytes | None
 
 
-def verify_source(
-    name: str, source: WheelSource, zf: zipfile.ZipFile, wheel: WheelName, dist_info: str,
-) -> list[RecordRow]:
-    """Refuse a source wheel that fails validate's own checks, before anything is written: its members are
-    copied raw and get a new RECORD, so a tampered member would come out laundered, relabelled g4. A snapshot
-    (a wheel the pin does not vouch for) has every member inflated and held against RECORD, across cores; a
-    streamed source is the pin's wheel only if its sha256 as read says so, checked before anything is
-    published. Returns RECORD's rows. A zip bomb is refused before anything is inflated."""
+def read_dist_info(name: str, zf: zipfile.ZipFile, dist_info: str) -> DistInfo:
+    """RECORD and WHEEL, read once; a zip bomb is refused first, from the directory's sizes, before anything is
+    inflated."""
     check_limits(zf.infolist(), name)
     rows = parse_record(zf.read(f"{dist_info}/RECORD"), name)
-    problems = source_problems(name, zf, wheel, dist_info, rows)
-    if not problems and isinstance(source, Snapshot):
-        infos = [i for i in zf.infolist() if not i.is_dir()]
-        problems = record_problems(hash_members(source.data, infos, workers()), rows, dist_info)
+    present = {i.filename for i in zf.infolist()}
+    return DistInfo(rows=rows, wheel_file=zf.read(f"{dist_info}/WHEEL") if f"{dist_info}/WHEEL" in present else None)
+
+
+def check_structure(name: str, zf: zipfile.ZipFile, wheel: WheelName, dist_info: str, read: DistInfo) -> None:
+    """Refuse what validate refuses that the zip's directory and dist-info files show, without inflating
+    members: unsafe paths, duplicates, links and mangled names, the WHEEL file, RECORD's own rows."""
+    names = [i.filename for i in zf.infolist() if not i.is_dir()]
+    _refuse(name, [*(f"unsafe path (an installer would write outside site-packages): {n}"
+                     for n in sorted({*names, *(r.path for r in read.rows)}) if not inside(n)),
+                   *(f"stored twice (one copy shadows the other): {n}" for n in stored_twice(names)),
+                   *member_problems(zf.infolist()), *wheel_file_problems(read.wheel_file, wheel, dist_info),
+                   *record_duplicates(read.rows)])
+
+
+def verify_members(name: str, source: Snapshot, zf: zipfile.ZipFile, dist_info: str, read: DistInfo) -> None:
+    """Refuse a wheel the pin does not vouch for unless every member, inflated from the snapshot's bytes across
+    cores, matches its RECORD row (and every row has its member)."""
+    infos = [i for i in zf.infolist() if not i.is_dir()]
+    _refuse(name, record_problems(hash_members(source.data, infos, workers()), read.rows, dist_info))
+
+
+def _refuse(name: str, problems: list[str]) -> None:
     refuse(name, "refused to overlay a wheel that fails its own checks (nothing was written)", problems,
            hint="overlay the wheel as its release published it (`g4build validate WHEEL` lists every problem)")
-    return rows
 
 
 def workers() -> int:

@@ -19,6 +19,7 @@ import os
 import tempfile
 import zipfile
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -29,7 +30,15 @@ from g4build.emit.manifest import make_manifest
 from g4build.errors import IntegrityError, PatchConflictError, UnsafeArchiveError, UsageError, ValidationError
 from g4build.fsutil import staging_dir, sweep_staging
 from g4build.overlay.merge import APPLIED, FileOutcome, Pristine, merge_over
-from g4build.overlay.sourcecheck import NotPinned, WheelSource, pin_ref, sha256_as_read, verify_source
+from g4build.overlay.sourcecheck import (
+    NotPinned,
+    WheelSource,
+    check_structure,
+    pin_ref,
+    read_dist_info,
+    sha256_as_read,
+    verify_members,
+)
 from g4build.pins.model import Pin
 from g4build.series.model import Series, stack_digest
 from g4build.series.scratch import PatchFile, apply_patches, touched_paths
@@ -256,10 +265,22 @@ def _overlay(
                 "files are not the pinned release's",
                 hint="overlay the original release wheel instead",
             )
-        rows = verify_source(source.name, src, zf, wheel, old_dist)
+        dist = read_dist_info(source.name, zf, old_dist)
         touched = touched_by(plan)
-        read = {n: zf.read(n) for n in sorted(touched) if n in by_name}
-        patched = patch_files(read, plan, source.name)
+        helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g4build-patch")
+        if isinstance(src, Snapshot):  # every check before anything else, in validate's order
+            check_structure(source.name, zf, wheel, old_dist, dist)
+            verify_members(source.name, src, zf, old_dist, dist)
+            done = patch_files({n: zf.read(n) for n in sorted(touched) if n in by_name}, plan, source.name)
+            patching = helper.submit(lambda: done)
+        else:  # the pin's bytes (proved at the end): checks and patches run while the copy streams
+            read = {n: zf.read(n) for n in sorted(touched) if n in by_name}
+
+            def checked_and_patched() -> Patched:
+                check_structure(source.name, zf, wheel, old_dist, dist)
+                return patch_files(read, plan, source.name)
+
+            patching = helper.submit(checked_and_patched)
         metadata = set_metadata_version(zf.read(f"{old_dist}/METADATA"), new_version)
         # the same wheel overlaid twice gives the same bytes: the manifest's time is the source wheel's own;
         # its sha256 is the one computed from the bytes read (a streamed source proves it before publishing)
@@ -272,34 +293,38 @@ def _overlay(
         def rename(name: str) -> str:
             return new_dist + name[len(old_dist):] if name.startswith(old_dist + "/") else name
 
-        new_rows = _record(rows, patched, rename, metadata=(f"{new_dist}/METADATA", metadata),
+        def extra() -> list[tuple[str, bytes]]:
+            rows = _record(dist.rows, patching.result(), rename, metadata=(f"{new_dist}/METADATA", metadata),
                            manifest=(f"{new_dist}/{MANIFEST_NAME}", manifest_bytes), record=f"{new_dist}/RECORD")
+            return [(f"{new_dist}/{MANIFEST_NAME}", manifest_bytes), (f"{new_dist}/RECORD", format_record(rows))]
+
         target = out_dir / wheel.with_version(new_version)
-        _check_out(out_dir, target)
         made_out = not out_dir.exists()
-        out_dir.mkdir(parents=True, exist_ok=True)
         try:
-            swept, kept = sweep_staging(out_dir)
-            removed.extend(swept)  # a streamed attempt that fell back swept them already
-            with staging_dir(out_dir) as stage, (stage / target.name).open("xb") as out:
-                _write_members(RawZipWriter(out), src, zf, patched, rename, old_dist=old_dist,
-                               metadata=metadata, extra=[(f"{new_dist}/{MANIFEST_NAME}", manifest_bytes),
-                                                         (f"{new_dist}/RECORD", format_record(new_rows))])
-                out.close()
-                if isinstance(src, Streamed) and src.finish() != sha256:
-                    raise NotPinned(f"{source.name}: sha256 {src.finish()}, not the pin's {sha256}")
-                fault("after-wheel-write")
-                (stage / MANIFEST_NAME).write_bytes(manifest_bytes)
-                if check is not None:
-                    check(stage / target.name)
-                fault("before-publish")
-                os.replace(stage / target.name, target)  # the wheel first: a manifest never describes a wheel
-                os.replace(stage / MANIFEST_NAME, out_dir / MANIFEST_NAME)  # that is not there
+            with helper:
+                _check_out(out_dir, target)
+                out_dir.mkdir(parents=True, exist_ok=True)
+                swept, kept = sweep_staging(out_dir)
+                removed.extend(swept)  # a streamed attempt that fell back swept them already
+                with staging_dir(out_dir) as stage, (stage / target.name).open("xb") as out:
+                    _write_members(RawZipWriter(out), src, zf, patching.result, touched, rename, old_dist=old_dist,
+                                   metadata=metadata, extra=extra)
+                    out.close()
+                    if isinstance(src, Streamed) and src.finish() != sha256:
+                        raise NotPinned(f"{source.name}: sha256 {src.finish()}, not the pin's {sha256}")
+                    fault("after-wheel-write")
+                    (stage / MANIFEST_NAME).write_bytes(manifest_bytes)
+                    if check is not None:
+                        check(stage / target.name)
+                    fault("before-publish")
+                    os.replace(stage / target.name, target)  # the wheel first: a manifest never describes a wheel
+                    os.replace(stage / MANIFEST_NAME, out_dir / MANIFEST_NAME)  # that is not there
         except BaseException:
             if made_out:
                 with contextlib.suppress(OSError):
                     out_dir.rmdir()  # --out as it was: absent
             raise
+    patched = patching.result()
     return OverlayResult(
         wheel=target, version=new_version,
         changed=tuple(n for n, d in patched.files.items() if d is not None and n in by_name),
@@ -322,22 +347,33 @@ def _check_out(out_dir: Path, target: Path) -> None:
 
 
 def _write_members(
-    writer: RawZipWriter, raw: ByteSource, zf: zipfile.ZipFile, patched: Patched, rename: Callable[[str], str], *,
-    old_dist: str, metadata: bytes, extra: list[tuple[str, bytes]],
+    writer: RawZipWriter, raw: ByteSource, zf: zipfile.ZipFile, patched: Callable[[], Patched], touched: set[str],
+    rename: Callable[[str], str], *, old_dist: str, metadata: bytes, extra: Callable[[], list[tuple[str, bytes]]],
 ) -> None:
     """Members in file order: unchanged runs copied verbatim, renamed ones re-headed, changed ones deflated;
-    new files go just before the dist-info folder, ``extra`` (manifest, RECORD) at the end."""
+    new files go just before the dist-info folder, ``extra()`` (manifest, RECORD) at the end. ``patched()`` is
+    asked for only at the first member the patches touch (it may still be running until then)."""
     ordered = sorted(zf.infolist(), key=lambda i: i.header_offset)
     ends = [i.header_offset for i in ordered[1:]] + [zf.start_dir]
     record = f"{old_dist}/RECORD"
     stamp = zf.getinfo(record).date_time
     known = {i.filename for i in ordered}
-    added = [n for n, d in patched.files.items() if d is not None and n not in known]
+    added: list[str] | None = None  # new files, written once, before the dist-info or at the end
     run: list[zipfile.ZipInfo] = []
     run_end = 0
+
+    def write_added() -> None:
+        nonlocal added
+        if added is None:
+            files = patched().files
+            added = [n for n, d in files.items() if d is not None and n not in known]
+            for new in added:
+                writer.write(new, files[new] or b"", date_time=stamp)
+
     for info, end in zip(ordered, ends, strict=True):
         name = info.filename
-        if name not in patched.files and rename(name) == name:
+        changed = name in touched and name in patched().files
+        if not changed and rename(name) == name:
             run.append(info)
             run_end = end
             continue
@@ -345,11 +381,9 @@ def _write_members(
             writer.copy_verbatim(raw, run, run_end)
             run = []
         if name.startswith(old_dist + "/"):
-            for new in added:  # new files go before the dist-info
-                writer.write(new, patched.files[new] or b"", date_time=stamp)
-            added = []
-        if name in patched.files:
-            data = patched.files[name]
+            write_added()
+        if changed:
+            data = patched().files[name]
             if data is not None:
                 writer.write(name, data, date_time=info.date_time, external_attr=info.external_attr)
         elif name == f"{old_dist}/METADATA":
@@ -358,9 +392,8 @@ def _write_members(
             writer.copy_raw(raw, info, rename(name))
     if run:
         writer.copy_verbatim(raw, run, run_end)
-    for new in added:
-        writer.write(new, patched.files[new] or b"", date_time=stamp)
-    for name, data in extra:
+    write_added()
+    for name, data in extra():
         writer.write(name, data, date_time=stamp)
     writer.close()
 
