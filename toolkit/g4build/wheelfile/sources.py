@@ -114,6 +114,7 @@ class Streamed:
         self._served = 0  # the pass only goes forward: nothing before this offset is asked for again
         self._kept: list[tuple[int, bytes]] | None = None
         self._done: str | None = None
+        self._changed: str | None = None  # set once two reads disagreed: no digest vouches for this pass
 
     @classmethod
     def open(cls, path: Path) -> Streamed:
@@ -151,7 +152,8 @@ class Streamed:
         for offset, data in self._kept:
             lo, hi = max(self._start, offset), min(self._end, offset + len(data))
             if lo < hi and view[lo - self._start:hi - self._start] != data[lo - offset:hi - offset]:
-                raise SourceChanged(f"the bytes at offset {lo} were other bytes when read before")
+                self._changed = f"the bytes at offset {lo} were other bytes when read before"
+                raise SourceChanged(self._changed)
         return True
 
     def _take(self, offset: int, count: int, sink: BinaryIO | None) -> bytes:
@@ -181,7 +183,11 @@ class Streamed:
         self._take(offset, count, out)
 
     def finish(self) -> str:
-        """Hash the rest of the file; the sha256 (hex) of every byte the pass read, from the first to the last."""
+        """Hash the rest of the file; the sha256 (hex) of every byte the pass read, from the first to the last.
+        Raises SourceChanged, now and on every later call, when the pass found bytes that a read before it saw
+        otherwise."""
+        if self._changed is not None:
+            raise SourceChanged(self._changed)
         if self._done is None:
             while self._pull():
                 pass
