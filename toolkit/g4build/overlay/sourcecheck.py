@@ -65,6 +65,7 @@ def verify_members(name: str, source: Snapshot, zf: zipfile.ZipFile, dist_info: 
     """Refuse a wheel the pin does not vouch for unless every member, inflated from the snapshot's bytes across
     cores, matches its RECORD row (and every row has its member)."""
     infos = [i for i in zf.infolist() if not i.is_dir()]
+    source.hash_in_background()  # the whole file's sha256 (for the manifest) beside the members' own
     _refuse(name, record_problems(hash_members(source.data, infos, workers()), read.rows, dist_info))
 
 

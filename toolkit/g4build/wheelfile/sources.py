@@ -29,12 +29,24 @@ class SourceChanged(Exception):
 
 
 class Snapshot:
-    """A whole file held in memory, read once; ``sha256`` is computed from the bytes held."""
+    """A whole file held in memory, read once; ``sha256`` is computed from the bytes held (when first asked
+    for, once: ``hash_in_background`` starts it in a thread of its own, beside other work)."""
 
     def __init__(self, data: bytes) -> None:
         self.data = data
-        self.sha256 = hashlib.sha256(data).hexdigest()
         self._view = memoryview(data)
+        self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g4build-sha256")
+        self._digest: Future[str] | None = None
+
+    def hash_in_background(self) -> Future[str]:
+        if self._digest is None:
+            self._digest = self._hasher.submit(lambda: hashlib.sha256(self.data).hexdigest())
+            self._hasher.shutdown(wait=False)  # the thread ends once the digest is done
+        return self._digest
+
+    @property
+    def sha256(self) -> str:
+        return self.hash_in_background().result()
 
     @classmethod
     def read(cls, path: Path) -> Snapshot:
