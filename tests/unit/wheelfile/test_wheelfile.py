@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import zipfile
 from pathlib import Path
 
@@ -10,6 +12,7 @@ from packaging.version import Version
 from tests.support.wheelsfactory import build_wheel, member_raw
 
 from g4build.errors import ValidationError
+from g4build.wheelfile.sources import Snapshot, Streamed
 from g4build.wheelfile.wheelfile import (
     RecordRow,
     WheelName,
@@ -59,15 +62,22 @@ def test_record_round_trip_with_quoting() -> None:
         parse_record(b"a,b\n", "t")
 
 
-def test_raw_copy_keeps_compressed_bytes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["snapshot", "streamed"])
+def test_raw_copy_keeps_compressed_bytes(tmp_path: Path, kind: str) -> None:
     src = build_wheel(tmp_path / "in", {"vllm/__init__.py": "x = 1\n" * 500, "vllm/big.bin": bytes(range(256)) * 9000})
     out = tmp_path / "out.zip"
-    with zipfile.ZipFile(src) as zf, src.open("rb") as raw, out.open("wb") as fh:
+    with contextlib.ExitStack() as stack:
+        source: Snapshot | Streamed = Snapshot.read(src) if kind == "snapshot" else stack.enter_context(
+            Streamed.open(src))
+        zf = stack.enter_context(zipfile.ZipFile(source.file()))
+        fh = stack.enter_context(out.open("wb"))
         writer = RawZipWriter(fh)
-        for info in zf.infolist():
-            writer.copy_raw(raw, info, "renamed/" + info.filename if info.filename.endswith("big.bin") else None)
+        for info in sorted(zf.infolist(), key=lambda i: i.header_offset):
+            writer.copy_raw(source, info, "renamed/" + info.filename if info.filename.endswith("big.bin") else None)
         writer.write("vllm/new.py", b"NEW = 1\n", date_time=(2024, 1, 2, 3, 4, 6))
         writer.close()
+        if isinstance(source, Streamed):
+            assert source.finish() == hashlib.sha256(src.read_bytes()).hexdigest()
     with zipfile.ZipFile(out) as zf:
         assert zf.testzip() is None
         assert zf.read("renamed/vllm/big.bin") == bytes(range(256)) * 9000

@@ -11,10 +11,10 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColu
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json, require_wheel_file
 from g4build.cli.validate import show_report
-from g4build.errors import UsageError, ValidationError
-from g4build.overlay.registry import fetch_pin_wheel, pin_wheel
+from g4build.errors import IntegrityError, UsageError, ValidationError
+from g4build.overlay.registry import cached_pin_wheel, fetch_pin_wheel, pin_wheel
 from g4build.overlay.venv import overlay_venv, undo_venv
-from g4build.overlay.wheel import overlay_wheel, plan_overlay
+from g4build.overlay.wheel import OverlayResult, overlay_wheel, plan_overlay
 from g4build.pins.index import Fetched
 from g4build.pins.model import Pin, load_pins
 from g4build.series.model import load_all
@@ -76,10 +76,9 @@ def overlay(
         return
     the_pin = load_pins().get(pin)
     plan = plan_overlay(the_pin, load_all())
-    sha = None
+    registry = wheel is None  # the pin's registry wheel: refused unless its sha256 as read is the pin's
     if wheel is None:
-        got = _fetch_with_progress(the_pin, quiet=as_json)
-        wheel, sha = got.path, got.sha256
+        wheel = cached_pin_wheel(the_pin) or _fetch_with_progress(the_pin, quiet=as_json).path
     reports: list[ValidationReport] = []
 
     def check(staged: Path) -> None:
@@ -93,9 +92,19 @@ def overlay(
             raise ValidationError(f"the overlaid wheel failed validation and was not written ({failed})")
         reports.append(report)
 
+    def run(source: Path) -> OverlayResult:
+        with console.status(f"overlaying {source.name}", spinner="dots") if not as_json else nullcontext():
+            return overlay_wheel(source, plan, out, require_pin=registry, check=check if validate else None)
+
     try:
-        with console.status(f"overlaying {wheel.name}", spinner="dots") if not as_json else nullcontext():
-            result = overlay_wheel(wheel, plan, out, source_sha256=sha, check=check if validate else None)
+        try:
+            result = run(wheel)
+        except IntegrityError:
+            if not registry:
+                raise
+            # the cached copy is not the pin's (damaged or replaced): fetched again (the fetch drops it and
+            # verifies the download), then overlaid under the same condition
+            result = run(_fetch_with_progress(the_pin, quiet=as_json).path)
     except KeyboardInterrupt as exc:
         # typer turns KeyboardInterrupt into a silent exit 130; Abort reaches main(), which says "aborted"
         raise typer.Abort() from exc

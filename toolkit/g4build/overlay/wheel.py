@@ -3,11 +3,12 @@
 Only the files the patches touch are extracted and patched (in a scratch folder, all patches first; where the
 stack does not apply with zero fuzz, file by file with a three-way merge against the pin's own files, see
 ``merge``); the new wheel copies every other member's compressed bytes as they are, renames the dist-info folder for the
-new version, rewrites METADATA's Version, adds build-manifest.json and regenerates RECORD. The source wheel
-is verified first (every member against RECORD, safety's checks), since its members are copied raw under a
-new RECORD. Wheel and manifest are written into a locked staging folder in the destination, checked there
-(``check``: the CLI validates) and only then renamed into place, so a refusal, a failed check, Ctrl-C or a
-kill leaves no wheel behind; a kill leaves the staging folder, which the next overlay into the folder removes.
+new version, rewrites METADATA's Version, adds build-manifest.json and regenerates RECORD. Since its members
+are copied raw under a new RECORD, the source wheel must be the pin's (sha256 of the whole file as read, checked
+before anything is published) or pass validate's checks member by member first (``sourcecheck``). Wheel and
+manifest are written into a locked staging folder in the destination, checked there (``check``: the CLI
+validates) and only then renamed into place, so a refusal, a failed check, Ctrl-C or a kill leaves no wheel
+behind; a kill leaves the staging folder, which the next overlay into the folder removes.
 """
 
 from __future__ import annotations
@@ -18,43 +19,43 @@ import os
 import tempfile
 import zipfile
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, BinaryIO
+from typing import Any
 
 from packaging.version import Version
 
 from g4build.emit.manifest import make_manifest
-from g4build.errors import PatchConflictError, UnsafeArchiveError, UsageError, ValidationError
+from g4build.errors import IntegrityError, PatchConflictError, UnsafeArchiveError, UsageError, ValidationError
 from g4build.fsutil import staging_dir, sweep_staging
 from g4build.overlay.merge import APPLIED, FileOutcome, Pristine, merge_over
+from g4build.overlay.sourcecheck import (
+    NotPinned,
+    WheelSource,
+    check_structure,
+    pin_ref,
+    read_dist_info,
+    sha256_as_read,
+    verify_members,
+)
 from g4build.pins.model import Pin
 from g4build.series.model import Series, stack_digest
 from g4build.series.scratch import PatchFile, apply_patches, touched_paths
 from g4build.source.fetch import pristine_files
 from g4build.util.faults import fault
 from g4build.wheelfile.manifestfile import MANIFEST_NAME, dumps
-from g4build.wheelfile.safety import (
-    check_limits,
-    hash_members,
-    inside,
-    member_problems,
-    record_duplicates,
-    record_problems,
-    refuse,
-    wheel_file_problems,
-)
+from g4build.wheelfile.sources import Snapshot, Streamed
 from g4build.wheelfile.wheelfile import (
     RecordRow,
     WheelName,
     dist_info_name,
     extend_local_label,
     format_record,
-    parse_record,
     record_hash,
     set_metadata_version,
 )
-from g4build.wheelfile.zipraw import RawZipWriter
+from g4build.wheelfile.zipraw import ByteSource, RawZipWriter
 
 PROJECT = "vllm"
 
@@ -190,41 +191,65 @@ class OverlayResult:
                 "leftovers_kept": [str(p) for p in self.leftovers_kept]}
 
 
-def verify_source(source: Path, zf: zipfile.ZipFile, wheel: WheelName, dist_info: str) -> None:
-    """Refuse a source wheel that fails validate's own checks, before anything is written: its members are
-    copied raw and get a new RECORD, so a tampered member would come out laundered, relabelled g4."""
-    check_limits(zf.infolist(), source.name)
-    infos = [i for i in zf.infolist() if not i.is_dir()]
-    names = [i.filename for i in infos]
-    rows = parse_record(zf.read(f"{dist_info}/RECORD"), source.name)
-    wheel_raw = zf.read(f"{dist_info}/WHEEL") if f"{dist_info}/WHEEL" in names else None
-    problems = [*(f"unsafe path (an installer would write outside site-packages): {n}"
-                  for n in sorted({*names, *(r.path for r in rows)}) if not inside(n)),
-                *(f"stored twice (one copy shadows the other): {n}" for n in sorted({n for n in names
-                                                                                    if names.count(n) > 1})),
-                *member_problems(zf.infolist()), *wheel_file_problems(wheel_raw, wheel, dist_info),
-                *record_duplicates(rows)]
-    if not problems:
-        problems = record_problems(hash_members(source, infos, min(8, os.cpu_count() or 2)), rows, dist_info)
-    refuse(source.name, "refused to overlay a wheel that fails its own checks (nothing was written)", problems,
-           hint="overlay the wheel as its release published it (`g4build validate WHEEL` lists every problem)")
-
-
 def overlay_wheel(
-    source: Path, plan: OverlayPlan, out_dir: Path, *, source_sha256: str | None = None,
+    source: Path, plan: OverlayPlan, out_dir: Path, *, require_pin: bool = False,
     check: Callable[[Path], None] | None = None,
 ) -> OverlayResult:
     """Write the overlaid wheel into ``out_dir``; nothing is written when any check or patch fails. ``check``
-    gets the finished wheel (under its final name, in the staging folder); raising there leaves no wheel."""
+    gets the finished wheel (under its final name, in the staging folder); raising there leaves no wheel.
+
+    A file named as one of the pin's wheels is first streamed: read once while it is copied, hashed on the way,
+    and its members' RECORD rows carried over unverified only when the sha256 of the whole file as read is the
+    pin's. Any other wheel (or one whose sha256 is not the pin's) is read into memory once and every member is
+    held against RECORD before anything is written from those same bytes. ``require_pin``: refuse (exit 4) a
+    wheel whose sha256 is not the pin's instead of verifying it member by member (the pin's registry wheel)."""
     wheel = WheelName.parse(source.name)
     if wheel.project != PROJECT:
         raise UsageError(f"{source.name} is a wheel of {wheel.name}, not of {PROJECT}")
     check_version(wheel.version, plan.pin, source.name)
+    ref = pin_ref(plan.pin, source)
+    found = None
+    removed: list[Path] = []  # staging folders of killed runs swept, whichever attempt swept them
+    if ref is not None:
+        try:
+            streamed = Streamed.open(source)
+        except OSError:
+            pass  # unreadable: the snapshot below says so, as for any wheel
+        else:
+            with streamed:
+                try:
+                    return _overlay(source, streamed, plan, out_dir, sha256=ref.sha256.lower(), check=check,
+                                    removed=removed)
+                except Exception:
+                    found = sha256_as_read(streamed)
+                    if found == ref.sha256.lower():
+                        raise  # the pin's own bytes: the failure is the overlay's, not the wheel's
+    if require_pin:
+        if ref is None:
+            found = f"the pin lists {', '.join(r.file for r in plan.pin.wheels.values()) or 'no wheel'}"
+        else:
+            found = f"sha256 {found or 'unknown: unreadable, or it changed while read'}, the pin's {ref.sha256}"
+        raise IntegrityError(f"{source}: not the wheel pin {plan.pin.name} records ({found})",
+                             hint="the cached copy is damaged or was replaced: it is fetched again on the next run")
+    try:
+        snapshot = Snapshot.read(source)
+    except OSError as exc:
+        raise ValidationError(f"{source.name}: not a readable wheel ({exc})",
+                              hint="download the wheel again (`g4build validate WHEEL` says the same)") from exc
+    return _overlay(source, snapshot, plan, out_dir, sha256=None, check=check, removed=removed)
+
+
+def _overlay(
+    source: Path, src: WheelSource, plan: OverlayPlan, out_dir: Path, *, sha256: str | None,
+    check: Callable[[Path], None] | None, removed: list[Path],
+) -> OverlayResult:
+    """The overlay from one source's bytes; ``sha256``: the pin's, which a streamed source must prove."""
+    wheel = WheelName.parse(source.name)
     new_version = extend_local_label(wheel.version, plan.digest)
     old_dist = dist_info_name(wheel.name, str(wheel.version))
     new_dist = dist_info_name(wheel.name, new_version)
     try:
-        zf = zipfile.ZipFile(source)
+        zf = zipfile.ZipFile(src.file())
     except (zipfile.BadZipFile, OSError) as exc:  # not a zip, or cut short in transfer
         raise ValidationError(f"{source.name}: not a readable wheel ({exc})",
                               hint="download the wheel again (`g4build validate WHEEL` says the same)") from exc
@@ -240,14 +265,27 @@ def overlay_wheel(
                 "files are not the pinned release's",
                 hint="overlay the original release wheel instead",
             )
-        verify_source(source, zf, wheel, old_dist)
+        dist = read_dist_info(source.name, zf, old_dist)
         touched = touched_by(plan)
-        read = {n: zf.read(n) for n in sorted(touched) if n in by_name}
-        patched = patch_files(read, plan, source.name)
+        helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g4build-patch")
+        if isinstance(src, Snapshot):  # every check before anything else, in validate's order
+            check_structure(source.name, zf, wheel, old_dist, dist)
+            verify_members(source.name, src, zf, old_dist, dist)
+            done = patch_files({n: zf.read(n) for n in sorted(touched) if n in by_name}, plan, source.name)
+            patching = helper.submit(lambda: done)
+        else:  # the pin's bytes (proved at the end): checks and patches run while the copy streams
+            read = {n: zf.read(n) for n in sorted(touched) if n in by_name}
+
+            def checked_and_patched() -> Patched:
+                check_structure(source.name, zf, wheel, old_dist, dist)
+                return patch_files(read, plan, source.name)
+
+            patching = helper.submit(checked_and_patched)
         metadata = set_metadata_version(zf.read(f"{old_dist}/METADATA"), new_version)
-        rows = parse_record(zf.read(f"{old_dist}/RECORD"), source.name)
-        # the same wheel overlaid twice gives the same bytes: the manifest's time is the source wheel's own
-        manifest = plan.manifest({"source_wheel": {"file": source.name, "sha256": source_sha256},
+        # the same wheel overlaid twice gives the same bytes: the manifest's time is the source wheel's own;
+        # its sha256 is the one computed from the bytes read (a streamed source proves it before publishing)
+        manifest = plan.manifest({"source_wheel": {"file": source.name,
+                                                   "sha256": sha256 if isinstance(src, Streamed) else src.sha256},
                                   "wheel": wheel.with_version(new_version)},
                                  created=datetime.datetime(*zf.getinfo(f"{old_dist}/RECORD").date_time))
         manifest_bytes = dumps(manifest)
@@ -255,38 +293,45 @@ def overlay_wheel(
         def rename(name: str) -> str:
             return new_dist + name[len(old_dist):] if name.startswith(old_dist + "/") else name
 
-        new_rows = _record(rows, patched, rename, metadata=(f"{new_dist}/METADATA", metadata),
+        def extra() -> list[tuple[str, bytes]]:
+            rows = _record(dist.rows, patching.result(), rename, metadata=(f"{new_dist}/METADATA", metadata),
                            manifest=(f"{new_dist}/{MANIFEST_NAME}", manifest_bytes), record=f"{new_dist}/RECORD")
+            return [(f"{new_dist}/{MANIFEST_NAME}", manifest_bytes), (f"{new_dist}/RECORD", format_record(rows))]
+
         target = out_dir / wheel.with_version(new_version)
-        _check_out(out_dir, target)
         made_out = not out_dir.exists()
-        out_dir.mkdir(parents=True, exist_ok=True)
         try:
-            swept, kept = sweep_staging(out_dir)
-            with staging_dir(out_dir) as stage, (stage / target.name).open("xb") as out, source.open("rb") as raw:
-                _write_members(RawZipWriter(out), raw, zf, patched, rename, old_dist=old_dist,
-                               metadata=metadata, extra=[(f"{new_dist}/{MANIFEST_NAME}", manifest_bytes),
-                                                         (f"{new_dist}/RECORD", format_record(new_rows))])
-                out.close()
-                fault("after-wheel-write")
-                (stage / MANIFEST_NAME).write_bytes(manifest_bytes)
-                if check is not None:
-                    check(stage / target.name)
-                fault("before-publish")
-                os.replace(stage / target.name, target)  # the wheel first: a manifest never describes a wheel
-                os.replace(stage / MANIFEST_NAME, out_dir / MANIFEST_NAME)  # that is not there
+            with helper:
+                _check_out(out_dir, target)
+                out_dir.mkdir(parents=True, exist_ok=True)
+                swept, kept = sweep_staging(out_dir)
+                removed.extend(swept)  # a streamed attempt that fell back swept them already
+                with staging_dir(out_dir) as stage, (stage / target.name).open("xb") as out:
+                    _write_members(RawZipWriter(out), src, zf, patching.result, touched, rename, old_dist=old_dist,
+                                   metadata=metadata, extra=extra)
+                    out.close()
+                    if isinstance(src, Streamed) and src.finish() != sha256:
+                        raise NotPinned(f"{source.name}: sha256 {src.finish()}, not the pin's {sha256}")
+                    fault("after-wheel-write")
+                    (stage / MANIFEST_NAME).write_bytes(manifest_bytes)
+                    if check is not None:
+                        check(stage / target.name)
+                    fault("before-publish")
+                    os.replace(stage / target.name, target)  # the wheel first: a manifest never describes a wheel
+                    os.replace(stage / MANIFEST_NAME, out_dir / MANIFEST_NAME)  # that is not there
         except BaseException:
             if made_out:
                 with contextlib.suppress(OSError):
                     out_dir.rmdir()  # --out as it was: absent
             raise
+    patched = patching.result()
     return OverlayResult(
         wheel=target, version=new_version,
         changed=tuple(n for n, d in patched.files.items() if d is not None and n in by_name),
         added=tuple(n for n, d in patched.files.items() if d is not None and n not in by_name),
         removed=tuple(n for n, d in patched.files.items() if d is None),
         manifest=out_dir / MANIFEST_NAME,
-        leftovers_removed=tuple(swept), leftovers_kept=tuple(kept), files=patched.outcomes,
+        leftovers_removed=tuple(removed), leftovers_kept=tuple(kept), files=patched.outcomes,
     )
 
 
@@ -302,22 +347,33 @@ def _check_out(out_dir: Path, target: Path) -> None:
 
 
 def _write_members(
-    writer: RawZipWriter, raw: BinaryIO, zf: zipfile.ZipFile, patched: Patched, rename: Callable[[str], str], *,
-    old_dist: str, metadata: bytes, extra: list[tuple[str, bytes]],
+    writer: RawZipWriter, raw: ByteSource, zf: zipfile.ZipFile, patched: Callable[[], Patched], touched: set[str],
+    rename: Callable[[str], str], *, old_dist: str, metadata: bytes, extra: Callable[[], list[tuple[str, bytes]]],
 ) -> None:
     """Members in file order: unchanged runs copied verbatim, renamed ones re-headed, changed ones deflated;
-    new files go just before the dist-info folder, ``extra`` (manifest, RECORD) at the end."""
+    new files go just before the dist-info folder, ``extra()`` (manifest, RECORD) at the end. ``patched()`` is
+    asked for only at the first member the patches touch (it may still be running until then)."""
     ordered = sorted(zf.infolist(), key=lambda i: i.header_offset)
     ends = [i.header_offset for i in ordered[1:]] + [zf.start_dir]
     record = f"{old_dist}/RECORD"
     stamp = zf.getinfo(record).date_time
     known = {i.filename for i in ordered}
-    added = [n for n, d in patched.files.items() if d is not None and n not in known]
+    added: list[str] | None = None  # new files, written once, before the dist-info or at the end
     run: list[zipfile.ZipInfo] = []
     run_end = 0
+
+    def write_added() -> None:
+        nonlocal added
+        if added is None:
+            files = patched().files
+            added = [n for n, d in files.items() if d is not None and n not in known]
+            for new in added:
+                writer.write(new, files[new] or b"", date_time=stamp)
+
     for info, end in zip(ordered, ends, strict=True):
         name = info.filename
-        if name not in patched.files and rename(name) == name:
+        changed = name in touched and name in patched().files
+        if not changed and rename(name) == name:
             run.append(info)
             run_end = end
             continue
@@ -325,11 +381,9 @@ def _write_members(
             writer.copy_verbatim(raw, run, run_end)
             run = []
         if name.startswith(old_dist + "/"):
-            for new in added:  # new files go before the dist-info
-                writer.write(new, patched.files[new] or b"", date_time=stamp)
-            added = []
-        if name in patched.files:
-            data = patched.files[name]
+            write_added()
+        if changed:
+            data = patched().files[name]
             if data is not None:
                 writer.write(name, data, date_time=info.date_time, external_attr=info.external_attr)
         elif name == f"{old_dist}/METADATA":
@@ -338,9 +392,8 @@ def _write_members(
             writer.copy_raw(raw, info, rename(name))
     if run:
         writer.copy_verbatim(raw, run, run_end)
-    for new in added:
-        writer.write(new, patched.files[new] or b"", date_time=stamp)
-    for name, data in extra:
+    write_added()
+    for name, data in extra():
         writer.write(name, data, date_time=stamp)
     writer.close()
 

@@ -24,7 +24,7 @@ from g4build.series.model import load_all
 from g4build.validate import cudatools
 from g4build.validate.fatbin import FatbinFormatError, LibraryArchs, is_native, library_archs
 from g4build.wheelfile.manifestfile import MANIFEST_NAME, loads
-from g4build.wheelfile.safety import check_limits, member_problems, stream_member
+from g4build.wheelfile.safety import check_limits, member_problems, stored_twice, stream_member
 
 # FlashAttention 4's CuteDSL files in a vLLM wheel: kept as text so validation can read their imports
 FA4_CUTE = "vllm/vllm_flash_attn/cute/"
@@ -145,7 +145,7 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
         record=small.get(f"{dist}/RECORD"),
         manifest=manifest,
         members=members,
-        duplicates=tuple(sorted({n for n in names if names.count(n) > 1})),
+        duplicates=tuple(stored_twice(names)),
         wheel_file=small.get(f"{dist}/WHEEL"),
         unsafe=tuple(unsafe),
     )

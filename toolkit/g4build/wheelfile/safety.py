@@ -6,15 +6,17 @@ filename), size limits against zip bombs, and streaming sha256 of members (never
 from __future__ import annotations
 
 import hashlib
+import io
 import re
 import stat
+import threading
 import unicodedata
 import zipfile
 import zlib
+from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import BinaryIO
 
 from g4build.errors import ValidationError
@@ -70,6 +72,7 @@ def member_problems(infos: Iterable[zipfile.ZipInfo]) -> list[str]:
     problems: list[str] = []
     files: set[str] = set()
     folders: set[str] = set()
+    verdicts: dict[str, str | None] = {}
     for info in infos:
         name = info.filename
         kind = _kind(info)
@@ -84,7 +87,9 @@ def member_problems(infos: Iterable[zipfile.ZipInfo]) -> list[str]:
                             f"{'/'.join(p for p in raw_parts if p not in ('', '.'))})")
         parts = [p for p in name.split("/") if p and p != "."]
         for part in parts:
-            why = _windows_problem(part)
+            if part not in verdicts:  # a wheel repeats the same folder names thousands of times
+                verdicts[part] = _windows_problem(part)
+            why = verdicts[part]
             if why:
                 problems.append(f"{name}: '{part}' {why}")
                 break
@@ -95,7 +100,7 @@ def member_problems(infos: Iterable[zipfile.ZipInfo]) -> list[str]:
     for path in files | folders:
         spellings.setdefault(unicodedata.normalize("NFC", path).casefold(), set()).add(path)
     problems.extend(f"{' and '.join(sorted(same))}: differ only in case (one overwrites the other on Windows "
-                    "and macOS)" for same in sorted(map(sorted, spellings.values())) if len(same) > 1)
+                    "and macOS)" for same in sorted(sorted(s) for s in spellings.values() if len(s) > 1))
     return problems
 
 
@@ -122,6 +127,11 @@ def wheel_file_problems(raw: bytes | None, wheel: WheelName, dist_info: str) -> 
         problems.append(f"{dist_info}/WHEEL: Tag {', '.join(tags) or 'none'} disagrees with the filename's "
                         f"{', '.join(wheel.tags)}")
     return problems
+
+
+def stored_twice(names: Iterable[str]) -> list[str]:
+    """Member names stored more than once (one copy shadows the other), sorted."""
+    return sorted(n for n, times in Counter(names).items() if times > 1)
 
 
 def record_duplicates(rows: Iterable[RecordRow]) -> list[str]:
@@ -170,25 +180,30 @@ class Hashed:
     error: str | None = None
 
 
-def hash_members(path: Path, infos: list[zipfile.ZipInfo], workers: int) -> list[Hashed]:
-    """Every member hashed by streaming, in threads (zlib and sha256 release the GIL), one ZipFile per thread."""
+def hash_members(data: bytes, infos: list[zipfile.ZipInfo], workers: int) -> list[Hashed]:
+    """Every member of the wheel held in ``data`` hashed by streaming, spread over ``workers`` threads (zlib,
+    crc32 and sha256 release the GIL): biggest first, each thread taking the next member when it is free, with
+    a ZipFile of its own over the same bytes."""
+    local = threading.local()
+    readers: list[zipfile.ZipFile] = []
 
-    def one(chunk: list[zipfile.ZipInfo]) -> list[Hashed]:
-        out = []
-        with zipfile.ZipFile(path) as zf:
-            for info in chunk:
-                try:
-                    digest, size = stream_member(zf, info)
-                except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
-                    out.append(Hashed(name=info.filename, hash="", size=-1, error=f"unreadable: {exc}"))
-                    continue
-                out.append(Hashed(name=info.filename, hash=digest, size=size))
-        return out
+    def one(info: zipfile.ZipInfo) -> Hashed:
+        zf = getattr(local, "zf", None)
+        if zf is None:
+            zf = local.zf = zipfile.ZipFile(io.BytesIO(data))
+            readers.append(zf)
+        try:
+            digest, size = stream_member(zf, info)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+            return Hashed(name=info.filename, hash="", size=-1, error=f"unreadable: {exc}")
+        return Hashed(name=info.filename, hash=digest, size=size)
 
-    ordered = sorted(infos, key=lambda i: -i.compress_size)
-    shares = [ordered[i::workers] for i in range(workers)]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return [h for part in pool.map(one, shares) for h in part]
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(one, sorted(infos, key=lambda i: -i.compress_size)))
+    finally:
+        for zf in readers:
+            zf.close()
 
 
 def record_problems(hashed: Iterable[Hashed], rows: list[RecordRow], dist_info: str) -> list[str]:

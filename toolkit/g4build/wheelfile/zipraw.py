@@ -1,20 +1,20 @@
 """A zip writer that copies members' compressed bytes as they are (no recompression).
 
 ``zipfile`` can only re-compress; rewriting a 250 MB wheel that way costs half a minute. Here members that
-keep their name are copied as one byte range with their local headers (a run of neighbours at once, in the
-kernel where it can); a renamed member gets a new local header and its compressed bytes copied; new or
-changed members are deflated. The central directory is written anew, with Zip64 records where sizes or
-offsets need them.
+keep their name are copied as one byte range with their local headers (a run of neighbours at once); a
+renamed member gets a new local header and its compressed bytes copied; new or changed members are deflated.
+The central directory is written anew, with Zip64 records where sizes or offsets need them. The bytes copied
+come from a ``ByteSource`` (``sources``: a snapshot in memory, or a pass that hashes what it copies), in file
+order.
 """
 
 from __future__ import annotations
 
-import os
 import struct
 import zipfile
 import zlib
 from collections.abc import Sequence
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 _LOCAL = struct.Struct("<IHHHHHIIIHH")
 _CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
@@ -23,14 +23,20 @@ _EOCD64 = struct.Struct("<IQHHIIQQQQ")
 _LOCATOR64 = struct.Struct("<IIQI")
 _MAX32 = 0xFFFFFFFF
 _UTF8 = 0x800
-CHUNK = 1 << 20
 DateTime = tuple[int, int, int, int, int, int]
 
 
-def data_offset(fh: BinaryIO, info: zipfile.ZipInfo) -> int:
+class ByteSource(Protocol):
+    """Where copied bytes come from; calls come in file order (a streamed source goes forward only)."""
+
+    def read_at(self, offset: int, count: int) -> bytes: ...
+
+    def copy_to(self, out: BinaryIO, offset: int, count: int) -> None: ...
+
+
+def data_offset(src: ByteSource, info: zipfile.ZipInfo) -> int:
     """Where a member's compressed bytes start (after its local header, whose lengths may differ)."""
-    fh.seek(info.header_offset)
-    header = fh.read(_LOCAL.size)
+    header = src.read_at(info.header_offset, _LOCAL.size)
     if len(header) != _LOCAL.size or header[:4] != b"PK\x03\x04":
         raise zipfile.BadZipFile(f"{info.filename}: no local header at offset {info.header_offset}")
     lengths: tuple[int, int] = struct.unpack_from("<HH", header, 26)
@@ -47,33 +53,6 @@ def _dos_time(date_time: DateTime) -> tuple[int, int]:
 def _encoded_name(info: zipfile.ZipInfo) -> bytes:
     """The name's bytes as stored (zipfile decodes names without the UTF-8 flag as cp437)."""
     return info.filename.encode("utf-8" if info.flag_bits & _UTF8 else "cp437")
-
-
-def _copy_range(src: BinaryIO, out: BinaryIO, start: int, count: int) -> None:
-    """Append ``count`` bytes at ``start`` of ``src`` to ``out``: in the kernel where it can, else in chunks."""
-    copy = getattr(os, "copy_file_range", None)
-    done = 0
-    if copy is not None and count >= CHUNK:
-        out.flush()
-        try:
-            while done < count:
-                n = copy(src.fileno(), out.fileno(), count - done, start + done)
-                if n == 0:
-                    raise zipfile.BadZipFile("truncated member data")
-                done += n
-        except OSError:
-            if done:
-                raise
-            # e.g. across file systems on old kernels: fall back to read/write
-        finally:
-            out.seek(0, os.SEEK_END)  # the buffered writer's position is stale after a kernel copy
-    src.seek(start + done)
-    while done < count:
-        chunk = src.read(min(CHUNK, count - done))
-        if not chunk:
-            raise zipfile.BadZipFile("truncated member data")
-        out.write(chunk)
-        done += len(chunk)
 
 
 class RawZipWriter:
@@ -113,7 +92,7 @@ class RawZipWriter:
         self._central_record(encoded, flags=flags, method=method, crc=crc, csize=csize, usize=usize,
                              date_time=date_time, external_attr=external_attr, create=create, offset=offset)
 
-    def copy_verbatim(self, src: BinaryIO, run: Sequence[zipfile.ZipInfo], end: int) -> None:
+    def copy_verbatim(self, src: ByteSource, run: Sequence[zipfile.ZipInfo], end: int) -> None:
         """Copy neighbouring members (headers, data, descriptors) as one range ending at ``end``."""
         start = run[0].header_offset
         shift = self._out.tell() - start
@@ -124,9 +103,9 @@ class RawZipWriter:
                 external_attr=info.external_attr, create=(info.create_system << 8) | info.create_version,
                 offset=info.header_offset + shift,
             )
-        _copy_range(src, self._out, start, end - start)
+        src.copy_to(self._out, start, end - start)
 
-    def copy_raw(self, src: BinaryIO, info: zipfile.ZipInfo, name: str | None = None) -> None:
+    def copy_raw(self, src: ByteSource, info: zipfile.ZipInfo, name: str | None = None) -> None:
         """Copy ``info``'s compressed bytes from ``src`` unchanged under a new local header (and name)."""
         start = data_offset(src, info)
         self._local(
@@ -134,7 +113,7 @@ class RawZipWriter:
             usize=info.file_size, date_time=info.date_time, external_attr=info.external_attr,
             create=(info.create_system << 8) | info.create_version,
         )
-        _copy_range(src, self._out, start, info.compress_size)
+        src.copy_to(self._out, start, info.compress_size)
 
     def write(self, name: str, data: bytes, *, date_time: DateTime, external_attr: int = 0o644 << 16) -> None:
         """Add a new member, deflated."""
