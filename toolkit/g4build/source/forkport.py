@@ -33,6 +33,7 @@ from g4build.pins.model import Base, Pin
 from g4build.source.base import fixup_patches
 from g4build.source.gittree import git_exe
 from g4build.source.merge import run_merge_file
+from g4build.util import gitsafe
 
 # Module-level imports that do not exist on Windows: after a port, a vllm module that still has one at the top
 # level will fail to import there.
@@ -79,13 +80,13 @@ class _Plan:
 
 
 # Neutral git: no password prompt (an unattended build must fail, not wait), no line-ending conversion.
-_ENV = {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GCM_INTERACTIVE": "never"}
-_NEUTRAL = ("-c", "core.autocrlf=false", "-c", "core.safecrlf=false")
+_NEUTRAL = tuple(gitsafe.config_args())  # no hook or fsmonitor of any repository, no line-ending conversion
 
 
 def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    # a fetch into the bare cache g4build made: the user's config (proxies, mirrors) stays, no program of it runs
     return subprocess.run([git_exe(), *_NEUTRAL, "--git-dir", str(repo), *args], capture_output=True, check=check,
-                          env={**os.environ, **_ENV})
+                          env=gitsafe.env(network=True))
 
 
 def _has_commit(repo: Path, sha: str) -> bool:
@@ -111,7 +112,8 @@ def ensure_fork_commits(remote: str, head: str, onto: str, *, cache_key: str | N
             tmp = repo.with_name(repo.name + ".tmp")
             remove_tree(tmp)
             tmp.parent.mkdir(parents=True, exist_ok=True)
-            subprocess.run([git_exe(), "init", "-q", "--bare", str(tmp)], check=True, capture_output=True)
+            subprocess.run([git_exe(), *_NEUTRAL, "init", "-q", "--bare", "--template=", str(tmp)], check=True,
+                           capture_output=True, env=gitsafe.env())
             os.replace(tmp, repo)
         if not (_has_commit(repo, head) and _has_commit(repo, onto)):
             # The fork head by sha (what GitHub serves) with enough history to hold `onto`; a server that refuses
@@ -258,7 +260,7 @@ def _apply_fixups(tree: Path, patches: list[Path]) -> None:
     for patch in patches:
         for args in (["--check"], []):
             proc = subprocess.run([git_exe(), *_NEUTRAL, "apply", "--whitespace=nowarn", *args, str(patch)],
-                                  cwd=tree, capture_output=True, text=True, check=False, env={**os.environ, **_ENV})
+                                  cwd=tree, capture_output=True, text=True, check=False, env=gitsafe.env())
             if proc.returncode:
                 raise BaseConflictError(
                     f"fixup {patch.parent.parent.name}/{patch.parent.name}/{patch.name} does not apply to the "
