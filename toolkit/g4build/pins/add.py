@@ -18,12 +18,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
 from packaging.version import InvalidVersion, Version
 
 from g4build.errors import ConfigError, DownloadError, IntegrityError, UnsafeArchiveError, UsageError
-from g4build.pins.index import IndexFile, cache_lock, cache_root, fetch_verified, index_url, project_files
-from g4build.pins.model import PIN_NAME_RE, FileRef, GitRef, Pin, PinSet, load_pins
+from g4build.pins.index import cache_lock, cache_root, fetch_verified, index_url, project_page
+from g4build.pins.model import (
+    PIN_NAME_RE,
+    FileRef,
+    GitRef,
+    Pin,
+    PinSet,
+    cuda_problem,
+    load_pins,
+    remote_problem,
+    version_problem,
+)
+from g4build.pins.page import IndexFile
 
 PROJECT = "vllm"
 # The wheel keys g4build looks up (overlay/registry.py platform_key): other platforms are not pinned.
@@ -69,28 +86,33 @@ def wheel_key(filename: str) -> str | None:
 
 
 def _release_files(version: Version) -> tuple[IndexFile, list[IndexFile]]:
-    files = project_files(PROJECT)
+    page = project_page(PROJECT)
+    files = page.files
     sdists: list[IndexFile] = []
     wheels: list[IndexFile] = []
     seen: set[Version] = set()
     for f in files:
         try:
             if f.filename.endswith(".whl"):
-                v = parse_wheel_filename(f.filename)[1]
-                if v == version:
-                    wheels.append(f)
+                name, v = parse_wheel_filename(f.filename)[:2]
             else:
-                v = parse_sdist_filename(f.filename)[1]
-                if v == version and f.filename.endswith(".tar.gz"):
-                    sdists.append(f)
+                name, v = parse_sdist_filename(f.filename)
         except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
             continue
+        if canonicalize_name(name) != PROJECT:  # another project's file on this page: not ours to pin
+            continue
         seen.add(v)
+        if v == version and f.filename.endswith(".whl"):
+            wheels.append(f)
+        elif v == version and f.filename.endswith(".tar.gz"):
+            sdists.append(f)
     if not sdists:
         near = ", ".join(str(v) for v in sorted(seen)[-5:]) or "none"
+        refused = (f"; entries set aside as unsafe: {'; '.join(page.refused[:5])}"
+                   + (f" and {len(page.refused) - 5} more" if len(page.refused) > 5 else "")) if page.refused else ""
         raise DownloadError(
             f"the package index ({index_url()}) has no sdist of {PROJECT} {version}; "
-            f"expected {PROJECT}-{version}.tar.gz, found these latest versions: {near}",
+            f"expected {PROJECT}-{version}.tar.gz, found these latest versions: {near}{refused}",
             hint="check the version, or point pip's index-url (PIP_INDEX_URL / pip config) at an index that has it",
         )
     if len(sdists) > 1:
@@ -181,6 +203,7 @@ def read_release(release: str, given: Given, pinset: PinSet) -> Proposal:
     except InvalidVersion as exc:
         raise UsageError(f"--release {release!r}: expected a version such as 0.21.0", hint="e.g. --release 0.33.0") \
             from exc
+    _check_given(given)
     name = given.name or f"{PROJECT}-{version}"
     if not PIN_NAME_RE.fullmatch(name):
         raise UsageError(f"--name {name!r}: expected lower case letters, digits, '.', '-', '_'",
@@ -206,13 +229,15 @@ def read_release(release: str, given: Given, pinset: PinSet) -> Proposal:
                 raise IntegrityError(f"{sdist.filename}: vllm/_version.py records version {file_version}, "
                                      f"expected {version}", hint="the index serves another release under this name")
             commit = _commit(short, given.commit, sources, unread)
-            torch = _pick("torch", "--torch", _req(sd, "torch"), given.torch, sources, unread,
-                          "requirements/cuda.txt pins no torch==")
-            flashinfer = _pick("flashinfer", "--flashinfer", _req(sd, "flashinfer-python"), given.flashinfer,
-                               sources, unread, "requirements/cuda.txt pins no flashinfer-python==")
+            odd: dict[str, str] = {}
+            torch = _pick("torch", "--torch", _req(sd, "torch", odd), given.torch, sources, unread,
+                          odd.get("torch", "requirements/cuda.txt pins no torch=="))
+            flashinfer = _pick("flashinfer", "--flashinfer", _req(sd, "flashinfer-python", odd), given.flashinfer,
+                               sources, unread,
+                               odd.get("flashinfer-python", "requirements/cuda.txt pins no flashinfer-python=="))
             cuda = _pick("cuda", "--cuda", _cuda(sd), given.cuda, sources, unread,
                          "neither docker/versions.json nor docker/Dockerfile records CUDA_VERSION")
-    except tarfile.TarError as exc:
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
         raise UnsafeArchiveError(f"{got.path.name}: not a readable tar archive: {exc}",
                                  hint="expected a .tar.gz sdist: delete the cached file and run again") from exc
     # Per-OS bases are forks of other projects (e.g. the Windows fork): no upstream release records them.
@@ -223,6 +248,17 @@ def read_release(release: str, given: Given, pinset: PinSet) -> Proposal:
     return Proposal(pin=pin, sources=sources, unread=unread, skipped=skipped)
 
 
+def _check_given(given: Given) -> None:
+    """The options' values are typed as the pins loader types them (they are written to pins.yaml as they are)."""
+    for option, value, check in (("--torch", given.torch, version_problem),
+                                 ("--flashinfer", given.flashinfer, version_problem),
+                                 ("--cuda", given.cuda, cuda_problem), ("--remote", given.remote, remote_problem)):
+        why = check(value) if value is not None else None
+        if why:
+            raise UsageError(f"{option} {value!r}: it has {why}",
+                             hint="e.g. --cuda 13.0, --torch 2.11.0, --remote https://github.com/OWNER/vllm.git")
+
+
 def _version_file(text: str | None) -> tuple[str | None, str | None]:
     """(version, commit id) as setuptools-scm writes them into vllm/_version.py (the id without its 'g')."""
     ver = re.search(r"^__version__\s*=\s*version\s*=\s*['\"]([^'\"]+)['\"]", text or "", re.M)
@@ -230,9 +266,16 @@ def _version_file(text: str | None) -> tuple[str | None, str | None]:
     return (ver.group(1) if ver else None), (cid.group(1) if cid else None)
 
 
-def _req(sd: _Sdist, project: str) -> tuple[str, str] | None:
+def _req(sd: _Sdist, project: str, unreadable: dict[str, str]) -> tuple[str, str] | None:
+    """The release's ``project==`` version, when it is one (anything else is unread, and says why)."""
     value = _requirement(sd.read("requirements/cuda.txt"), project)
-    return None if value is None else (value, f"sdist requirements/cuda.txt ({project}=={value})")
+    if value is None:
+        return None
+    why = version_problem(value)
+    if why:
+        unreadable[project] = f"requirements/cuda.txt pins {project}=={value!r}, which has {why}"
+        return None
+    return value, f"sdist requirements/cuda.txt ({project}=={value})"
 
 
 def _commit(short: str | None, given: str | None, sources: dict[str, str], unread: dict[str, str]) -> str:
