@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from g4build.series.model import load_all
 from g4build.validate import cudatools
-from g4build.validate.fatbin import FatbinFormatError, LibraryArchs, is_native, library_archs
+from g4build.validate.fatbin import FatbinFormatError, LibraryArchs, is_native, read_library_archs
 from g4build.wheelfile.manifestfile import MANIFEST_NAME, loads
 from g4build.wheelfile.safety import check_limits, member_problems, stream_member
 
@@ -105,8 +105,10 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
                 digest, size = stream_member(zf, info, sink if native or info.filename in keep else None)
                 text = sink.getvalue() if isinstance(sink, io.BytesIO) and info.filename in keep else None
                 member = Member(name=info.filename, hash=digest, size=size, text=text)
-                if not native or size < 4:
+                if not native:
                     return member
+                if size < 4:  # an emptied library: nothing to load, no code for any arch
+                    return _not_a_library(member, f"{size} bytes")
                 sink.flush()
                 with mmap.mmap(sink.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
                     return _library(member, cast(bytes, mapped), spool)  # mmap reads like bytes: find, slices
@@ -115,11 +117,16 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
         finally:
             spool.unlink(missing_ok=True)
 
+    def _not_a_library(member: Member, found: str) -> Member:
+        return Member(name=member.name, hash=member.hash, size=member.size, text=member.text,
+                      fatbin_error=f"{member.name}: expected an ELF or PE library (its name says native code), "
+                                   f"found {found}: it holds no readable code for any GPU arch")
+
     def _library(member: Member, data: bytes, spool: Path) -> Member:
         if data[:4] != b"\x7fELF" and data[:2] != b"MZ":
-            return member
+            return _not_a_library(member, f"{member.size} bytes starting {bytes(data[:4])!r}")
         try:
-            archs = library_archs(data, member.name)
+            archs = read_library_archs(data, member.name)
         except FatbinFormatError as exc:
             return Member(name=member.name, hash=member.hash, size=member.size, text=member.text,
                            fatbin_error=str(exc))

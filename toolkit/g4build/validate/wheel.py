@@ -290,8 +290,16 @@ def check_archs(c: Contents, targets: tuple[Arch, ...]) -> tuple[list[Check], li
                 detail="cuobjdump lists the same entries" if same
                 else f"cuobjdump lists {cudatools.show(m.cuobjdump)}; the reader found {cudatools.show(mine)}",
             ))
-    if reports:
+    if any(r.fatbins for r in reports):
         checks.extend(arch_verdict(t, reports, skipped[t.sm()]) for t in targets)
+    else:  # an arch asked of a wheel that has no readable CUDA code at all is no pass
+        unreadable = [n for n, m in c.members.items() if m.fatbin_error]
+        why = (f"its native libraries are unreadable ({', '.join(Path(n).name for n in sorted(unreadable)[:5])})"
+               if unreadable else "no library in it carries a fatbin")
+        checks.extend(Check(name=f"verdict {t.sm()}", ok=False,
+                            detail=f"no code for {t.sm()}: {why}. Expected CUDA libraries with {t.sm()} SASS; "
+                                   "rebuild the wheel, or validate without --arch for a wheel without CUDA code")
+                      for t in targets)
     return checks, reports
 
 
