@@ -6,6 +6,7 @@ allocation the file does not back; and an arch asked of a wheel whose CUDA code 
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
 import io
 import json
@@ -136,15 +137,17 @@ def test_the_real_wheel_with_every_library_emptied_fails_sm120(tmp_path: Path) -
     real = fetch_verified("vllm", ref.file, ref.sha256, cache_dir=cache_root() / "wheels").path
     out = tmp_path / real.name
     with zipfile.ZipFile(real) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as dst:
-        rows = []
+        rows: list[list[str]] = []
         record = next(n for n in src.namelist() if n.endswith(".dist-info/RECORD"))
         for info in src.infolist():
             if info.filename == record:
                 continue
             data = b"" if ".so" in info.filename.rsplit("/", 1)[-1] else src.read(info)
             dst.writestr(info.filename, data)
-            rows.append(f"{info.filename},{_record_hash(data)},{len(data)}")
-        dst.writestr(record, "\n".join([*rows, f"{record},,"]) + "\n")
+            rows.append([info.filename, _record_hash(data), str(len(data))])
+        text = io.StringIO()
+        csv.writer(text, lineterminator="\n").writerows([*rows, [record, "", ""]])
+        dst.writestr(record, text.getvalue())
     report = validate_wheel(out, ValidateOptions(archs=SM120))
     failed = {c.name: c.detail for c in report.failures()}
     assert "verdict sm_120" in failed and "record" not in failed

@@ -19,6 +19,7 @@ from typing import BinaryIO
 
 from g4build.errors import ValidationError
 from g4build.wheelfile.wheelfile import RecordRow, WheelName, metadata_fields, record_hash_of
+from g4build.wheelfile.zipdata import member_chunks
 
 # Limits on what a wheel may inflate to. The registry's vLLM 0.21.0 wheel inflates 248 MB to 552 MB, its most
 # compressible member over 1 MiB by 58:1; a zip bomb needs far more. Members under RATIO_FLOOR cannot hurt.
@@ -150,15 +151,19 @@ def check_limits(infos: Iterable[zipfile.ZipInfo], where: str) -> None:
 
 
 def stream_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, sink: BinaryIO | None = None) -> tuple[str, int]:
-    """sha256 (RECORD form) and size of a member, inflated chunk by chunk; each chunk also goes to ``sink``."""
+    """sha256 (RECORD form) and size of a member, inflated chunk by chunk; each chunk also goes to ``sink``.
+
+    The bytes are read from the archive's data (``zipdata``): a local header that disagrees with the central
+    directory, or a deflate stream longer or shorter than the sizes stated, is a BadZipFile, not a pass."""
     digest = hashlib.sha256()
     size = 0
-    with zf.open(info) as member:
-        while chunk := member.read(CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-            if sink is not None:
-                sink.write(chunk)
+    if zf.fp is None:
+        raise zipfile.BadZipFile(f"{info.filename}: the archive is closed")
+    for chunk in member_chunks(zf.fp, info):
+        digest.update(chunk)
+        size += len(chunk)
+        if sink is not None:
+            sink.write(chunk)
     return record_hash_of(digest.digest()), size
 
 
