@@ -10,6 +10,7 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
+from g4build.cli.outpaths import existing_folder, output_folder
 from g4build.cli.validate import show_report
 from g4build.errors import UsageError, ValidationError
 from g4build.overlay.registry import fetch_pin_wheel, pin_wheel
@@ -55,6 +56,7 @@ def overlay(
     if venv is not None and wheel is not None:
         raise UsageError("pass either a WHEEL or --venv PATH, not both")
     if venv is not None:
+        existing_folder(venv, "--venv", "a virtual environment (a folder with pyvenv.cfg)")
         try:
             if undo:
                 done = undo_venv(venv, force=force)
@@ -72,6 +74,7 @@ def overlay(
             verb = "restored" if undo else f"patched (g4.{done.digest})"
             console.print(f"{venv}: {verb} {len(done.files)} file(s): {', '.join(done.files)}", markup=False)
         return
+    output_folder(out, "--out")
     the_pin = load_pins().get(pin)
     plan = plan_overlay(the_pin, load_all())
     sha = None
