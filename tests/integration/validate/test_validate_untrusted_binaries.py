@@ -202,3 +202,26 @@ def test_image_extract_of_a_linked_manifest_exits_12(tmp_path: Path) -> None:
     assert done.returncode == 12, done.stderr
     assert "Traceback" not in done.stderr and "unexpected" not in done.stderr.lower()
     assert not (tmp_path / "out").exists()
+
+
+# --- a wheel's build-manifest.json of the wrong shape ---------------------------------------------------------
+
+MANIFESTS = {
+    "a list at the top": b"[1]",
+    "series entries that are numbers": b'{"schema": 1, "series": [1, 2]}',
+    "a series version as text": b'{"schema": 1, "series": [{"name": "x", "version": "3"}]}',
+    "pin as a string": b'{"schema": 1, "series": [], "pin": "vllm-0.21.0"}',
+    "nested past the recursion limit": b'{"schema": 1, "series": ' + b"[" * 100000 + b"]" * 100000 + b"}",
+    "not UTF-8": b'{"schema": 1, "series": [], "x": "\xff\xfe"}',
+}
+
+
+@pytest.mark.parametrize("case", sorted(MANIFESTS))
+def test_validate_and_overlay_refuse_a_malformed_manifest(tmp_path: Path, case: str) -> None:
+    wheel = build_wheel(tmp_path / "in", {**PRISTINE, "vllm-0.21.0.dist-info/build-manifest.json": MANIFESTS[case]})
+    for args in (("validate", str(wheel)), ("overlay", str(wheel), "--pin", "vllm-0.21.0", "--out",
+                                            str(tmp_path / "out"))):
+        done = run_g4build(*args)
+        assert done.returncode == (10 if args[0] == "validate" else 2), done.stderr  # overlay: not a release wheel
+        assert "build-manifest.json" in done.stderr and "unexpected" not in done.stderr.lower(), done.stderr
+    assert not (tmp_path / "out").exists()

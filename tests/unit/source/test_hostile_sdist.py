@@ -142,3 +142,34 @@ def test_git_on_a_tree_with_hostile_metadata_runs_nothing(tmp_path: Path) -> Non
     gittree.run_git(["commit", "-q", "--no-verify", "-m", "x"], cwd=tree, env=gittree.identity_env(tree))
     gittree.dirty_paths(tree)
     assert not mark.exists(), mark.read_text()
+
+
+# --- other encodings of the same tricks -----------------------------------------------------------------------
+
+def _links_into_git(tar: tarfile.TarFile, mark: Path) -> None:
+    _git_dir(tar, f"{TOP}/.git", mark)
+    _member(tar, f"{TOP}/hooks", kind=tarfile.SYMTYPE, link=".git/hooks")  # a way back into dropped metadata
+    _member(tar, f"{TOP}/cfg", kind=tarfile.LNKTYPE, link=f"{TOP}/.git/config")
+    _member(tar, f"{TOP}/vllm/up", kind=tarfile.SYMTYPE, link="../.git")
+
+
+def test_links_into_dropped_metadata_are_dropped_too(tmp_path: Path) -> None:
+    arc = tmp_path / f"{TOP}.tar.gz"
+    _sdist(arc, lambda tar: _links_into_git(tar, tmp_path / "ran"))
+    top = safe_extract_tar(arc, tmp_path / "out")
+    left = sorted(str(p.relative_to(top)) for p in top.rglob("*"))
+    assert left == ["vllm", "vllm/__init__.py", "vllm/_version.py"]
+
+
+@pytest.mark.parametrize("name", [
+    f"{TOP}/vllm/a\r\nb.py", f"{TOP}/vllm/a\nb.py", f"{TOP}/vllm/a\u2028b.py", f"{TOP}/vllm/a\u202eb.py",
+    f"{TOP}/vllm/a:stream", f"{TOP}/vllm\uff0f..\uff0f..\uff0fx", f"{TOP}/vllm/\u2024\u2024", f"{TOP}/vllm/a\x7fb",
+])
+def test_member_names_with_control_characters_or_disguised_separators_are_refused(tmp_path: Path, name: str) -> None:
+    from g4build.errors import UnsafeArchiveError
+
+    arc = tmp_path / f"{TOP}.tar.gz"
+    _sdist(arc, lambda tar: _member(tar, name, b"x"))
+    with pytest.raises(UnsafeArchiveError, match="refusing the archive"):
+        safe_extract_tar(arc, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

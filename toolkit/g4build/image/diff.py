@@ -22,6 +22,7 @@ from g4build.image.layers import resolve_in_root
 from g4build.series import yamlfile as series_yaml
 from g4build.series.model import load_series
 from g4build.util import gitsafe
+from g4build.util.gitsafe import is_vcs_name
 
 PACKAGE = "vllm"
 SITE_DIRS = ("site-packages", "dist-packages")
@@ -60,7 +61,7 @@ class FileChanges:
 def is_noise(rel: str) -> bool:
     """True for files that never belong in a series (``rel`` is package-relative, e.g. ``vllm/x/y.py``)."""
     parts = rel.split("/")
-    if NOISE_PARTS.intersection(parts) or not rel.endswith(SOURCE_SUFFIXES):
+    if NOISE_PARTS.intersection(parts) or any(is_vcs_name(p) for p in parts) or not rel.endswith(SOURCE_SUFFIXES):
         return True
     return any(rel == g or (g.endswith("/") and rel.startswith(g)) for g in GENERATED)
 

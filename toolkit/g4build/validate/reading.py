@@ -67,7 +67,8 @@ def dist_info_of(names: list[str]) -> str | None:
 def fingerprint_paths(manifest: dict[str, Any] | None) -> set[str]:
     if not manifest:
         return set()
-    pin_name = str(manifest.get("pin", {}).get("name", ""))
+    pin = manifest.get("pin")
+    pin_name = str(pin.get("name", "")) if isinstance(pin, dict) else ""
     wanted = {str(s.get("name")) for s in manifest["series"]}
     paths: set[str] = set()
     for s in load_all():
