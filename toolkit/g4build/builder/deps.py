@@ -153,8 +153,14 @@ LONG_PATHS = ("-c", "core.longpaths=true")
 def _git(argv: list[str], cwd: Path | None) -> None:
     # the clones' own configs are fresh; no hook or fsmonitor runs (the -c options reach the submodule clones too),
     # while the user's config stays: proxies and url.*.insteadOf mirrors are how the remote is reached
-    proc = subprocess.run(["git", *gitsafe.config_args(network=True), *argv], cwd=cwd, capture_output=True, text=True,
-                          check=False, env=gitsafe.env(network=True))
+    try:
+        proc = subprocess.run(["git", *gitsafe.config_args(network=True), *argv], cwd=cwd, capture_output=True,
+                              text=True, check=False, env=gitsafe.env(network=True),
+                              timeout=gitsafe.left(gitsafe.network_deadline()))
+    except subprocess.TimeoutExpired:
+        raise BuildError(f"git {' '.join(argv[len(LONG_PATHS):][:2])} did not finish within G4BUILD_GIT_DEADLINE",
+                         hint="the remote or the network is too slow or stalls: try again, use a mirror, or raise "
+                              "G4BUILD_GIT_DEADLINE (seconds)") from None
     if proc.returncode:
         shown = argv[len(LONG_PATHS):] if tuple(argv[:len(LONG_PATHS)]) == LONG_PATHS else argv
         raise BuildError(f"git {' '.join(shown)} failed: {proc.stderr.strip()[-500:]}",

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import tarfile
+import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, replace
@@ -129,6 +130,7 @@ def _init_repo(tree: Path) -> git.Repo:
     if (tree / ".git").exists() or (tree / ".git").is_symlink():
         raise SourceError(f"{tree} already holds a .git; expected a tree without one (extracted trees keep none)",
                           hint="remove the folder; g4build makes it again from the cached download")
+    tree.mkdir(parents=True, exist_ok=True)
     gittree.run_git(["init", "-q", "--template="], cwd=tree)
     gittree.run_git(["config", "core.autocrlf", "false"], cwd=tree)
     gittree.run_git(["config", "core.safecrlf", "false"], cwd=tree)
@@ -224,9 +226,14 @@ def _resolve_git(repo: git.Repo, pin: Pin) -> str:
         attempts.append(["--depth", "1", "origin", commit])
     attempts.append(["--depth", "1", "origin", f"+refs/tags/v{pin.version}:refs/tags/v{pin.version}"])
     attempts.append(["origin", "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"])
+    deadline = gitsafe.network_deadline()
     for args in attempts:
+        if time.monotonic() >= deadline:
+            raise SourceError(f"fetching {pin.upstream.remote} did not finish within G4BUILD_GIT_DEADLINE",
+                              hint="the remote or the network is too slow or stalls: try again, pass --remote with a "
+                                   "mirror, or raise G4BUILD_GIT_DEADLINE (seconds)")
         try:
-            repo.git.fetch("-q", *args)
+            repo.git.fetch("-q", *args, kill_after_timeout=gitsafe.left(deadline))
         except git.GitCommandError:
             continue
         for ref in (commit, f"v{pin.version}"):

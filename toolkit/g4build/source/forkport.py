@@ -83,10 +83,17 @@ class _Plan:
 _NEUTRAL = tuple(gitsafe.config_args())  # no hook or fsmonitor of any repository, no line-ending conversion
 
 
-def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+def _git(repo: Path, *args: str, check: bool = True, deadline: float | None = None,
+         ) -> subprocess.CompletedProcess[bytes]:
     # a fetch into the bare cache g4build made: the user's config (proxies, mirrors) stays, no program of it runs
-    return subprocess.run([git_exe(), *_NEUTRAL, "--git-dir", str(repo), *args], capture_output=True, check=check,
-                          env=gitsafe.env(network=True))
+    try:
+        return subprocess.run([git_exe(), *_NEUTRAL, "--git-dir", str(repo), *args], capture_output=True,
+                              check=check, env=gitsafe.env(network=True),
+                              timeout=gitsafe.left(deadline) if deadline is not None else None)
+    except subprocess.TimeoutExpired:
+        raise SourceError(f"git {args[0]} from the fork did not finish within G4BUILD_GIT_DEADLINE",
+                          hint="the remote or the network is too slow or stalls: try again, use a mirror "
+                               "(--remote), or raise G4BUILD_GIT_DEADLINE (seconds)") from None
 
 
 def _has_commit(repo: Path, sha: str) -> bool:
@@ -122,8 +129,9 @@ def ensure_fork_commits(remote: str, head: str, onto: str, *, cache_key: str | N
                      ["fetch", "-q", f"--depth={FORK_DEPTH}", url, "+refs/heads/*:refs/fork/heads/*",
                       "+refs/tags/*:refs/fork/tags/*"]]
             last = "the remote has no such commit"
+            deadline = gitsafe.network_deadline()
             for args in tries:
-                proc = _git(repo, *args, check=False)
+                proc = _git(repo, *args, check=False, deadline=deadline)
                 if proc.returncode:
                     last = (proc.stderr.decode(errors="replace").strip().splitlines() or [last])[-1]
                 if _has_commit(repo, head) and _has_commit(repo, onto):

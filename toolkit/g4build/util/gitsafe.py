@@ -18,7 +18,12 @@ always one g4build wrote.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
+
+from g4build.errors import UsageError
+
+NETWORK_DEADLINE_S = 3600.0  # G4BUILD_GIT_DEADLINE: one fetch or clone from a remote, all its steps together
 
 # Names that are some VCS's metadata in a tree (compared case-folded, NTFS trailing dots and spaces dropped: on
 # Windows and macOS ".GIT" and ".git." are ".git"); "git~1" is .git's 8.3 short name on NTFS.
@@ -47,3 +52,22 @@ def env(base: Mapping[str, str] | None = None, *, network: bool = False) -> dict
     if not network:
         out.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_SYSTEM": os.devnull, "GIT_CONFIG_GLOBAL": os.devnull})
     return out
+
+
+def network_deadline() -> float:
+    """``time.monotonic()`` value by which a git fetch or clone starting now must end (``G4BUILD_GIT_DEADLINE``
+    seconds from now, default 3600): a remote that trickles or stalls cannot hold a run forever."""
+    raw = os.environ.get("G4BUILD_GIT_DEADLINE", "").strip()
+    try:
+        seconds = float(raw) if raw else NETWORK_DEADLINE_S
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise UsageError(f"G4BUILD_GIT_DEADLINE: expected a positive number of seconds, found {raw!r}",
+                         hint=f"set it to e.g. {NETWORK_DEADLINE_S:g}, or unset it for the default")
+    return time.monotonic() + seconds
+
+
+def left(deadline: float) -> float:
+    """Seconds left until ``deadline`` (at least a tenth of one: subprocess needs a positive timeout)."""
+    return max(0.1, deadline - time.monotonic())
