@@ -34,6 +34,8 @@ from g4build.source.base import fixup_patches
 from g4build.source.gittree import git_exe
 from g4build.source.merge import run_merge_file
 from g4build.util import gitsafe
+from g4build.util.gitsafe import is_vcs_name
+from g4build.util.safetext import component_problem
 
 # Module-level imports that do not exist on Windows: after a port, a vllm module that still has one at the top
 # level will fail to import there.
@@ -178,8 +180,22 @@ def _changes(repo: Path, onto: str, commit: str) -> list[tuple[str, str, str, st
     out = []
     for meta, path in zip(items[::2], items[1::2], strict=True):
         old_mode, new_mode, _old, _new, status = meta.lstrip(":").split(" ")
+        _check_path(path, commit)
         out.append((status[0], path, old_mode, new_mode))
     return out
+
+
+def _check_path(path: str, commit: str) -> None:
+    """A path of the fork's commits names a file inside the tree and never VCS metadata: a hostile remote can
+    serve trees with '..' or '.git' entries (git does not check fetched objects unless asked to)."""
+    parts = path.split("/")
+    why = next((w for w in (component_problem(p) for p in parts) if w), None)
+    if why is None and any(is_vcs_name(p) for p in parts):
+        why = "VCS metadata (.git and its spellings)"
+    if why is not None or path.startswith("/"):
+        raise SourceError(f"the fork's commit {commit[:12]} changes {path!r}, which has {why or 'an absolute path'}; "
+                          "expected paths inside the tree", hint="nothing was written: check bases.<os>.remote and "
+                          "commit in patches/pins.yaml (the fork is not the one you expect)")
 
 
 def _blob(repo: Path, commit: str, path: str) -> bytes:
