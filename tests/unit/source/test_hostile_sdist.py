@@ -173,3 +173,16 @@ def test_member_names_with_control_characters_or_disguised_separators_are_refuse
     with pytest.raises(UnsafeArchiveError, match="refusing the archive"):
         safe_extract_tar(arc, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("damage", ["cut in half", "a flipped byte in the deflate data", "a gzip header only"])
+def test_a_damaged_archive_is_a_clear_error(tmp_path: Path, damage: str) -> None:
+    from g4build.errors import UnsafeArchiveError
+
+    raw = _sdist(tmp_path / "good.tar.gz", lambda tar: _member(tar, f"{TOP}/big", b"x" * 100000))
+    body = {"cut in half": raw[:len(raw) // 2], "a flipped byte in the deflate data": raw[:40] + bytes([raw[40] ^ 0xFF])
+            + raw[41:], "a gzip header only": b"\x1f\x8b" + bytes(50)}[damage]
+    (tmp_path / "bad.tar.gz").write_bytes(body)
+    with pytest.raises(UnsafeArchiveError, match="not a readable tar archive"):
+        safe_extract_tar(tmp_path / "bad.tar.gz", tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.extracting").exists()

@@ -14,6 +14,7 @@ import os
 import re
 import tarfile
 import tempfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -237,7 +238,7 @@ def read_release(release: str, given: Given, pinset: PinSet) -> Proposal:
                                odd.get("flashinfer-python", "requirements/cuda.txt pins no flashinfer-python=="))
             cuda = _pick("cuda", "--cuda", _cuda(sd), given.cuda, sources, unread,
                          "neither docker/versions.json nor docker/Dockerfile records CUDA_VERSION")
-    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+    except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
         raise UnsafeArchiveError(f"{got.path.name}: not a readable tar archive: {exc}",
                                  hint="expected a .tar.gz sdist: delete the cached file and run again") from exc
     # Per-OS bases are forks of other projects (e.g. the Windows fork): no upstream release records them.

@@ -4,10 +4,12 @@ tree's repository is always one g4build makes, so no hook, fsmonitor or include 
 
 from __future__ import annotations
 
+import gzip
 import os
 import posixpath
 import re
 import tarfile
+import zlib
 from pathlib import Path, PurePosixPath
 
 from g4build.errors import SourceError, UnsafeArchiveError
@@ -127,7 +129,7 @@ def safe_extract_tar(archive: Path, dest: Path) -> Path:
         remove_tree(tmp)
         raise UnsafeArchiveError(f"{archive.name}: member refused by the extraction filter: {exc}",
                                  hint=_UNSAFE_HINT) from exc
-    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+    except (tarfile.TarError, EOFError, gzip.BadGzipFile, ValueError, zlib.error) as exc:
         remove_tree(tmp)
         raise UnsafeArchiveError(f"{archive.name}: not a readable tar archive: {exc}",
                                  hint="expected a .tar.gz sdist: delete the file and download it again") from exc
