@@ -138,3 +138,13 @@ def test_cli_validate_and_overlay_refuse_a_zip64_lie(tmp_path: Path) -> None:
     over = run_g4build("overlay", str(wheel), "--pin", "vllm-0.21.0", "--out", str(tmp_path / "out"))
     assert over.returncode == 10, over.stderr
     assert TARGET in over.stderr and not (tmp_path / "out").exists()
+
+
+def test_metadata_is_read_no_further_than_its_limit(tmp_path: Path) -> None:
+    from g4build.wheelfile.safety import read_small
+
+    wheel = _wheel(tmp_path, None, None, None)
+    with zipfile.ZipFile(wheel) as zf:
+        assert read_small(zf, f"{DIST}/METADATA", wheel.name).startswith(b"Metadata-Version")
+        with pytest.raises(ValidationError, match="over the 10 a metadata file may have"):
+            read_small(zf, f"{DIST}/RECORD", wheel.name, limit=10)

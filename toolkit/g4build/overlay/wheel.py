@@ -39,6 +39,7 @@ from g4build.wheelfile.safety import (
     hash_members,
     inside,
     member_problems,
+    read_small,
     record_duplicates,
     record_problems,
     refuse,
@@ -196,8 +197,8 @@ def verify_source(source: Path, zf: zipfile.ZipFile, wheel: WheelName, dist_info
     check_limits(zf.infolist(), source.name)
     infos = [i for i in zf.infolist() if not i.is_dir()]
     names = [i.filename for i in infos]
-    rows = parse_record(zf.read(f"{dist_info}/RECORD"), source.name)
-    wheel_raw = zf.read(f"{dist_info}/WHEEL") if f"{dist_info}/WHEEL" in names else None
+    rows = parse_record(read_small(zf, f"{dist_info}/RECORD", source.name), source.name)
+    wheel_raw = read_small(zf, f"{dist_info}/WHEEL", source.name) if f"{dist_info}/WHEEL" in names else None
     problems = [*(f"unsafe path (an installer would write outside site-packages): {n}"
                   for n in sorted({*names, *(r.path for r in rows)}) if not inside(n)),
                 *(f"stored twice (one copy shadows the other): {n}" for n in sorted({n for n in names
@@ -244,8 +245,8 @@ def overlay_wheel(
         touched = touched_by(plan)
         read = {n: zf.read(n) for n in sorted(touched) if n in by_name}
         patched = patch_files(read, plan, source.name)
-        metadata = set_metadata_version(zf.read(f"{old_dist}/METADATA"), new_version)
-        rows = parse_record(zf.read(f"{old_dist}/RECORD"), source.name)
+        metadata = set_metadata_version(read_small(zf, f"{old_dist}/METADATA", source.name), new_version)
+        rows = parse_record(read_small(zf, f"{old_dist}/RECORD", source.name), source.name)
         # the same wheel overlaid twice gives the same bytes: the manifest's time is the source wheel's own
         manifest = plan.manifest({"source_wheel": {"file": source.name, "sha256": source_sha256},
                                   "wheel": wheel.with_version(new_version)},

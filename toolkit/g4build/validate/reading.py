@@ -24,7 +24,7 @@ from g4build.series.model import load_all
 from g4build.validate import cudatools
 from g4build.validate.fatbin import FatbinFormatError, LibraryArchs, is_native, read_library_archs
 from g4build.wheelfile.manifestfile import MANIFEST_NAME, loads
-from g4build.wheelfile.safety import check_limits, member_problems, stream_member
+from g4build.wheelfile.safety import check_limits, member_problems, read_small, stream_member
 
 # FlashAttention 4's CuteDSL files in a vLLM wheel: kept as text so validation can read their imports
 FA4_CUTE = "vllm/vllm_flash_attn/cute/"
@@ -86,7 +86,7 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
         infos = [i for i in zf.infolist() if not i.is_dir()]
         names = [i.filename for i in infos]
         dist = dist_info_of(names)
-        small = {n: zf.read(n) for n in names if dist and n.startswith(dist + "/") and
+        small = {n: read_small(zf, n, path.name) for n in names if dist and n.startswith(dist + "/") and
                  n.rsplit("/", 1)[-1] in ("METADATA", "RECORD", "WHEEL", MANIFEST_NAME)}
     manifest = None
     if dist and f"{dist}/{MANIFEST_NAME}" in small:

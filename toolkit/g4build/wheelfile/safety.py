@@ -167,6 +167,21 @@ def stream_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, sink: BinaryIO | N
     return record_hash_of(digest.digest()), size
 
 
+MAX_METADATA = 64 << 20  # METADATA, RECORD, WHEEL, build-manifest.json: a vLLM wheel's RECORD is under 1 MB
+
+
+def read_small(zf: zipfile.ZipFile, name: str, where: str, limit: int = MAX_METADATA) -> bytes:
+    """A metadata member's bytes, read from the data (``zipdata``) and never past ``limit``, whatever the
+    directory states: a RECORD inflating to a gigabyte is refused, not held."""
+    info = zf.getinfo(name)
+    if info.file_size > limit:
+        raise ValidationError(f"{where}: {name} inflates to {info.file_size} bytes, over the {limit} a metadata "
+                              "file may have", hint="this is no wheel a build backend makes")
+    if zf.fp is None:
+        raise zipfile.BadZipFile(f"{name}: the archive is closed")
+    return b"".join(member_chunks(zf.fp, info))
+
+
 @dataclass(frozen=True, kw_only=True)
 class Hashed:
     name: str
