@@ -35,14 +35,16 @@ def _member(tar: tarfile.TarFile, name: str, data: bytes = b"", *, mode: int = 0
     tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
 
 
-def _git_dir(tar: tarfile.TarFile, where: str, mark: Path) -> None:
-    """A repository's metadata under ``where`` whose fsmonitor and hooks append to ``mark`` when git runs them."""
+def _git_dir(tar: tarfile.TarFile, where: str, mark: Path, *, via_include: bool = False) -> None:
+    """A repository's metadata under ``where`` whose fsmonitor and hooks append to ``mark`` when git runs them
+    (``via_include``: the fsmonitor comes from a file the config includes)."""
     script = f"#!/bin/sh\necho ran >> '{mark}'\n".encode()
-    config = (f"[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfsmonitor = echo fsmonitor >> '{mark}'\n"
-              f"[include]\n\tpath = included\n").encode()
+    fsmonitor = f"[core]\n\tfsmonitor = echo fsmonitor >> '{mark}'\n"
+    config = "[core]\n\trepositoryformatversion = 0\n\tbare = false\n"
+    config += "[include]\n\tpath = included\n" if via_include else fsmonitor
     _member(tar, f"{where}/HEAD", b"ref: refs/heads/main\n")
-    _member(tar, f"{where}/config", config)
-    _member(tar, f"{where}/included", f"[core]\n\thooksPath = hooks\n\tpager = echo pager >> '{mark}'\n".encode())
+    _member(tar, f"{where}/config", config.encode())
+    _member(tar, f"{where}/included", fsmonitor.encode())
     for hook in ("post-commit", "pre-commit", "post-checkout", "reference-transaction", "post-index-change"):
         _member(tar, f"{where}/hooks/{hook}", script, mode=0o755)
 
@@ -66,6 +68,7 @@ def _pin(sha256: str) -> Pin:
 def _cases(mark: Path) -> dict[str, object]:
     return {
         "dot-git folder": lambda tar: _git_dir(tar, f"{TOP}/.git", mark),
+        "dot-git folder, fsmonitor by an include": lambda tar: _git_dir(tar, f"{TOP}/.git", mark, via_include=True),
         "upper-case .GIT (a case-folding file system's .git)": lambda tar: _git_dir(tar, f"{TOP}/.GIT", mark),
         "NTFS trailing dot .git.": lambda tar: _git_dir(tar, f"{TOP}/.git.", mark),
         "nested .git in a sub-folder": lambda tar: _git_dir(tar, f"{TOP}/vllm/.git", mark),
@@ -111,6 +114,7 @@ def test_source_fetch_runs_no_hook_or_fsmonitor_from_the_sdist(tmp_path: Path, m
         monkeypatch.setenv("PIP_INDEX_URL", idx.url)
         got = fetch_source(_pin(hashlib.sha256(body).hexdigest()), "sdist")
     tree = got.path
+    assert not mark.exists(), mark.read_text()
     # the tree's repository is g4build's own: a fresh one, one commit, no hook, no fsmonitor, no include
     config = (tree / ".git" / "config").read_text()
     assert "fsmonitor" not in config and "include" not in config
@@ -186,3 +190,43 @@ def test_a_damaged_archive_is_a_clear_error(tmp_path: Path, damage: str) -> None
     with pytest.raises(UnsafeArchiveError, match="not a readable tar archive"):
         safe_extract_tar(tmp_path / "bad.tar.gz", tmp_path / "out")
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.extracting").exists()
+
+
+def test_patches_check_and_port_of_a_hostile_sdist_run_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The commands of the finding, end to end: `patches check --pin` and `patches port --to` fetch the pin's
+    sdist (with a .git of fsmonitor and hooks) from a loopback index and commit it; nothing of it runs."""
+    import shutil
+
+    import yaml
+
+    from g4build.cli import main
+
+    repo = Path(__file__).resolve().parents[3]
+    monkeypatch.setenv("G4BUILD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("G4BUILD_PLAIN", "1")
+    mark = tmp_path / "ran"
+    body = _sdist(tmp_path / f"{TOP}.tar.gz", _cases(mark)["dot-git folder"])
+    project = tmp_path / "project"
+    shutil.copytree(repo / "patches", project / "patches")
+    data = yaml.safe_load((repo / "patches" / "pins.yaml").read_text(encoding="utf-8"))
+    data["pins"][f"vllm-{VERSION}"] = {
+        "version": VERSION, "upstream": {"remote": "https://example.invalid/vllm.git", "commit": "0" * 40},
+        "sdist": {"file": f"{TOP}.tar.gz", "sha256": hashlib.sha256(body).hexdigest()},
+        "torch": "2.11.0", "cuda": "13.0", "flashinfer": "0.6.8", "wheels": {}, "bases": {}}
+    (project / "patches" / "pins.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    with serve_index() as idx:
+        idx.add(f"{TOP}.tar.gz", body)
+        monkeypatch.setenv("PIP_INDEX_URL", idx.url)
+        for args in (["patches", "check", "--pin", f"vllm-{VERSION}"],
+                     ["patches", "port", "--all", "--to", f"vllm-{VERSION}"]):
+            try:
+                main(["--root", str(project), *args])
+            except SystemExit as exc:
+                assert exc.code != 1, capsys.readouterr().err  # a result or a clear error, not "unexpected"
+    err = capsys.readouterr().err
+    assert "unexpected" not in err.lower(), err
+    assert idx.hits[f"/files/{TOP}.tar.gz"] == 1, err  # the sdist was fetched, extracted and committed
+    assert not mark.exists(), mark.read_text()
+    tree = tmp_path / "cache" / "trees" / f"vllm-{VERSION}" / "sdist"
+    assert (tree / ".git" / "HEAD").is_file() and not (tree / ".git" / "hooks").exists()
