@@ -5,6 +5,7 @@ is cut at the stated size and the CRC was computed for the cut). Archives are fo
 
 from __future__ import annotations
 
+import random
 import struct
 import zipfile
 import zlib
@@ -148,3 +149,41 @@ def test_metadata_is_read_no_further_than_its_limit(tmp_path: Path) -> None:
         assert read_small(zf, f"{DIST}/METADATA", wheel.name).startswith(b"Metadata-Version")
         with pytest.raises(ValidationError, match="over the 10 a metadata file may have"):
             read_small(zf, f"{DIST}/RECORD", wheel.name, limit=10)
+
+
+def _mutations(good: bytes, seed: int, count: int) -> list[bytes]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        data = bytearray(good)
+        for _ in range(rng.randint(1, 4)):
+            pos = rng.randrange(len(data) - 4)
+            kind = rng.random()
+            if kind < 0.6:
+                data[pos] = rng.randrange(256)
+            elif kind < 0.8:
+                struct.pack_into("<I", data, pos, rng.choice([0, 0xFFFFFFFF, rng.randrange(2**32)]))
+            else:
+                struct.pack_into("<H", data, pos, rng.choice([0, 0xFFFF, 1, rng.randrange(65536)]))
+        out.append(bytes(data))
+    return out
+
+
+def test_damaged_archives_are_clear_errors_never_tracebacks(tmp_path: Path) -> None:
+    """Bytes flipped and header fields overwritten at random (seeded): every outcome is a report or a G4BuildError
+    (an empty member name, a header offset before the start, an unknown 'version needed', a name flagged UTF-8
+    that is not, damaged deflate data were each a traceback before)."""
+    from g4build.errors import G4BuildError
+
+    good = _wheel(tmp_path / "good", None, None, None).read_bytes()
+    path = tmp_path / f"vllm-0.21.0-{TAG}.whl"
+    escaped: dict[str, int] = {}
+    for data in _mutations(good, seed=3, count=400):
+        path.write_bytes(data)
+        try:
+            validate_wheel(path, ValidateOptions())
+        except G4BuildError:
+            pass
+        except Exception as exc:
+            escaped[type(exc).__name__] = escaped.get(type(exc).__name__, 0) + 1
+    assert escaped == {}

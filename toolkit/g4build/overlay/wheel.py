@@ -35,6 +35,8 @@ from g4build.source.fetch import pristine_files
 from g4build.util.faults import fault
 from g4build.wheelfile.manifestfile import MANIFEST_NAME, dumps
 from g4build.wheelfile.safety import (
+    ZIP_OR_OS_ERRORS,
+    ZIP_READ_ERRORS,
     check_limits,
     hash_members,
     inside,
@@ -226,10 +228,11 @@ def overlay_wheel(
     new_dist = dist_info_name(wheel.name, new_version)
     try:
         zf = zipfile.ZipFile(source)
-    except (zipfile.BadZipFile, OSError) as exc:  # not a zip, or cut short in transfer
+    except ZIP_OR_OS_ERRORS as exc:  # not a zip, or cut short in transfer
         raise ValidationError(f"{source.name}: not a readable wheel ({exc})",
                               hint="download the wheel again (`g4build validate WHEEL` says the same)") from exc
     with zf:
+        check_limits(zf.infolist(), source.name)  # first: it also refuses what the lines below cannot read
         infos = [i for i in zf.infolist() if not i.is_dir()]
         by_name = {i.filename: i for i in infos}
         for name in (f"{old_dist}/METADATA", f"{old_dist}/RECORD"):
@@ -241,12 +244,18 @@ def overlay_wheel(
                 "files are not the pinned release's",
                 hint="overlay the original release wheel instead",
             )
-        verify_source(source, zf, wheel, old_dist)
-        touched = touched_by(plan)
-        read = {n: zf.read(n) for n in sorted(touched) if n in by_name}
+        try:
+            verify_source(source, zf, wheel, old_dist)
+            touched = touched_by(plan)
+            read = {n: read_small(zf, n, source.name) for n in sorted(touched) if n in by_name}
+            raw_metadata = read_small(zf, f"{old_dist}/METADATA", source.name)
+            raw_record = read_small(zf, f"{old_dist}/RECORD", source.name)
+        except ZIP_READ_ERRORS as exc:  # a damaged or hostile archive: refused before anything is written
+            raise ValidationError(f"{source.name}: not a readable wheel ({type(exc).__name__}: {exc})",
+                                  hint="download the wheel again (`g4build validate WHEEL` says the same)") from exc
         patched = patch_files(read, plan, source.name)
-        metadata = set_metadata_version(read_small(zf, f"{old_dist}/METADATA", source.name), new_version)
-        rows = parse_record(read_small(zf, f"{old_dist}/RECORD", source.name), source.name)
+        metadata = set_metadata_version(raw_metadata, new_version)
+        rows = parse_record(raw_record, source.name)
         # the same wheel overlaid twice gives the same bytes: the manifest's time is the source wheel's own
         manifest = plan.manifest({"source_wheel": {"file": source.name, "sha256": source_sha256},
                                   "wheel": wheel.with_version(new_version)},

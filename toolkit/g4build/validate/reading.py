@@ -14,7 +14,6 @@ import os
 import tempfile
 import threading
 import zipfile
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from g4build.series.model import load_all
 from g4build.validate import cudatools
 from g4build.validate.fatbin import FatbinFormatError, LibraryArchs, is_native, read_library_archs
 from g4build.wheelfile.manifestfile import MANIFEST_NAME, loads
-from g4build.wheelfile.safety import check_limits, member_problems, read_small, stream_member
+from g4build.wheelfile.safety import ZIP_OR_OS_ERRORS, check_limits, member_problems, read_small, stream_member
 
 # FlashAttention 4's CuteDSL files in a vLLM wheel: kept as text so validation can read their imports
 FA4_CUTE = "vllm/vllm_flash_attn/cute/"
@@ -113,7 +112,7 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
                 sink.flush()
                 with mmap.mmap(sink.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
                     return _library(member, cast(bytes, mapped), spool)  # mmap reads like bytes: find, slices
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+        except ZIP_OR_OS_ERRORS as exc:
             return Member(name=info.filename, hash="", size=-1, error=f"unreadable: {exc}")
         finally:
             spool.unlink(missing_ok=True)

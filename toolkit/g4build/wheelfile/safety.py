@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import re
 import stat
+import struct
 import unicodedata
 import zipfile
 import zlib
@@ -138,6 +139,8 @@ def check_limits(infos: Iterable[zipfile.ZipInfo], where: str) -> None:
     reader stops at a member's stated size and a longer stream then fails its CRC."""
     total = 0
     for info in infos:
+        if not info.filename:  # zipfile's own is_dir() cannot even look at it
+            raise ValidationError(f"{where}: a member has an empty name", hint="this is no wheel a build backend makes")
         total += info.file_size
         if info.file_size > RATIO_FLOOR and info.file_size > MAX_RATIO * max(info.compress_size, 1):
             raise ValidationError(
@@ -167,6 +170,12 @@ def stream_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, sink: BinaryIO | N
     return record_hash_of(digest.digest()), size
 
 
+# What reading a damaged or hostile archive raises besides BadZipFile: zipfile refuses an unknown "version needed"
+# or method (NotImplementedError), a name flagged UTF-8 that is not (UnicodeDecodeError, a ValueError), a header
+# cut short (struct.error, EOFError); zlib its own errors. Readers turn each into a clear error of theirs.
+ZIP_READ_ERRORS: tuple[type[Exception], ...] = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error,
+                                                NotImplementedError, ValueError, struct.error, EOFError)
+ZIP_OR_OS_ERRORS: tuple[type[Exception], ...] = (*ZIP_READ_ERRORS, OSError)  # also the file itself unreadable
 MAX_METADATA = 64 << 20  # METADATA, RECORD, WHEEL, build-manifest.json: a vLLM wheel's RECORD is under 1 MB
 
 
@@ -199,7 +208,7 @@ def hash_members(path: Path, infos: list[zipfile.ZipInfo], workers: int) -> list
             for info in chunk:
                 try:
                     digest, size = stream_member(zf, info)
-                except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+                except ZIP_OR_OS_ERRORS as exc:
                     out.append(Hashed(name=info.filename, hash="", size=-1, error=f"unreadable: {exc}"))
                     continue
                 out.append(Hashed(name=info.filename, hash=digest, size=size))

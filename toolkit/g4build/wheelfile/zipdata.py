@@ -44,6 +44,8 @@ def _zip64_local(extra: bytes, usize: int, csize: int) -> tuple[int, int]:
 def data_start(fh: IO[bytes], info: zipfile.ZipInfo) -> int:
     """Check ``info``'s local header against its directory entry; return where its compressed bytes start."""
     where = info.filename
+    if info.header_offset < 0:
+        raise zipfile.BadZipFile(f"{where}: the central directory puts its header before the archive's start")
     fh.seek(info.header_offset)
     head = fh.read(_LOCAL.size)
     if len(head) != _LOCAL.size or head[:4] != b"PK\x03\x04":
@@ -101,7 +103,10 @@ def _inflate(raw: Iterator[bytes], where: str, limit: int) -> Iterator[bytes]:
             raise zipfile.BadZipFile(f"{where}: bytes follow the end of the deflate stream within the member")
         pending = chunk
         while pending and not inflater.eof:
-            out = inflater.decompress(pending, CHUNK)
+            try:
+                out = inflater.decompress(pending, CHUNK)
+            except zlib.error as exc:
+                raise zipfile.BadZipFile(f"{where}: the deflate data is damaged ({exc})") from None
             pending = inflater.unconsumed_tail
             produced += len(out)
             if produced > limit:
