@@ -225,3 +225,13 @@ def test_validate_and_overlay_refuse_a_malformed_manifest(tmp_path: Path, case: 
         assert done.returncode == (10 if args[0] == "validate" else 2), done.stderr  # overlay: not a release wheel
         assert "build-manifest.json" in done.stderr and "unexpected" not in done.stderr.lower(), done.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("section", [b"", bytes(256), b"\xff" * 64])
+def test_a_fatbin_section_emptied_of_its_containers_fails(tmp_path: Path, section: bytes) -> None:
+    """The library is a sound ELF and its .nv_fatbin section is there, but holds no container (zeroed, cut to
+    nothing): no readable code, so the arch check fails for it even when the wheel's other libraries are fine."""
+    wheel = build_wheel(tmp_path, {**PRISTINE, "vllm/_C.abi3.so": GOOD_ELF,
+                                   "vllm/_moe_C.abi3.so": elf({".nv_fatbin": section})})
+    failed = {c.name: c.detail for c in validate_wheel(wheel, ValidateOptions(archs=SM120)).failures()}
+    assert "hold no fatbin container" in failed["fatbin vllm/_moe_C.abi3.so"]

@@ -281,6 +281,9 @@ def library_archs(data: bytes, where: str) -> LibraryArchs:
     fatbins: list[Fatbin] = []
     for section in sections:
         fatbins.extend(parse_containers(data, section, where))
+    if sections and not fatbins:  # CUDA code was there (nvcc made the section) and is gone: emptied, zeroed
+        raise FatbinFormatError(f"{where}: {len(sections)} fatbin section(s) of {sum(s for _, s in sections)} bytes "
+                                "hold no fatbin container: no readable code for any GPU arch")
     return LibraryArchs(fatbins=tuple(fatbins))
 
 
