@@ -7,6 +7,8 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from g4build.ci import read_github_outputs
+
 RunG4 = Callable[..., subprocess.CompletedProcess[str]]  # the run_g4build fixture (conftest.py)
 
 
@@ -44,7 +46,7 @@ def test_windows_cells_are_left_out_for_a_pin_without_a_windows_base(
                            home=project_copy)
     assert resolved.returncode == 0, resolved.stderr
     assert "vLLM 0.40.1 is not pinned" in resolved.stderr
-    values = dict(line.split("=", 1) for line in github_output.read_text(encoding="utf-8").splitlines())
+    values = read_github_outputs(github_output.read_text(encoding="utf-8"))
     assert {b["os"] for b in json.loads(values["build_matrix"])["include"]} == {"linux"}
     assert len(json.loads(values["left_out"])) == 1
 
@@ -71,9 +73,10 @@ def test_resolve_appends_github_outputs(run_g4build: RunG4, tmp_path: Path, with
     done = run_g4build("ci", "resolve", "--pin", "vllm-0.33.0", "--release", "", "--arch", "default",
                        "--github-output", str(out_file), home=with_windows_base)
     assert done.returncode == 0, done.stderr
-    lines = out_file.read_text(encoding="utf-8").splitlines()
-    assert lines[0] == "earlier=kept"
-    values = dict(line.split("=", 1) for line in lines[1:])
+    text = out_file.read_text(encoding="utf-8")
+    assert text.startswith("earlier=kept\n")
+    values = read_github_outputs(text)
+    assert values["earlier"] == "kept"
     assert values["release"] == "0.33.0" and values["pin"] == "vllm-0.33.0"
     builds = json.loads(values["build_matrix"])["include"]
     assert {b["cache_key"] for b in builds} == {

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from g4build.ci import Target, expand, github_outputs, load_matrix
+from g4build.ci import Target, expand, github_outputs, load_matrix, read_github_outputs
 from g4build.ci.workflows import WORKFLOWS_DIR
 from g4build.data import project_root
 
@@ -184,7 +184,7 @@ def test_resolve_step_runs_the_real_cli_and_feeds_the_build_matrix(tmp_path: Pat
     assert set(step["env"]) == {"PIN", "RELEASE", "ARCH"}
     done = _bash(step["run"], tmp_path, env)
     assert done.returncode == 0, done.stderr
-    values = dict(line.split("=", 1) for line in out.read_text(encoding="utf-8").splitlines())
+    values = read_github_outputs(out.read_text(encoding="utf-8"))
     assert values["release"] == "0.33.0" and values["pin"] == "vllm-0.33.0"  # a pinned release builds via its pin
     declared = _workflow()["jobs"]["resolve"]["outputs"]
     assert set(declared) == set(values)

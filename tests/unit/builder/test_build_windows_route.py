@@ -284,3 +284,15 @@ def test_script_requires_long_paths_before_the_first_clone(pin21: Pin) -> None:
                  "REG_DWORD", "/d", "1", "/f")),
         ("git", ("config", "--global", "core.longpaths", "true")),
     ]
+
+
+@pytest.mark.parametrize(("torch", "cuda"), [
+    ("2.14.0'+__import__('os').system('touch pwned')+'", "13.0"),
+    ("2.14.0", "13.0'+__import__('os').system('touch pwned')+'"),
+    ("2.14.0\n", "13.0"),
+])
+def test_torch_check_refuses_values_that_would_be_code(torch: str, cuda: str) -> None:
+    from g4build.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="expected versions"):
+        torch_check(torch, cuda)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,13 +22,14 @@ from g4build.ci import (
     latest_release,
     load_matrix,
     newest_release,
+    read_github_outputs,
     resolve_target,
     select_archs,
 )
 from g4build.data import project_root
 from g4build.errors import ConfigError, UsageError
-from g4build.pins.index import IndexFile
 from g4build.pins.model import PinSet, load_pins
+from g4build.pins.page import IndexFile
 
 SpecFrom = Callable[[dict[str, Any]], MatrixSpec]
 PIN = Target(release="0.21.0", pin="vllm-0.21.0")
@@ -189,12 +191,40 @@ def test_latest_release_reads_the_package_index(monkeypatch: pytest.MonkeyPatch)
         assert latest_release() == "0.33.0"
 
 
-def test_github_outputs_are_appended_as_key_value_lines(tmp_path: Path) -> None:
+def test_github_outputs_are_appended_in_the_delimiter_form(tmp_path: Path) -> None:
     out = tmp_path / "github_output"
     out.write_text("earlier=step\n", encoding="utf-8")
     append_github_outputs(out, {"release": "0.33.0", "left_out": '["a"]'})
     append_github_outputs(out, {"pin": ""})
-    assert out.read_bytes() == b'earlier=step\nrelease=0.33.0\nleft_out=["a"]\npin=\n'
+    text = out.read_bytes().decode()
+    assert "\r" not in text and text.startswith("earlier=step\n")
+    assert re.fullmatch(r"earlier=step\n(release|left_out|pin)<<(g4build_[0-9a-f]{32})\n.*\n\2\n.*", text, re.S)
+    assert read_github_outputs(text) == {"earlier": "step", "release": "0.33.0", "left_out": '["a"]', "pin": ""}
+
+
+@pytest.mark.parametrize("value", [
+    "0.33.0\npin=evil", "x\r\nbuild_matrix={}", "a\nEOF\nrelease=1", "line\n\nanother=1\n", "=\n<<\n",
+    "x\u2028pin=evil",  # a line separator GitHub does not split on: one value either way
+])
+def test_a_value_with_newlines_adds_no_key(tmp_path: Path, value: str) -> None:
+    """A value (a release name, a note from upstream text) holding newlines or key=value lines stays one value."""
+    out = tmp_path / "github_output"
+    append_github_outputs(out, {"release": value, "pin": "vllm-0.33.0"})
+    assert read_github_outputs(out.read_bytes().decode()) == {"release": value, "pin": "vllm-0.33.0"}
+
+
+def test_a_value_holding_the_delimiter_gets_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tokens = iter(["a" * 32, "b" * 32])
+    monkeypatch.setattr("g4build.ci.matrix.secrets.token_hex", lambda n: next(tokens))
+    out = tmp_path / "github_output"
+    value = f"x\ng4build_{'a' * 32}\nrelease=evil"
+    append_github_outputs(out, {"note": value})
+    assert read_github_outputs(out.read_text(encoding="utf-8")) == {"note": value}
+
+
+def test_an_output_name_is_checked() -> None:
+    with pytest.raises(UsageError, match="output name"):
+        append_github_outputs(Path("unused"), {"a\nb": "x"})
 
 
 def test_newest_release_skips_pre_dev_yanked_and_wheels() -> None:
@@ -313,3 +343,12 @@ def test_wheel_abi_is_checked(matrix_data: dict[str, Any], spec_from: SpecFrom, 
     edit(matrix_data)
     with pytest.raises(ConfigError, match=message):
         spec_from(matrix_data)
+
+
+def test_a_release_given_with_spaces_or_newlines_is_typed() -> None:
+    pins = load_pins()
+    never: Callable[[], str] = lambda: pytest.fail("the index must not be asked")  # noqa: E731
+    assert resolve_target(pins, pin="", release=" 0.40.1\n", latest=never).release == "0.40.1"
+    for bad in ("0.40.1\npin=evil", "0.40.1'; touch x; '", "0.40.1/../.."):
+        with pytest.raises(UsageError, match="is not a version"):
+            resolve_target(pins, pin="", release=bad, latest=never)

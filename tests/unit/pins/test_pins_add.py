@@ -23,9 +23,10 @@ import yaml
 from tests.support.index_server import LocalIndex, serve_index
 
 from g4build.errors import ConfigError, UsageError
-from g4build.pins.add import wheel_key, write_pin
+from g4build.pins.add import wheel_key
 from g4build.pins.index import cache_root, fetch_verified
 from g4build.pins.model import Pin, load_pins
+from g4build.pins.pinsfile import write_pin
 
 REPO = Path(__file__).resolve().parents[3]
 PINS_TEXT = (REPO / "patches" / "pins.yaml").read_text(encoding="utf-8")

@@ -5,6 +5,7 @@ fork's commits fetched from a remote that does not serve unadvertised shas."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import git
@@ -186,3 +187,35 @@ def test_a_file_where_the_pin_has_a_folder_is_a_conflict_and_deletes_leave_no_em
     (tree / "deep").write_text("the pin has a file here\n")
     with pytest.raises(BaseConflictError, match=r"deep/x.txt \(a file in the fork where the pin has a folder"):
         port_onto(tree, _pin(where, head, head2), "windows")
+
+
+def _hostile_fork(where: Path, entry: str) -> tuple[str, str]:
+    """A fork whose head adds a tree entry git itself would never check out (made with git's plumbing, as a
+    hostile server could serve it): ``entry`` is 'folder/name' of a blob that runs a command if it is a hook."""
+    onto, _ = _fork(where, with_symlink=False)
+    run = lambda *a, stdin=None: subprocess.run(["git", *a], cwd=where, check=True, capture_output=True,  # noqa: E731
+                                                input=stdin).stdout.decode().strip()
+    blob = run("hash-object", "-w", "--stdin", stdin=b"[core]\n\tfsmonitor = touch pwned\n")
+    folder, name = entry.split("/")
+    inner = run("mktree", stdin=f"100644 blob {blob}\t{name}\n".encode())
+    top = run("ls-tree", onto).splitlines()
+    listing = "\n".join([*top, f"040000 tree {inner}\t{folder}"]) + "\n"
+    tree = run("mktree", stdin=listing.encode())
+    head = run("-c", "user.name=t", "-c", "user.email=t@t", "commit-tree", tree, "-p", onto, "-m", "hostile")
+    return onto, head
+
+
+@pytest.mark.parametrize("entry", [".git/config", ".GIT/config", "../config", "git~1/config", "a\\b/config"])
+def test_a_fork_entry_inside_vcs_metadata_or_outside_the_tree_is_refused(tmp_path: Path, entry: str) -> None:
+    from g4build.errors import SourceError
+
+    try:
+        onto, head = _hostile_fork(tmp_path / "fork", entry)
+    except subprocess.CalledProcessError:
+        pytest.skip(f"git's mktree refuses {entry!r} itself")
+    tree = _tree(tmp_path / "tree")
+    before = (tree / ".git" / "config").read_bytes()
+    with pytest.raises(SourceError, match="expected paths inside the tree"):
+        port_onto(tree, _pin(tmp_path / "fork", onto, head), "windows")
+    assert (tree / ".git" / "config").read_bytes() == before
+    assert not (tmp_path / "pwned").exists() and not (tree / "pwned").exists()

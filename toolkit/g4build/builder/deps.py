@@ -28,6 +28,7 @@ from typing import Any
 from g4build.errors import BuildError, SourceError
 from g4build.fsutil import remove_tree, write_atomic
 from g4build.pins.index import cache_lock, cache_root
+from g4build.util import gitsafe
 
 _DECLARE = re.compile(r"FetchContent_Declare\s*\((?P<body>[^()]*(?:\([^()]*\)[^()]*)*)\)", re.IGNORECASE)
 _SET = re.compile(r"^\s*set\s*\(\s*(?P<name>\w+)\s+\"?(?P<value>[^\s\")]+)\"?", re.IGNORECASE | re.MULTILINE)
@@ -150,7 +151,16 @@ LONG_PATHS = ("-c", "core.longpaths=true")
 
 
 def _git(argv: list[str], cwd: Path | None) -> None:
-    proc = subprocess.run(["git", *argv], cwd=cwd, capture_output=True, text=True, check=False)
+    # the clones' own configs are fresh; no hook or fsmonitor runs (the -c options reach the submodule clones too),
+    # while the user's config stays: proxies and url.*.insteadOf mirrors are how the remote is reached
+    try:
+        proc = subprocess.run(["git", *gitsafe.config_args(network=True), *argv], cwd=cwd, capture_output=True,
+                              text=True, check=False, env=gitsafe.env(network=True),
+                              timeout=gitsafe.left(gitsafe.network_deadline()))
+    except subprocess.TimeoutExpired:
+        raise BuildError(f"git {' '.join(argv[len(LONG_PATHS):][:2])} did not finish within G4BUILD_GIT_DEADLINE",
+                         hint="the remote or the network is too slow or stalls: try again, use a mirror, or raise "
+                              "G4BUILD_GIT_DEADLINE (seconds)") from None
     if proc.returncode:
         shown = argv[len(LONG_PATHS):] if tuple(argv[:len(LONG_PATHS)]) == LONG_PATHS else argv
         raise BuildError(f"git {' '.join(shown)} failed: {proc.stderr.strip()[-500:]}",

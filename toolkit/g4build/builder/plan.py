@@ -16,8 +16,8 @@ from typing import Any
 
 from g4build.builder.arch import ArchInfo, check_cuda, check_os_arch, cuda_arch_list, flashinfer_arch_list
 from g4build.builder.flashinfer import FlashInferWheel
-from g4build.errors import UsageError
-from g4build.pins.model import Pin
+from g4build.errors import ConfigError, UsageError
+from g4build.pins.model import Pin, cuda_problem, version_problem
 from g4build.series.deps import BuildSeries
 from g4build.series.model import Series, local_label
 
@@ -371,7 +371,12 @@ def torch_index_url(index: str, cuda: str) -> str:
 def torch_check(torch: str, cuda: str) -> str:
     """A one-line Python program (single quotes only, for PowerShell) that exits non-zero unless the
     interpreter has torch ``torch`` built for CUDA ``cuda`` (its CUDA line: 13.0 for 13.0.x), saying what it
-    found and what to install."""
+    found and what to install. The values are pins (typed by the pins loader); a value that is no version is
+    refused here as well, since it would become code in the program."""
+    why = version_problem(torch) or cuda_problem(cuda)
+    if why:
+        raise ConfigError(f"torch {torch!r} / CUDA {cuda!r}: expected versions (e.g. 2.11.0 and 13.0); {why}",
+                          hint="check torch and cuda of the pin in patches/pins.yaml")
     cu = "cu" + cuda.replace(".", "")
     return (
         "import importlib.util, sys; "

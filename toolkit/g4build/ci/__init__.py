@@ -11,6 +11,7 @@ from g4build.ci.matrix import (
     github_outputs,
     latest_release,
     newest_release,
+    read_github_outputs,
     resolve_target,
     select_archs,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "latest_release",
     "load_matrix",
     "newest_release",
+    "read_github_outputs",
     "render_all",
     "resolve_target",
     "select_archs",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +20,9 @@ from packaging.version import InvalidVersion, Version
 
 from g4build.ci.spec import MatrixSpec
 from g4build.errors import ConfigError, UsageError
-from g4build.pins.index import IndexFile, project_files
+from g4build.pins.index import project_files
 from g4build.pins.model import PinSet, load_pins
+from g4build.pins.page import IndexFile
 
 Role = Literal["build", "check"]
 _SDIST = re.compile(r"^vllm-(?P<version>[^-]+)\.tar\.gz$")
@@ -264,9 +266,9 @@ def resolve_target(
         return Target(release=pins.get(pin).version, pin=pin)
     version = release or latest()
     try:
-        Version(version)
+        version = str(Version(version))  # the normal form: no space, newline or 'v' of the text given survives
     except InvalidVersion as exc:
-        raise UsageError(f"release '{version}' is not a version: expected e.g. 0.33.0") from exc
+        raise UsageError(f"release {version!r} is not a version: expected e.g. 0.33.0") from exc
     pinned = [p.name for p in pins.pins.values() if p.parsed_version == Version(version)]
     return Target(release=version, pin=pinned[0] if pinned else None)
 
@@ -290,8 +292,47 @@ def github_outputs(
     }
 
 
+_OUTPUT_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
 def append_github_outputs(path: Path, outputs: dict[str, str]) -> None:
-    """Append ``outputs`` to a ``$GITHUB_OUTPUT`` file as ``key=value`` lines (LF line ends on every OS)."""
+    """Append ``outputs`` to a ``$GITHUB_OUTPUT`` (or ``$GITHUB_ENV``) file in GitHub's delimiter form, one
+    ``key<<DELIMITER`` block each (LF line ends on every OS): a value holding a newline, or a line like
+    ``key=value``, stays one value and adds no key. The delimiter is random and checked absent from the value."""
+    blocks = []
+    for key, value in outputs.items():
+        if not _OUTPUT_KEY.fullmatch(key):
+            raise UsageError(f"output name {key!r}: expected letters, digits, '_' and '-'")
+        delimiter = f"g4build_{secrets.token_hex(16)}"
+        while delimiter in value:  # 128 random bits: never in practice, but proven, not hoped
+            delimiter = f"g4build_{secrets.token_hex(16)}"
+        blocks.append(f"{key}<<{delimiter}\n{value}\n{delimiter}\n")
     with path.open("a", encoding="utf-8", newline="\n") as fh:
-        for key, value in outputs.items():
-            fh.write(f"{key}={value}\n")
+        fh.write("".join(blocks))
+
+
+def read_github_outputs(text: str) -> dict[str, str]:
+    """The values of a ``$GITHUB_OUTPUT`` file as GitHub's runner reads it: ``key=value`` lines and
+    ``key<<DELIMITER`` blocks (a later key wins)."""
+    values: dict[str, str] = {}
+    lines = text.split("\n")
+    n = 0
+    while n < len(lines):
+        line = lines[n].removesuffix("\r")
+        n += 1
+        if not line:
+            continue
+        if "<<" in line and ("=" not in line or line.index("<<") < line.index("=")):
+            key, delimiter = line.split("<<", 1)
+            body: list[str] = []
+            while n < len(lines) and lines[n].removesuffix("\r") != delimiter:
+                body.append(lines[n])
+                n += 1
+            if n == len(lines):
+                raise ConfigError(f"output {key}: its delimiter {delimiter!r} never closes the value")
+            n += 1
+            values[key] = "\n".join(body)
+        else:
+            key, _, value = line.partition("=")
+            values[key] = value
+    return values

@@ -26,9 +26,16 @@ if [ "$status" -ne 0 ]; then
 fi
 """
 
+# git on the tree the port wrote from upstream material: no hook, fsmonitor or system/global config of anyone's
+SAFE_GIT = """\
+safe_git() {
+  GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null git -c core.hooksPath=/dev/null -c core.fsmonitor=false "$@"
+}
+"""
+
 # The port job (a release that is not pinned): pin it, port every series, and leave the change as one patch that
 # `git apply` takes at the repository root; a conflict (exit 8) is a result, reported, not a failure of the job.
-PORT = """\
+PORT = SAFE_GIT + """\
 pin="vllm-$RELEASE"
 g4build pins add --release "$RELEASE" --json > pins-add.json
 set +e
@@ -38,8 +45,8 @@ set -e
 if [ "$status" -eq 0 ]; then
   g4build patches check --pin "$pin" --json > check.json
 fi
-git add -A -- patches
-git diff --cached --binary > port.patch
+safe_git add -A -- patches
+safe_git diff --cached --binary > port.patch
 echo "status=$status" >> "$GITHUB_OUTPUT"
 {
   echo "### Porting the series to vLLM $RELEASE (patches port exit $status)"
@@ -57,17 +64,18 @@ fi
 """
 
 # With the token secret set: the same change as a branch and a pull request (a draft while a series conflicts).
-PORT_PR = """\
+PORT_PR = SAFE_GIT + """\
 if [ -z "$GH_TOKEN" ]; then
   echo "the repository secret $TOKEN_NAME is not set: the port-vllm-$RELEASE artifact is the result"
   exit 0
 fi
 branch="g4build/port-vllm-$RELEASE-run$RUN"
-git switch -c "$branch"
-git -c user.name="g4build nightly" -c user.email="g4build-nightly@localhost" commit -q \\
+safe_git switch -c "$branch"
+safe_git -c user.name="g4build nightly" -c user.email="g4build-nightly@localhost" commit -q \\
   -m "pins: vllm-$RELEASE, series ported by the nightly (patches port exit $STATUS)"
 gh auth setup-git
-git push origin "$branch"
+# the push needs the credential helper gh wrote into the global config; still no hook (pre-push) runs
+git -c core.hooksPath=/dev/null -c core.fsmonitor=false push origin "$branch"
 draft=()
 title="vLLM $RELEASE: pin and ported series"
 if [ "$STATUS" != 0 ]; then

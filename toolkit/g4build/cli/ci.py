@@ -22,6 +22,7 @@ from g4build.ci import (
     write_rendered,
 )
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
+from g4build.cli.outpaths import output_file
 from g4build.data import writable_root
 from g4build.errors import ConfigError, UsageError
 from g4build.pins.model import load_pins
@@ -120,17 +121,20 @@ def resolve_cmd(
     release: str | None = RELEASE_OPTION,
     arch: str = ARCH_OPTION,
     github_output: Path | None = typer.Option(
-        None, "--github-output", help="Append the results as key=value lines (the nightly passes $GITHUB_OUTPUT)."
+        None, "--github-output", help="Append the results as GitHub output blocks (the nightly passes $GITHUB_OUTPUT)."
     ),
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Pick what a nightly run builds: the pin or release given, else the newest release on the package index."""
+    if github_output is not None:
+        github_output = output_file(github_output, "--github-output")
     spec = load_matrix()
     pins = load_pins()
     target = resolve_target(pins, pin=pin, release=release, latest=latest_release)
     cells, left_out = buildable(spec, expand(spec, select_archs(spec, arch)), target, pins)
     outputs = github_outputs(spec, target, cells, left_out)
     if github_output is not None:
+        github_output.parent.mkdir(parents=True, exist_ok=True)
         append_github_outputs(github_output, outputs)
     for note in left_out:
         err_console.print(note, highlight=False)

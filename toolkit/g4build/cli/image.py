@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
+from g4build.cli.outpaths import output_folder
 from g4build.data import writable_root
 from g4build.image import extract_series
 from g4build.pins.model import load_pins
@@ -33,6 +34,8 @@ def extract(
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Diff the image's installed vLLM Python files against the pin and write them as a new series."""
+    if out is not None:
+        output_folder(out, "--out")
     chosen = load_pins().get(pin)
     if out is None:  # the new series goes under the project's patches/: never the installed package
         writable_root()

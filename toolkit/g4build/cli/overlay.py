@@ -10,6 +10,7 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json, require_wheel_file
+from g4build.cli.outpaths import existing_folder, output_folder
 from g4build.cli.validate import show_report
 from g4build.errors import IntegrityError, UsageError, ValidationError
 from g4build.overlay.registry import cached_pin_wheel, fetch_pin_wheel, pin_wheel
@@ -57,6 +58,7 @@ def overlay(
     if wheel is not None:
         require_wheel_file(wheel)  # missing: exit 5, as for validate and recipe --wheel
     if venv is not None:
+        existing_folder(venv, "--venv", "a virtual environment (a folder with pyvenv.cfg)")
         try:
             if undo:
                 done = undo_venv(venv, force=force)
@@ -74,6 +76,7 @@ def overlay(
             verb = "restored" if undo else f"patched (g4.{done.digest})"
             console.print(f"{venv}: {verb} {len(done.files)} file(s): {', '.join(done.files)}", markup=False)
         return
+    output_folder(out, "--out")
     the_pin = load_pins().get(pin)
     plan = plan_overlay(the_pin, load_all())
     registry = wheel is None  # the pin's registry wheel: refused unless its sha256 as read is the pin's

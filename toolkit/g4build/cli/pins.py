@@ -9,8 +9,9 @@ from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, print_json
 from g4build.data import writable_root
-from g4build.pins.add import Given, read_release, render_entry, write_pin
+from g4build.pins.add import Given, read_release
 from g4build.pins.model import Pin, load_pins
+from g4build.pins.pinsfile import render_entry, write_pin
 from g4build.recipes.vllm_args import record_table
 
 pins_app = typer.Typer(help="The pinned upstream vLLM releases.", no_args_is_help=True)

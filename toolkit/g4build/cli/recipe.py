@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json, require_wheel_file
+from g4build.cli.outpaths import output_file
 from g4build.errors import RecipeError
 from g4build.recipes import (
     Finding,
@@ -174,6 +175,8 @@ def render_cmd(
     _print_findings(tuple(f for f in findings if f.severity != "info"), stderr=True)
     raise_on_errors(r, findings)
     info = ctx.wheel.flashinfer if ctx.wheel is not None else None
+    if out is not None:  # checked before any script is made; the wheel's reference keeps --out as typed
+        output_file(out / script_filename(r.name, shell), "--out")
     ref = with_flashinfer_wheels(wheel_ref(wheel, out), wheel, info)
     text = render(r, chosen, wheel=ref, sets=sets, flashinfer=info)
     if out is None:

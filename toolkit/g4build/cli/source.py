@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from g4build.cli._common import JSON_OPTION, console, err_console, lower_option, print_json
+from g4build.cli.outpaths import output_folder
 from g4build.pins.model import load_pins
 from g4build.source.fetch import fetch_source
 
@@ -28,6 +29,8 @@ def fetch(
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Download (or clone), verify and prepare the pin's source as a git work tree."""
+    if dest is not None:
+        output_folder(dest, "--dest")
     the_pin = load_pins().get(pin)
     with Progress(
         "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),

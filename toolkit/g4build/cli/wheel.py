@@ -16,6 +16,7 @@ from g4build.builder.plan import BuildPlan
 from g4build.builder.request import WheelRequest, build_wheel, plan_wheel
 from g4build.builder.script import write_script
 from g4build.cli._common import JSON_OPTION, console, err_console, lower_option, print_json
+from g4build.cli.outpaths import output_file, output_folder
 from g4build.emit.write import write_build_manifest
 from g4build.pins.model import load_pins
 from g4build.recipes import recipe_names
@@ -83,6 +84,10 @@ def wheel(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Build vLLM (and FlashInfer) wheels for ARCH on OS from a pin plus its series."""
+    if emit_script is not None:
+        output_file(emit_script, "--emit-script")
+    elif out is not None and not dry_run:  # a build here writes there (an emitted script's --out is the target's)
+        output_folder(Path(out), "--out")
     planned = plan_wheel(WheelRequest(
         arch=arch, os_name=os_name, pin_name=pin_name, release=release, python=python, python_exe=python_exe,
         cuda=cuda, executor=executor, out=out, root=root, torch_index=torch_index, jobs=jobs,
@@ -128,6 +133,7 @@ def cuda_shim(
 ) -> None:
     """Make cuda.h's CUtensorMap alignment acceptable to MSVC for the build (CUDA 13.0-13.2 on Windows):
     a private copy when the installed header needs it; nothing when it is already patched or newer."""
+    output_folder(dest, "--dest")
     result = apply_cuda_shim(resolve_cuda_home(cuda_home), dest)
     if as_json:
         print_json(result.to_dict())
@@ -147,6 +153,7 @@ def flashinfer_wheels_cmd(
     pin = load_pins().get(pin_name)
     specs = [parse_spec(item) for item in wheels]
     check_names(specs, pin, python)
+    output_folder(out, "--out")
     records = verify_and_copy(specs, out)
     if as_json:
         print_json({"out": str(out), "wheels": records})

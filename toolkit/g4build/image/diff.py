@@ -21,6 +21,8 @@ from g4build.errors import ImageError, PatchConflictError
 from g4build.image.layers import resolve_in_root
 from g4build.series import yamlfile as series_yaml
 from g4build.series.model import load_series
+from g4build.util import gitsafe
+from g4build.util.gitsafe import is_vcs_name
 
 PACKAGE = "vllm"
 SITE_DIRS = ("site-packages", "dist-packages")
@@ -59,7 +61,7 @@ class FileChanges:
 def is_noise(rel: str) -> bool:
     """True for files that never belong in a series (``rel`` is package-relative, e.g. ``vllm/x/y.py``)."""
     parts = rel.split("/")
-    if NOISE_PARTS.intersection(parts) or not rel.endswith(SOURCE_SUFFIXES):
+    if NOISE_PARTS.intersection(parts) or any(is_vcs_name(p) for p in parts) or not rel.endswith(SOURCE_SUFFIXES):
         return True
     return any(rel == g or (g.endswith("/") and rel.startswith(g)) for g in GENERATED)
 
@@ -151,8 +153,8 @@ def compare(pristine: dict[str, Path], image: dict[str, Path]) -> FileChanges:
 
 
 def _git(args: list[str], cwd: Path) -> str:
-    env = {**os.environ, **_GIT_ENV, "GIT_CONFIG_GLOBAL": os.devnull}
-    proc = subprocess.run(["git", "-c", "core.autocrlf=false", *args], cwd=cwd, env=env, capture_output=True,
+    env = gitsafe.env({**os.environ, **_GIT_ENV})
+    proc = subprocess.run(["git", *gitsafe.config_args(), *args], cwd=cwd, env=env, capture_output=True,
                           text=True, encoding="utf-8", errors="surrogateescape", check=False)
     if proc.returncode != 0:
         raise ImageError(f"git {' '.join(args)} failed in a scratch repository: {proc.stderr.strip()}")
@@ -182,9 +184,9 @@ def check_applies(patch: Path, tree: Path) -> None:
     Repository discovery stops at ``tree``: run inside a sub-folder of some other repository, ``git apply``
     would silently skip paths outside that sub-folder and the check would prove nothing.
     """
-    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(tree.resolve().parent)}
-    proc = subprocess.run(["git", "apply", "--check", "--whitespace=nowarn", str(patch.resolve())], cwd=tree,
-                          env=env, capture_output=True, text=True, check=False)
+    env = gitsafe.env({**os.environ, "GIT_CEILING_DIRECTORIES": str(tree.resolve().parent)})
+    proc = subprocess.run(["git", *gitsafe.config_args(), "apply", "--check", "--whitespace=nowarn",
+                           str(patch.resolve())], cwd=tree, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise PatchConflictError(
             f"the extracted patch does not apply to the pin's tree: {proc.stderr.strip()}",

@@ -148,7 +148,11 @@ class _TarBundle:
 
     def open(self, rel: str) -> IO[bytes]:
         member = self.members.get(clean_member_name(rel) or "")
-        reader = self.tar.extractfile(member) if member is not None else None  # links resolve inside the tar
+        try:
+            reader = self.tar.extractfile(member) if member is not None else None  # links resolve inside the tar
+        except (KeyError, RecursionError, tarfile.TarError) as exc:  # a link to nothing, or a loop of links
+            raise ImageError(f"{self.name}: '{rel}' is a link that leads to no file of the archive ({exc})",
+                             hint="the archive is damaged or was altered: save the image again") from None
         if reader is None:
             raise ImageError(f"{self.name}: '{rel}' is missing or not a file", hint="the archive is incomplete")
         return reader
@@ -165,8 +169,8 @@ def _read_json(bundle: _Bundle, rel: str, digest: str | None = None) -> Any:
                              hint="the image files are damaged or were altered; save or pull the image again")
     try:
         return json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ImageError(f"{bundle.name}: {rel} is not valid JSON: {exc}") from exc
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, nesting too deep
+        raise ImageError(f"{bundle.name}: {rel} is not valid JSON (or nests too deeply): {str(exc)[:200]}") from exc
 
 
 def _read_blob_json(bundle: _Bundle, digest: Any, where: str) -> Any:
@@ -182,12 +186,17 @@ def _blob_path(digest: str, where: str) -> str:
 # --- docker save ------------------------------------------------------------------------------------------
 
 
+def _tags(entry: dict[str, Any]) -> list[str]:
+    tags = entry.get("RepoTags")
+    return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
+
+
 def _docker_save(bundle: _Bundle) -> OpenedImage:
     manifest = _read_json(bundle, "manifest.json")
-    if not isinstance(manifest, list) or not manifest:
-        raise ImageError(f"{bundle.name}: manifest.json holds no image")
+    if not isinstance(manifest, list) or not manifest or not all(isinstance(e, dict) for e in manifest):
+        raise ImageError(f"{bundle.name}: manifest.json holds no image (expected a list of objects)")
     if len(manifest) > 1:
-        names = ", ".join(t for entry in manifest for t in entry.get("RepoTags") or []) or "untagged images"
+        names = ", ".join(str(t) for entry in manifest for t in _tags(entry)) or "untagged images"
         raise ImageError(
             f"{bundle.name} holds {len(manifest)} images ({names}); expected one",
             hint="save one image per tarball: docker save IMAGE -o image.tar",
@@ -208,7 +217,7 @@ def _docker_save(bundle: _Bundle) -> OpenedImage:
     cfg = _read_json(bundle, config, f"sha256:{hexid}")
     if not isinstance(cfg, dict):
         raise ImageError(f"{bundle.name}: {config} is not an image config")
-    tags = entry.get("RepoTags") or []
+    tags = _tags(entry)
     info = ImageInfo(
         reference=str(tags[0]) if tags else bundle.name,
         digest=f"sha256:{hexid}",
@@ -297,7 +306,7 @@ def _oci_layout(bundle: _Bundle, want_platform: str | None) -> OpenedImage:
 
     def entries() -> Iterator[tuple[str, Callable[[], IO[bytes]], str | None]]:
         for layer in layers:
-            digest = str(layer.get("digest", ""))
+            digest = str(layer.get("digest", "")) if isinstance(layer, dict) else repr(layer)
             rel = _blob_path(digest, f"{bundle.name}: layer")
             yield digest[:19], partial(bundle.open, rel), digest
 
@@ -313,6 +322,17 @@ def _looks_like_path(image: str) -> bool:
         or image.endswith((".tar", ".tar.gz", ".tgz", ".oci"))
         or (os.sep == "\\" and ("\\" in image or re.match(r"^[A-Za-z]:", image) is not None))
     )
+
+
+def _opened(bundle: _Bundle, platform: str | None) -> OpenedImage:
+    """The image's documents read; any of them of another shape than docker-save's or OCI's (a list where an
+    object belongs, a number for a digest) is an ImageError naming the archive, never a traceback."""
+    try:
+        return _docker_save(bundle) if bundle.has("manifest.json") else _oci_layout(bundle, platform)
+    except (AttributeError, TypeError, KeyError, IndexError) as exc:
+        raise ImageError(f"{bundle.name}: the image's documents do not have the docker-save or OCI layout shape "
+                         f"({type(exc).__name__}: {str(exc)[:200]})",
+                         hint="the archive is damaged or was altered: save the image again") from None
 
 
 @contextmanager
@@ -335,10 +355,8 @@ def open_image(
         else:
             yield open_engine_image(image, docker_factory, stack, platform=platform)
             return
-        if bundle.has("manifest.json"):
-            yield _docker_save(bundle)
-        elif bundle.has("index.json"):
-            yield _oci_layout(bundle, platform)
+        if bundle.has("manifest.json") or bundle.has("index.json"):
+            yield _opened(bundle, platform)
         else:
             raise ImageError(
                 f"{bundle.name} is neither a `docker save` archive (manifest.json) nor an OCI layout (index.json)",

@@ -21,6 +21,7 @@ from g4build.wheelfile.safety import (
     hash_members,
     inside,
     member_problems,
+    read_small,
     record_duplicates,
     record_problems,
     refuse,
@@ -45,9 +46,10 @@ def read_dist_info(name: str, zf: zipfile.ZipFile, dist_info: str) -> DistInfo:
     """RECORD and WHEEL, read once; a zip bomb is refused first, from the directory's sizes, before anything is
     inflated."""
     check_limits(zf.infolist(), name)
-    rows = parse_record(zf.read(f"{dist_info}/RECORD"), name)
+    rows = parse_record(read_small(zf, f"{dist_info}/RECORD", name), name)
     present = {i.filename for i in zf.infolist()}
-    return DistInfo(rows=rows, wheel_file=zf.read(f"{dist_info}/WHEEL") if f"{dist_info}/WHEEL" in present else None)
+    wheel_file = read_small(zf, f"{dist_info}/WHEEL", name) if f"{dist_info}/WHEEL" in present else None
+    return DistInfo(rows=rows, wheel_file=wheel_file)
 
 
 def check_structure(name: str, zf: zipfile.ZipFile, wheel: WheelName, dist_info: str, read: DistInfo) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 from packaging.version import Version
 
@@ -45,6 +45,7 @@ from g4build.series.scratch import PatchFile, apply_patches, touched_paths
 from g4build.source.fetch import pristine_files
 from g4build.util.faults import fault
 from g4build.wheelfile.manifestfile import MANIFEST_NAME, dumps
+from g4build.wheelfile.safety import ZIP_OR_OS_ERRORS, ZIP_READ_ERRORS, check_limits, read_small
 from g4build.wheelfile.sources import Snapshot, Streamed
 from g4build.wheelfile.wheelfile import (
     RecordRow,
@@ -56,6 +57,8 @@ from g4build.wheelfile.wheelfile import (
     set_metadata_version,
 )
 from g4build.wheelfile.zipraw import ByteSource, RawZipWriter
+
+T = TypeVar("T")
 
 PROJECT = "vllm"
 
@@ -239,6 +242,15 @@ def overlay_wheel(
     return _overlay(source, snapshot, plan, out_dir, sha256=None, check=check, removed=removed)
 
 
+def guarded(name: str, read: Callable[[], T]) -> T:
+    """A read of the source wheel's members: a damaged or hostile archive is refused before anything is written."""
+    try:
+        return read()
+    except ZIP_READ_ERRORS as exc:
+        raise ValidationError(f"{name}: not a readable wheel ({type(exc).__name__}: {exc})",
+                              hint="download the wheel again (`g4build validate WHEEL` says the same)") from exc
+
+
 def _overlay(
     source: Path, src: WheelSource, plan: OverlayPlan, out_dir: Path, *, sha256: str | None,
     check: Callable[[Path], None] | None, removed: list[Path],
@@ -250,10 +262,11 @@ def _overlay(
     new_dist = dist_info_name(wheel.name, new_version)
     try:
         zf = zipfile.ZipFile(src.file())
-    except (zipfile.BadZipFile, OSError) as exc:  # not a zip, or cut short in transfer
+    except ZIP_OR_OS_ERRORS as exc:  # not a zip, or cut short in transfer
         raise ValidationError(f"{source.name}: not a readable wheel ({exc})",
                               hint="download the wheel again (`g4build validate WHEEL` says the same)") from exc
     with zf:
+        check_limits(zf.infolist(), source.name)  # first: it also refuses what the lines below cannot read
         infos = [i for i in zf.infolist() if not i.is_dir()]
         by_name = {i.filename: i for i in infos}
         for name in (f"{old_dist}/METADATA", f"{old_dist}/RECORD"):
@@ -265,23 +278,29 @@ def _overlay(
                 "files are not the pinned release's",
                 hint="overlay the original release wheel instead",
             )
-        dist = read_dist_info(source.name, zf, old_dist)
+        dist = guarded(source.name, lambda: read_dist_info(source.name, zf, old_dist))
         touched = touched_by(plan)
+
+        def read_touched() -> dict[str, bytes]:
+            return guarded(source.name, lambda: {n: read_small(zf, n, source.name)
+                                                 for n in sorted(touched) if n in by_name})
+
         helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g4build-patch")
         if isinstance(src, Snapshot):  # every check before anything else, in validate's order
             check_structure(source.name, zf, wheel, old_dist, dist)
             verify_members(source.name, src, zf, old_dist, dist)
-            done = patch_files({n: zf.read(n) for n in sorted(touched) if n in by_name}, plan, source.name)
+            done = patch_files(read_touched(), plan, source.name)
             patching = helper.submit(lambda: done)
         else:  # the pin's bytes (proved at the end): checks and patches run while the copy streams
-            read = {n: zf.read(n) for n in sorted(touched) if n in by_name}
+            read = read_touched()
 
             def checked_and_patched() -> Patched:
                 check_structure(source.name, zf, wheel, old_dist, dist)
                 return patch_files(read, plan, source.name)
 
             patching = helper.submit(checked_and_patched)
-        metadata = set_metadata_version(zf.read(f"{old_dist}/METADATA"), new_version)
+        raw_metadata = guarded(source.name, lambda: read_small(zf, f"{old_dist}/METADATA", source.name))
+        metadata = set_metadata_version(raw_metadata, new_version)
         # the same wheel overlaid twice gives the same bytes: the manifest's time is the source wheel's own;
         # its sha256 is the one computed from the bytes read (a streamed source proves it before publishing)
         manifest = plan.manifest({"source_wheel": {"file": source.name,

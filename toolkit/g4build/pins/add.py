@@ -8,22 +8,34 @@ registry wheel from the index page. What the release does not record is asked fo
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
 import tarfile
-import tempfile
+import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import yaml
-from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
 from packaging.version import InvalidVersion, Version
 
-from g4build.errors import ConfigError, DownloadError, IntegrityError, UnsafeArchiveError, UsageError
-from g4build.pins.index import IndexFile, cache_lock, cache_root, fetch_verified, index_url, project_files
-from g4build.pins.model import PIN_NAME_RE, FileRef, GitRef, Pin, PinSet, load_pins
+from g4build.errors import DownloadError, IntegrityError, UnsafeArchiveError, UsageError
+from g4build.pins.index import cache_root, fetch_verified, index_url, project_page
+from g4build.pins.model import (
+    PIN_NAME_RE,
+    FileRef,
+    GitRef,
+    Pin,
+    PinSet,
+    cuda_problem,
+    remote_problem,
+    version_problem,
+)
+from g4build.pins.page import IndexFile
 
 PROJECT = "vllm"
 # The wheel keys g4build looks up (overlay/registry.py platform_key): other platforms are not pinned.
@@ -69,28 +81,33 @@ def wheel_key(filename: str) -> str | None:
 
 
 def _release_files(version: Version) -> tuple[IndexFile, list[IndexFile]]:
-    files = project_files(PROJECT)
+    page = project_page(PROJECT)
+    files = page.files
     sdists: list[IndexFile] = []
     wheels: list[IndexFile] = []
     seen: set[Version] = set()
     for f in files:
         try:
             if f.filename.endswith(".whl"):
-                v = parse_wheel_filename(f.filename)[1]
-                if v == version:
-                    wheels.append(f)
+                name, v = parse_wheel_filename(f.filename)[:2]
             else:
-                v = parse_sdist_filename(f.filename)[1]
-                if v == version and f.filename.endswith(".tar.gz"):
-                    sdists.append(f)
+                name, v = parse_sdist_filename(f.filename)
         except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
             continue
+        if canonicalize_name(name) != PROJECT:  # another project's file on this page: not ours to pin
+            continue
         seen.add(v)
+        if v == version and f.filename.endswith(".whl"):
+            wheels.append(f)
+        elif v == version and f.filename.endswith(".tar.gz"):
+            sdists.append(f)
     if not sdists:
         near = ", ".join(str(v) for v in sorted(seen)[-5:]) or "none"
+        refused = (f"; entries set aside as unsafe: {'; '.join(page.refused[:5])}"
+                   + (f" and {len(page.refused) - 5} more" if len(page.refused) > 5 else "")) if page.refused else ""
         raise DownloadError(
             f"the package index ({index_url()}) has no sdist of {PROJECT} {version}; "
-            f"expected {PROJECT}-{version}.tar.gz, found these latest versions: {near}",
+            f"expected {PROJECT}-{version}.tar.gz, found these latest versions: {near}{refused}",
             hint="check the version, or point pip's index-url (PIP_INDEX_URL / pip config) at an index that has it",
         )
     if len(sdists) > 1:
@@ -181,6 +198,7 @@ def read_release(release: str, given: Given, pinset: PinSet) -> Proposal:
     except InvalidVersion as exc:
         raise UsageError(f"--release {release!r}: expected a version such as 0.21.0", hint="e.g. --release 0.33.0") \
             from exc
+    _check_given(given)
     name = given.name or f"{PROJECT}-{version}"
     if not PIN_NAME_RE.fullmatch(name):
         raise UsageError(f"--name {name!r}: expected lower case letters, digits, '.', '-', '_'",
@@ -206,13 +224,15 @@ def read_release(release: str, given: Given, pinset: PinSet) -> Proposal:
                 raise IntegrityError(f"{sdist.filename}: vllm/_version.py records version {file_version}, "
                                      f"expected {version}", hint="the index serves another release under this name")
             commit = _commit(short, given.commit, sources, unread)
-            torch = _pick("torch", "--torch", _req(sd, "torch"), given.torch, sources, unread,
-                          "requirements/cuda.txt pins no torch==")
-            flashinfer = _pick("flashinfer", "--flashinfer", _req(sd, "flashinfer-python"), given.flashinfer,
-                               sources, unread, "requirements/cuda.txt pins no flashinfer-python==")
+            odd: dict[str, str] = {}
+            torch = _pick("torch", "--torch", _req(sd, "torch", odd), given.torch, sources, unread,
+                          odd.get("torch", "requirements/cuda.txt pins no torch=="))
+            flashinfer = _pick("flashinfer", "--flashinfer", _req(sd, "flashinfer-python", odd), given.flashinfer,
+                               sources, unread,
+                               odd.get("flashinfer-python", "requirements/cuda.txt pins no flashinfer-python=="))
             cuda = _pick("cuda", "--cuda", _cuda(sd), given.cuda, sources, unread,
                          "neither docker/versions.json nor docker/Dockerfile records CUDA_VERSION")
-    except tarfile.TarError as exc:
+    except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
         raise UnsafeArchiveError(f"{got.path.name}: not a readable tar archive: {exc}",
                                  hint="expected a .tar.gz sdist: delete the cached file and run again") from exc
     # Per-OS bases are forks of other projects (e.g. the Windows fork): no upstream release records them.
@@ -223,6 +243,17 @@ def read_release(release: str, given: Given, pinset: PinSet) -> Proposal:
     return Proposal(pin=pin, sources=sources, unread=unread, skipped=skipped)
 
 
+def _check_given(given: Given) -> None:
+    """The options' values are typed as the pins loader types them (they are written to pins.yaml as they are)."""
+    for option, value, check in (("--torch", given.torch, version_problem),
+                                 ("--flashinfer", given.flashinfer, version_problem),
+                                 ("--cuda", given.cuda, cuda_problem), ("--remote", given.remote, remote_problem)):
+        why = check(value) if value is not None else None
+        if why:
+            raise UsageError(f"{option} {value!r}: it has {why}",
+                             hint="e.g. --cuda 13.0, --torch 2.11.0, --remote https://github.com/OWNER/vllm.git")
+
+
 def _version_file(text: str | None) -> tuple[str | None, str | None]:
     """(version, commit id) as setuptools-scm writes them into vllm/_version.py (the id without its 'g')."""
     ver = re.search(r"^__version__\s*=\s*version\s*=\s*['\"]([^'\"]+)['\"]", text or "", re.M)
@@ -230,9 +261,16 @@ def _version_file(text: str | None) -> tuple[str | None, str | None]:
     return (ver.group(1) if ver else None), (cid.group(1) if cid else None)
 
 
-def _req(sd: _Sdist, project: str) -> tuple[str, str] | None:
+def _req(sd: _Sdist, project: str, unreadable: dict[str, str]) -> tuple[str, str] | None:
+    """The release's ``project==`` version, when it is one (anything else is unread, and says why)."""
     value = _requirement(sd.read("requirements/cuda.txt"), project)
-    return None if value is None else (value, f"sdist requirements/cuda.txt ({project}=={value})")
+    if value is None:
+        return None
+    why = version_problem(value)
+    if why:
+        unreadable[project] = f"requirements/cuda.txt pins {project}=={value!r}, which has {why}"
+        return None
+    return value, f"sdist requirements/cuda.txt ({project}=={value})"
 
 
 def _commit(short: str | None, given: str | None, sources: dict[str, str], unread: dict[str, str]) -> str:
@@ -305,119 +343,3 @@ def _wheels(files: list[IndexFile], chosen: tuple[str, ...]) -> tuple[dict[str, 
             assert sha is not None  # files without one were skipped above
             out[key] = FileRef(file=found[0].filename, sha256=sha.lower())
     return out, skipped
-
-
-# --- writing pins.yaml -----------------------------------------------------------------------------------
-
-
-def scalar(value: str, *, quote: bool = False) -> str:
-    """``value`` as YAML text that reads back as this very string (quoted where plain text would not)."""
-    if not quote and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+/:@-]*", value):
-        try:
-            if yaml.safe_load(value) == value:  # e.g. a commit of digits only would read as a number
-                return value
-        except yaml.YAMLError:
-            pass
-    return json.dumps(value)  # a JSON string is a YAML double-quoted scalar
-
-
-def render_entry(pin: Pin, indent: str = "  ") -> str:
-    """The pin as a pins.yaml block, in the shape of the hand-written entries (``indent`` is the pins' own)."""
-    i1, i2, i3, i4 = indent, indent * 2, indent * 3, indent * 4
-    lines = [
-        f"{i1}{pin.name}:",
-        f"{i2}version: {scalar(pin.version, quote=True)}",
-        f"{i2}upstream:",
-        f"{i3}remote: {scalar(pin.upstream.remote)}",
-        f"{i3}commit: {scalar(pin.upstream.commit)}",
-        f"{i2}sdist:",
-        f"{i3}file: {scalar(pin.sdist.file)}",
-        f"{i3}sha256: {scalar(pin.sdist.sha256)}",
-        f"{i2}torch: {scalar(pin.torch, quote=True)}",
-        f"{i2}cuda: {scalar(pin.cuda, quote=True)}",
-        f"{i2}flashinfer: {scalar(pin.flashinfer, quote=True)}",
-    ]
-    if pin.wheels:
-        lines.append(f"{i2}wheels:")
-        for key, ref in pin.wheels.items():
-            lines += [f"{i3}{key}:", f"{i4}file: {scalar(ref.file)}", f"{i4}sha256: {scalar(ref.sha256)}"]
-    else:
-        lines.append(f"{i2}wheels: {{}}")
-    lines.append(f"{i2}bases: {{}}")
-    return "\n".join(lines) + "\n"
-
-
-def insert_entry(text: str, pin: Pin, pinset: PinSet) -> str:
-    """``text`` of pins.yaml with ``pin``'s block added among the pins, in version order; the rest untouched."""
-    lines = text.splitlines(keepends=True)
-    where = str(pinset.source)
-    start = next((n for n, line in enumerate(lines) if re.match(r"^pins:\s*(#.*)?$", line)), None)
-    if start is None:
-        raise ConfigError(f"{where}: expected a block 'pins:' line at the top level, found none (a flow mapping?)",
-                          hint="write the pins as a block mapping, as the shipped pins.yaml does, then run again")
-    end = len(lines)  # the pins block runs to the next top-level key
-    for n in range(start + 1, len(lines)):
-        if lines[n].strip() and not lines[n].startswith((" ", "\t", "#")):
-            end = n
-            break
-    keys: list[tuple[int, str]] = []
-    indent: str | None = None
-    for n in range(start + 1, end):
-        m = re.match(r"^( +)([^\s#][^:]*):\s*(#.*)?$", lines[n])
-        if m and (indent is None or m.group(1) == indent):
-            indent = m.group(1)
-            keys.append((n, m.group(2).strip().strip("'\"")))
-    if indent is None or [k for _, k in keys] != list(pinset.pins):
-        raise ConfigError(f"{where}: could not find each pin's key line under 'pins:'",
-                          hint="keep one 'name:' line per pin at one indentation, as the shipped pins.yaml does")
-    newline = "\r\n" if lines[start].endswith("\r\n") else "\n"  # a file saved on Windows keeps its line ends
-    block = render_entry(pin, indent).replace("\n", newline)
-    after = [(n, k) for n, k in keys if pinset.pins[k].parsed_version > pin.parsed_version]
-    if after:
-        at = after[0][0]
-        while at - 1 > start and lines[at - 1].startswith(indent + "#"):  # a comment belongs to the pin below it
-            at -= 1
-        new = [*lines[:at], block, newline, *lines[at:]]
-    else:
-        last = end
-        while last - 1 > start and not lines[last - 1].strip():
-            last -= 1
-        tail = lines[last - 1]
-        sep = "" if tail.endswith("\n") else newline
-        new = [*lines[:last - 1], tail + sep, newline, block, *lines[last:]]
-    return "".join(new)
-
-
-def write_pin(pin: Pin, pinset: PinSet) -> Path:
-    """Add ``pin`` to ``pinset``'s file atomically; the result is loaded and checked before it replaces the file.
-
-    The file is read again under a lock: a pin another run added since ``pinset`` was loaded is kept, and the
-    same name added meanwhile is refused.
-    """
-    path = pinset.source
-    key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:24]
-    with cache_lock(cache_root() / "locks" / f"pins-{key}"):  # the lock file stays out of the user's project
-        current = load_pins(path)
-        if pin.name in current.pins:
-            raise UsageError(f"pin '{pin.name}' was added to {path} meanwhile; nothing was written",
-                             hint=f"see it with `g4build pins show {pin.name}`, or pass another --name")
-        text = path.read_bytes().decode("utf-8")  # not read_text: it would turn CRLF line ends into LF
-        new_text = insert_entry(text, pin, current)
-        fd, tmp_name = tempfile.mkstemp(prefix=".pins-", suffix=".yaml.tmp", dir=path.parent)
-        tmp = Path(tmp_name)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-                fh.write(new_text)
-            check = load_pins(tmp)
-            want = {n: p.to_dict() for n, p in current.pins.items()} | {pin.name: pin.to_dict()}
-            got = {n: p.to_dict() for n, p in check.pins.items()}
-            if got != want or check.default != current.default:
-                raise ConfigError(f"{path}: the file with the new pin does not read back as the pins plus "
-                                  f"{pin.name}; nothing was written",
-                                  hint="report this; add the entry by hand meanwhile")
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-    return path

@@ -7,13 +7,11 @@ to pip's built-in default, so mirrors work and no host is written here.
 from __future__ import annotations
 
 import hashlib
-import html.parser
 import os
 import re
 import subprocess
 import sys
 import time
-import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,6 +23,8 @@ from filelock import FileLock, Timeout
 from platformdirs import user_cache_dir
 
 from g4build.errors import DownloadError, IntegrityError, LockTimeoutError, UsageError
+from g4build.pins.page import IndexFile, Page, parse_html, parse_json
+from g4build.util.safetext import file_name_problem
 
 CHUNK = 1 << 20
 LOCK_TIMEOUT_S = 3600.0  # G4BUILD_LOCK_TIMEOUT (seconds) overrides it
@@ -87,74 +87,77 @@ def index_url() -> str:
     return url.rstrip("/")
 
 
-@dataclass(frozen=True, kw_only=True)
-class IndexFile:
-    filename: str
-    url: str
-    sha256: str | None
-    size: int | None = None
-    yanked: bool = False
-
-
-class _LinkParser(html.parser.HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[tuple[str, str]] = []
-        self._href: str | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._href = dict(attrs).get("href")
-
-    def handle_data(self, data: str) -> None:
-        if self._href is not None:
-            self.links.append((data.strip(), self._href))
-            self._href = None
-
-
 def _normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def project_files(project: str, *, session: requests.Session | None = None) -> list[IndexFile]:
-    """List a project's files on the index (PEP 691 JSON, or PEP 503 HTML) with their sha256."""
+PAGE_DEADLINE_S = 300.0  # G4BUILD_PAGE_DEADLINE: reading one index page, retries included
+PAGE_MAX_BYTES = 64 << 20  # the largest project pages are a few MB
+
+
+def _read_page(http: requests.Session, base: str, project: str) -> tuple[str, bytes]:
+    """(Content-Type, body) of an index page, read within the page deadline: a server that trickles or stalls
+    is cut off when it passes, whatever each read does; a page over PAGE_MAX_BYTES is refused."""
+    limits = Limits(deadline_s=_env_seconds("G4BUILD_PAGE_DEADLINE", PAGE_DEADLINE_S), min_rate=0.0)
+    end = time.monotonic() + limits.deadline_s
+    page = f"{base}/{_normalize(project)}/"
+    delay = 1.0
+    for attempt in range(1, 5):
+        left = end - time.monotonic()
+        try:
+            if left <= 0:
+                raise _DeadlinePassed
+            resp = http.get(page, stream=True, timeout=(min(15.0, left), min(120.0, left)),
+                            headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
+            with resp:
+                if resp.status_code == 404:
+                    raise DownloadError(f"the package index at {base} has no project '{project}'",
+                                        hint="check pip's index-url (PIP_INDEX_URL / pip config): a mirror may not "
+                                             "carry it")
+                if resp.status_code >= 500 and attempt < 4:
+                    raise requests.ConnectionError(f"server answered {resp.status_code}")
+                if resp.status_code != 200:
+                    raise DownloadError(f"the package index answered {resp.status_code} for {page}; expected 200",
+                                        hint="run the command again later, or point PIP_INDEX_URL at a working "
+                                             "mirror")
+                body = bytearray()
+                for chunk in _chunks(resp, limits, end):
+                    body += chunk
+                    if len(body) > PAGE_MAX_BYTES:
+                        raise DownloadError(f"the package index page {page} is over {PAGE_MAX_BYTES} bytes; "
+                                            "expected a project page of a few MB",
+                                            hint="check pip's index-url (PIP_INDEX_URL / pip config)")
+                return resp.headers.get("Content-Type", ""), bytes(body)
+        except _DeadlinePassed:
+            raise DownloadError(
+                f"the package index page {page} did not arrive within {limits.deadline_s:g} s "
+                "(G4BUILD_PAGE_DEADLINE)",
+                hint="the index or the network is too slow or stalls: try again, use a closer mirror "
+                     "(PIP_INDEX_URL), or raise G4BUILD_PAGE_DEADLINE") from None
+        except requests.RequestException as exc:
+            if attempt == 4 or time.monotonic() + delay >= end:
+                raise DownloadError(f"could not read the package index page {page}: {exc}",
+                                    hint="check your network or pip's index-url (PIP_INDEX_URL / pip config)") \
+                    from exc
+            time.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
+
+
+def project_page(project: str, *, session: requests.Session | None = None) -> Page:
+    """A project's files on the index (PEP 691 JSON, or PEP 503 HTML) with their sha256, and the entries set
+    aside as unsafe (``page``)."""
     base = index_url()
     page = f"{base}/{_normalize(project)}/"
-    http = session or requests.Session()
-    try:
-        resp = _get_with_retries(
-            http, page,
-            headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"},
-        )
-    except requests.RequestException as exc:
-        raise DownloadError(
-            f"could not read the package index page {page}: {exc}",
-            hint="check your network or pip's index-url (PIP_INDEX_URL / pip config)",
-        ) from exc
-    if resp.status_code == 404:
-        raise DownloadError(f"the package index at {base} has no project '{project}'",
-                            hint="check pip's index-url (PIP_INDEX_URL / pip config): a mirror may not carry it")
-    if resp.status_code != 200:
-        raise DownloadError(f"the package index answered {resp.status_code} for {page}; expected 200",
-                            hint="run the command again later, or point PIP_INDEX_URL at a working mirror")
-    files: list[IndexFile] = []
-    if resp.headers.get("Content-Type", "").startswith("application/vnd.pypi.simple.v1+json"):
-        for f in resp.json().get("files", []):
-            files.append(IndexFile(
-                filename=f["filename"],
-                url=urllib.parse.urljoin(page, f["url"]),
-                sha256=(f.get("hashes") or {}).get("sha256"),
-                size=f.get("size"),
-                yanked=bool(f.get("yanked")),
-            ))
-        return files
-    parser = _LinkParser()
-    parser.feed(resp.text)
-    for text, href in parser.links:
-        url, _, frag = href.partition("#")
-        sha = frag.split("=", 1)[1] if frag.startswith("sha256=") else None
-        files.append(IndexFile(filename=text, url=urllib.parse.urljoin(page, url), sha256=sha))
-    return files
+    ctype, body = _read_page(session or requests.Session(), base, project)
+    if ctype.startswith("application/vnd.pypi.simple.v1+json"):
+        return parse_json(page, body)
+    return parse_html(page, body.decode("utf-8", errors="replace"))
+
+
+def project_files(project: str, *, session: requests.Session | None = None) -> list[IndexFile]:
+    """The safe entries of ``project_page``."""
+    return project_page(project, session=session).files
 
 
 def find_file(project: str, filename: str) -> IndexFile:
@@ -165,26 +168,6 @@ def find_file(project: str, filename: str) -> IndexFile:
         f"{filename} is not on the package index ({index_url()}/{_normalize(project)}/)",
         hint="is the version released? does your mirror carry it?",
     )
-
-
-def _get_with_retries(
-    http: requests.Session, url: str, *, stream: bool = False, headers: dict[str, str] | None = None,
-    attempts: int = 4,
-) -> requests.Response:
-    delay = 1.0
-    for attempt in range(1, attempts + 1):
-        try:
-            resp = http.get(url, stream=stream, headers=headers, timeout=(15, 120))
-            if resp.status_code >= 500 and attempt < attempts:
-                resp.close()
-                raise requests.ConnectionError(f"server answered {resp.status_code}")
-            return resp
-        except (requests.ConnectionError, requests.Timeout):
-            if attempt == attempts:
-                raise
-            time.sleep(delay)
-            delay *= 2
-    raise AssertionError("unreachable")
 
 
 def _env_seconds(name: str, default: float, unit: str = "seconds", *, off: str | None = None) -> float:
@@ -418,6 +401,10 @@ def fetch_verified(
     ``sha256=None`` means "trust the sha256 the index publishes" (used for releases nobody pinned yet).
     A cached file is re-hashed before use; a cached file with the right hash needs no network at all.
     """
+    why = file_name_problem(filename)
+    if why:  # a name decides a cache path: one that could leave cache_dir is never joined to it
+        raise UsageError(f"{filename!r} is not a file name a package index serves: it has {why}",
+                         hint="expected a plain name such as vllm-0.21.0.tar.gz")
     dest = cache_dir / filename
     with cache_lock(dest):
         if sha256 and dest.is_file():

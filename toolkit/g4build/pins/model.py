@@ -18,6 +18,33 @@ FULL_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 # Pin and OS names become folder names (patches/<os>-base/<pin>/); file names become cache paths.
 PIN_NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+# A version as pins hold it: what `packaging` parses, spelt with these characters only (no quote, space or
+# separator: the value is rendered into scripts and Python programs)
+_VERSION_CHARS = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+!_-]*")
+CUDA_RE = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
+# A git remote: a URL or a path, never an option (a leading '-'), never a space, quote or control character
+_REMOTE = re.compile(r"[A-Za-z0-9_./~@][A-Za-z0-9_./:~@%+=-]*")
+
+
+def version_problem(value: str) -> str | None:
+    """Why ``value`` is not a version a pin may hold, or None."""
+    if not _VERSION_CHARS.fullmatch(value) or len(value) > 64:
+        return "characters outside a version's (letters, digits, '.+!_-')"
+    try:
+        Version(value)
+    except InvalidVersion:
+        return "no version (PEP 440)"
+    return None
+
+
+def cuda_problem(value: str) -> str | None:
+    return None if CUDA_RE.fullmatch(value) else "no CUDA line (major.minor, e.g. 13.0)"
+
+
+def remote_problem(value: str) -> str | None:
+    if not _REMOTE.fullmatch(value) or "::" in value:
+        return "characters a git URL or path does not have (or a leading '-', or a transport helper '::')"
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +140,9 @@ class PinSet:
 
 def _git_ref(raw: Any, where: str) -> GitRef:
     remote = require(raw, "remote", str, where)
+    if remote_problem(remote):
+        raise ConfigError(f"{where}.remote: expected a git URL or path, found {remote!r}: it has "
+                          f"{remote_problem(remote)}", hint="e.g. https://github.com/vllm-project/vllm.git")
     commit = str(require(raw, "commit", (str, int), where)).lower()
     if not _HEX.fullmatch(commit):
         raise ConfigError(f"{where}.commit: expected 7-40 hex digits, found {commit!r}")
@@ -152,7 +182,8 @@ def _file_ref(raw: Any, where: str) -> FileRef:
 
 
 def _version_text(raw: Any, key: str, where: str) -> str:
-    """A version-like value, which must be a YAML string: unquoted ``2.10`` reads as the number 2.1."""
+    """A version-like value, which must be a YAML string (unquoted ``2.10`` reads as the number 2.1), and a version
+    (``cuda``: a CUDA line) in the characters of one: it is rendered into scripts and programs."""
     value = require(raw, key, (str, float, int), where)
     if not isinstance(value, str):
         raise ConfigError(
@@ -160,6 +191,10 @@ def _version_text(raw: Any, key: str, where: str) -> str:
             "(YAML reads an unquoted 2.10 as 2.1)",
             hint=f'quote it, e.g. {key}: "{value}"',
         )
+    why = cuda_problem(value) if key == "cuda" else version_problem(value)
+    if why:
+        raise ConfigError(f"{where}.{key}: not a version: {value!r} has {why}",
+                          hint=f'e.g. {key}: "13.0"' if key == "cuda" else f'e.g. {key}: "2.11.0"')
     return value
 
 
@@ -175,10 +210,6 @@ def _pin(name: str, raw: Any, where: str) -> Pin:
         raise ConfigError(f"{where}: expected a mapping of version, upstream, sdist, torch, cuda, flashinfer; "
                           f"found {type(raw).__name__} ({raw!r})")
     version = _version_text(raw, "version", where)
-    try:
-        Version(version)
-    except InvalidVersion as exc:
-        raise ConfigError(f"{where}.version: not a version: {version!r}") from exc
     wheels_raw = raw.get("wheels") or {}
     bases_raw = raw.get("bases") or {}
     if not isinstance(wheels_raw, dict) or not isinstance(bases_raw, dict):
@@ -190,7 +221,7 @@ def _pin(name: str, raw: Any, where: str) -> Pin:
         sdist=_file_ref(require(raw, "sdist", dict, where), f"{where}.sdist"),
         torch=_version_text(raw, "torch", where),
         cuda=_version_text(raw, "cuda", where),
-        flashinfer=str(require(raw, "flashinfer", str, where)),
+        flashinfer=_version_text(raw, "flashinfer", where),
         wheels={k: _file_ref(v, f"{where}.wheels.{k}") for k, v in wheels_raw.items()},
         bases={_name(k, f"{where}.bases"): _base(v, f"{where}.bases.{k}") for k, v in bases_raw.items()},
     )

@@ -13,7 +13,17 @@ from g4build.recipes.flashinfer import wheel_flashinfer
 from g4build.recipes.model import Recipe
 from g4build.recipes.rules import CheckContext, WheelInfo
 from g4build.series.model import load_all
-from g4build.wheelfile.manifestfile import MANIFEST_NAME, loads
+from g4build.wheelfile.manifestfile import MANIFEST_NAME, MAX_BYTES, loads
+
+
+def _small(archive: zipfile.ZipFile, name: str) -> bytes:
+    """A metadata member, read no further than ``MAX_BYTES`` whatever its directory entry claims."""
+    with archive.open(name) as fh:
+        data = fh.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise UsageError(f"{name}: over {MAX_BYTES} bytes; expected a small metadata file",
+                         hint="the wheel is not one a build wrote: rebuild it")
+    return data
 
 
 def read_wheel_info(wheel: Path) -> WheelInfo:
@@ -26,9 +36,9 @@ def read_wheel_info(wheel: Path) -> WheelInfo:
             names = archive.namelist()
             manifests = [n for n in names if n.endswith(".dist-info/" + MANIFEST_NAME)]
             metas = [n for n in names if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
-            raw = archive.read(manifests[0]) if manifests else None
-            metadata = archive.read(metas[0]).decode("utf-8", errors="replace") if metas else ""
-    except zipfile.BadZipFile as exc:
+            raw = _small(archive, manifests[0]) if manifests else None
+            metadata = _small(archive, metas[0]).decode("utf-8", errors="replace") if metas else ""
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError, ValueError) as exc:
         raise UsageError(f"{wheel}: not a wheel (not a zip archive)") from exc
     data = loads(raw, str(wheel)) if raw is not None else None
     flashinfer = wheel_flashinfer(wheel.name, metadata, data)

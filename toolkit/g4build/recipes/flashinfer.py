@@ -27,9 +27,12 @@ from typing import Any, Literal
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion
 
+from g4build.errors import RecipeError
 from g4build.recipes.model import Recipe
+from g4build.util.safetext import file_name_problem
 
 PROJECT = "flashinfer-python"  # the package that provides ``import flashinfer``
 SAMPLER = "VLLM_USE_FLASHINFER_SAMPLER"
@@ -92,6 +95,10 @@ class FlashInferInfo:
         return {"presence": self.presence, "why": self.why, "wheels": list(self.wheels)}
 
 
+_MANIFEST_HINT = ("the wheel's build manifest is not one g4build wrote (or it was edited): rebuild the wheel, or "
+                  "render without --wheel")
+
+
 def _tag_environment(filename: str) -> dict[str, str]:
     """Marker values of the platform and Python a wheel is for, from its file name's tags."""
     env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
@@ -126,11 +133,39 @@ def requires_flashinfer(metadata: str, filename: str) -> str | None:
     return None
 
 
+def _wheel_files(raw: Any) -> tuple[str, ...]:
+    """The FlashInfer wheel file names a build manifest records, each a FlashInfer wheel's plain file name (they
+    are joined to the wheel's folder and written into launch scripts): anything else is a RecipeError."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise RecipeError(f"the wheel's build-manifest.json: flashinfer.wheels is {type(raw).__name__}, expected a "
+                          "list", hint=_MANIFEST_HINT)
+    files = []
+    for entry in raw:
+        name = entry.get("file") if isinstance(entry, dict) else None
+        if not isinstance(name, str):
+            raise RecipeError(f"the wheel's build-manifest.json: a flashinfer.wheels entry has no file name "
+                              f"({entry!r:.80})", hint=_MANIFEST_HINT)
+        why = file_name_problem(name)
+        try:
+            project = canonicalize_name(parse_wheel_filename(name)[0]) if not why else ""
+        except (InvalidWheelFilename, InvalidVersion):
+            why = "no wheel file name"
+        if not why and not project.startswith(PROJECT.split("-")[0]):
+            why = f"the wheel of {project}, not of FlashInfer"
+        if why:
+            raise RecipeError(f"the wheel's build-manifest.json names the FlashInfer wheel {name!r}: it has {why}",
+                              hint=_MANIFEST_HINT)
+        files.append(name)
+    return tuple(files)
+
+
 def wheel_flashinfer(filename: str, metadata: str, manifest: Mapping[str, Any] | None) -> FlashInferInfo:
     """What a wheel says: its build manifest's ``flashinfer`` record first, then its Requires-Dist."""
     record = manifest.get("flashinfer") if manifest else None
     if isinstance(record, dict) and record.get("source") == "wheels":
-        files = tuple(str(w["file"]) for w in record.get("wheels", []) if isinstance(w, dict) and "file" in w)
+        files = _wheel_files(record.get("wheels"))
         return FlashInferInfo(presence="present", wheels=files,
                               why=f"built with the FlashInfer wheels {', '.join(files)} (sha256-checked), "
                                   "installed beside it")

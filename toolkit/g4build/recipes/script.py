@@ -149,7 +149,8 @@ def header_lines(plan: LaunchPlan, shell: Shell) -> list[str]:
         lines += ["", "Notes:", *comment_lines(plan.notes)]
     if fi := flashinfer_lines(plan):
         lines += ["", *fi]
-    return lines
+    # every line once more: no text from a wheel or its manifest may end a comment, whichever field it came by
+    return [part for line in lines for part in (comment_lines(line) or [""])]
 
 
 def flashinfer_lines(plan: LaunchPlan) -> list[str]:

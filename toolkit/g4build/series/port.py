@@ -25,8 +25,8 @@ from typing import Any
 from g4build.data import writable_root
 from g4build.errors import ConfigError, PatchConflictError, SourceError, UsageError
 from g4build.fsutil import write_atomic
-from g4build.pins.add import scalar
 from g4build.pins.model import Pin, PinSet, load_pins
+from g4build.pins.pinsfile import scalar
 from g4build.series.check import HunkProblem, PatchResult, Scratch
 from g4build.series.model import Series, SeriesPatch, get_series, load_all, load_series
 from g4build.series.patchfile import FileDiff, parse_patch, touched_paths

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import posixpath
 import re
 import tarfile
+import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import git
@@ -25,8 +25,10 @@ from g4build.errors import IntegrityError, SourceError, UnsafeArchiveError, Usag
 from g4build.fsutil import remove_tree
 from g4build.pins.index import Fetched, ProgressHook, cache_lock, cache_root, fetch_verified
 from g4build.pins.model import GitRef, Pin
-from g4build.source import forkport
+from g4build.source import forkport, gittree
 from g4build.source.base import base_digest
+from g4build.source.extract import check_tar_members, is_vcs_member, safe_extract_tar
+from g4build.util import gitsafe
 
 MARKER = "g4build-source.json"  # kept inside .git/, so it never shows in the work tree
 _GIT_ENV = {
@@ -37,9 +39,6 @@ _GIT_ENV = {
     "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z",
     "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
 }
-_MAX_MEMBER_BYTES = 512 << 20
-_MAX_TOTAL_BYTES = 4 << 30
-_UNSAFE_HINT = "nothing was extracted; a release sdist never has such members: get the archive again from the index"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,101 +56,6 @@ class SourceResult:
         return d
 
 
-# --- safe extraction -------------------------------------------------------------------------------------
-
-
-def _escapes(rel: str) -> bool:
-    """True when a relative POSIX path, once normalised, leaves its base."""
-    n = posixpath.normpath(rel)
-    return n == ".." or n.startswith("../") or n.startswith("/")
-
-
-def check_tar_members(members: list[tarfile.TarInfo], where: str) -> None:
-    """Refuse the whole archive if any member could land outside the destination."""
-    total = 0
-    for m in members:
-        name = m.name
-        p = PurePosixPath(name)
-        if p.is_absolute() or re.match(r"^[A-Za-z]:", name):
-            raise UnsafeArchiveError(
-                f"{where}: member '{name}' has an absolute path; expected names inside the tree", hint=_UNSAFE_HINT
-            )
-        if "\\" in name:  # a Windows separator: on Windows it could climb or root the path
-            raise UnsafeArchiveError(
-                f"{where}: member '{name}' has a backslash; expected '/'-separated names", hint=_UNSAFE_HINT
-            )
-        if ".." in p.parts:
-            raise UnsafeArchiveError(
-                f"{where}: member '{name}' climbs out with '..'; refusing the archive", hint=_UNSAFE_HINT
-            )
-        if m.issym():
-            if m.linkname.startswith("/") or _escapes(posixpath.join(str(p.parent), m.linkname)):
-                raise UnsafeArchiveError(
-                    f"{where}: symlink '{name}' -> '{m.linkname}' points outside the tree; refusing the archive",
-                    hint=_UNSAFE_HINT,
-                )
-        elif m.islnk():
-            if m.linkname.startswith("/") or _escapes(m.linkname):
-                raise UnsafeArchiveError(
-                    f"{where}: hardlink '{name}' -> '{m.linkname}' points outside the tree; refusing the archive",
-                    hint=_UNSAFE_HINT,
-                )
-        elif not (m.isfile() or m.isdir()):
-            raise UnsafeArchiveError(
-                f"{where}: member '{name}' is a device or fifo; a source archive has none", hint=_UNSAFE_HINT
-            )
-        if m.size > _MAX_MEMBER_BYTES:
-            raise UnsafeArchiveError(
-                f"{where}: member '{name}' is {m.size} bytes, over the {_MAX_MEMBER_BYTES} limit", hint=_UNSAFE_HINT
-            )
-        total += m.size
-    if total > _MAX_TOTAL_BYTES:
-        raise UnsafeArchiveError(
-                f"{where}: archive unpacks to {total} bytes, over the {_MAX_TOTAL_BYTES} limit", hint=_UNSAFE_HINT
-            )
-
-
-_FILTER_ERRORS: tuple[type[Exception], ...] = (
-    (tarfile.FilterError,) if hasattr(tarfile, "FilterError") else ()  # Python with extraction filters
-)
-
-
-def safe_extract_tar(archive: Path, dest: Path) -> Path:
-    """Extract ``archive`` to ``dest`` (which must not exist) and return its single top folder.
-
-    Every member is checked before anything is written; on any failure ``dest`` does not exist afterwards.
-    """
-    if dest.exists():
-        raise SourceError(f"{dest} already exists; expected a fresh destination for extraction",
-                          hint="remove it or extract somewhere else")
-    tmp = dest.with_name(dest.name + ".extracting")
-    remove_tree(tmp)
-    try:
-        with tarfile.open(archive) as tar:
-            members = tar.getmembers()
-            check_tar_members(members, archive.name)
-            tmp.mkdir(parents=True)
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(tmp, members=members, filter="data")
-            else:  # Python without extraction filters: members were checked above
-                tar.extractall(tmp, members=members)
-        tops = [p.name for p in tmp.iterdir()]
-        single = len(tops) == 1 and (tmp / tops[0]).is_dir()
-        os.replace(tmp, dest)
-    except _FILTER_ERRORS as exc:  # the extraction filter's own check (e.g. a link chain the names hide)
-        remove_tree(tmp)
-        raise UnsafeArchiveError(f"{archive.name}: member refused by the extraction filter: {exc}",
-                                 hint=_UNSAFE_HINT) from exc
-    except tarfile.TarError as exc:
-        remove_tree(tmp)
-        raise UnsafeArchiveError(f"{archive.name}: not a readable tar archive: {exc}",
-                                 hint="expected a .tar.gz sdist: delete the file and download it again") from exc
-    except BaseException:
-        remove_tree(tmp)
-        raise
-    return dest / tops[0] if single else dest
-
-
 def pristine_files(pin: Pin, paths: Iterable[str], progress: ProgressHook | None = None) -> dict[str, bytes]:
     """The pin's own copies of ``paths`` (tree-relative, e.g. ``vllm/envs.py``), read from its sha256-verified sdist
     (cached; fetched from the index when missing). A path the release does not have is left out."""
@@ -164,7 +68,7 @@ def pristine_files(pin: Pin, paths: Iterable[str], progress: ProgressHook | None
             check_tar_members(members, got.path.name)
             for member in members:
                 top, _, rel = member.name.partition("/")
-                if rel in wanted and member.isfile() and top and rel not in found:
+                if rel in wanted and member.isfile() and top and rel not in found and not is_vcs_member(rel):
                     data = tar.extractfile(member)
                     if data is not None:
                         found[rel] = data.read()
@@ -220,21 +124,28 @@ def _write_marker(tree: Path, data: dict[str, Any]) -> None:
 
 
 def _init_repo(tree: Path) -> git.Repo:
-    """A repository whose files are stored and checked out byte for byte, whatever the user's git config says
-    (Git for Windows defaults to core.autocrlf=true, which would make patched files look changed)."""
-    repo = git.Repo.init(tree)
-    with repo.config_writer() as cfg:
-        cfg.set_value("core", "autocrlf", "false")
-        cfg.set_value("core", "safecrlf", "false")
+    """A fresh repository of g4build's own (the extracted tree carries none: ``extract``), whose files are stored
+    and checked out byte for byte whatever the user's git config says (Git for Windows defaults to
+    core.autocrlf=true, which would make patched files look changed). Its git runs hardened (``util.gitsafe``)."""
+    if (tree / ".git").exists() or (tree / ".git").is_symlink():
+        raise SourceError(f"{tree} already holds a .git; expected a tree without one (extracted trees keep none)",
+                          hint="remove the folder; g4build makes it again from the cached download")
+    tree.mkdir(parents=True, exist_ok=True)
+    gittree.run_git(["init", "-q", "--template="], cwd=tree)
+    gittree.run_git(["config", "core.autocrlf", "false"], cwd=tree)
+    gittree.run_git(["config", "core.safecrlf", "false"], cwd=tree)
+    repo = git.Repo(tree)
+    # network fetches keep the user's config (proxies, mirrors) but never a hook or an fsmonitor
+    repo.git.set_persistent_git_options(c=gitsafe.config_args()[1::2])
     return repo
 
 
 def _commit_tree(tree: Path, message: str) -> str:
-    repo = _init_repo(tree)
-    with repo.git.custom_environment(**_GIT_ENV):
-        repo.git.add("-A", "-f")  # sdists carry generated files a .gitignore would hide
-        repo.git.commit("-q", "--no-gpg-sign", "--no-verify", "-m", message)
-    return str(repo.head.commit.hexsha)
+    if not (tree / ".git").is_dir():
+        _init_repo(tree)
+    gittree.run_git(["add", "-A", "-f"], cwd=tree)  # sdists carry generated files a .gitignore would hide
+    gittree.run_git(["commit", "-q", "--no-gpg-sign", "--no-verify", "-m", message], cwd=tree, env=_GIT_ENV)
+    return gittree.head(tree)
 
 
 def read_version_file(tree: Path) -> tuple[str | None, str | None]:
@@ -315,9 +226,14 @@ def _resolve_git(repo: git.Repo, pin: Pin) -> str:
         attempts.append(["--depth", "1", "origin", commit])
     attempts.append(["--depth", "1", "origin", f"+refs/tags/v{pin.version}:refs/tags/v{pin.version}"])
     attempts.append(["origin", "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"])
+    deadline = gitsafe.network_deadline()
     for args in attempts:
+        if time.monotonic() >= deadline:
+            raise SourceError(f"fetching {pin.upstream.remote} did not finish within G4BUILD_GIT_DEADLINE",
+                              hint="the remote or the network is too slow or stalls: try again, pass --remote with a "
+                                   "mirror, or raise G4BUILD_GIT_DEADLINE (seconds)")
         try:
-            repo.git.fetch("-q", *args)
+            repo.git.fetch("-q", *args, kill_after_timeout=gitsafe.left(deadline))
         except git.GitCommandError:
             continue
         for ref in (commit, f"v{pin.version}"):

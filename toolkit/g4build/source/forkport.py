@@ -33,6 +33,9 @@ from g4build.pins.model import Base, Pin
 from g4build.source.base import fixup_patches
 from g4build.source.gittree import git_exe
 from g4build.source.merge import run_merge_file
+from g4build.util import gitsafe
+from g4build.util.gitsafe import is_vcs_name
+from g4build.util.safetext import component_problem
 
 # Module-level imports that do not exist on Windows: after a port, a vllm module that still has one at the top
 # level will fail to import there.
@@ -79,13 +82,20 @@ class _Plan:
 
 
 # Neutral git: no password prompt (an unattended build must fail, not wait), no line-ending conversion.
-_ENV = {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GCM_INTERACTIVE": "never"}
-_NEUTRAL = ("-c", "core.autocrlf=false", "-c", "core.safecrlf=false")
+_NEUTRAL = tuple(gitsafe.config_args())  # no hook or fsmonitor of any repository, no line-ending conversion
 
 
-def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([git_exe(), *_NEUTRAL, "--git-dir", str(repo), *args], capture_output=True, check=check,
-                          env={**os.environ, **_ENV})
+def _git(repo: Path, *args: str, check: bool = True, deadline: float | None = None,
+         ) -> subprocess.CompletedProcess[bytes]:
+    # a fetch into the bare cache g4build made: the user's config (proxies, mirrors) stays, no program of it runs
+    try:
+        return subprocess.run([git_exe(), *_NEUTRAL, "--git-dir", str(repo), *args], capture_output=True,
+                              check=check, env=gitsafe.env(network=True),
+                              timeout=gitsafe.left(deadline) if deadline is not None else None)
+    except subprocess.TimeoutExpired:
+        raise SourceError(f"git {args[0]} from the fork did not finish within G4BUILD_GIT_DEADLINE",
+                          hint="the remote or the network is too slow or stalls: try again, use a mirror "
+                               "(--remote), or raise G4BUILD_GIT_DEADLINE (seconds)") from None
 
 
 def _has_commit(repo: Path, sha: str) -> bool:
@@ -111,7 +121,8 @@ def ensure_fork_commits(remote: str, head: str, onto: str, *, cache_key: str | N
             tmp = repo.with_name(repo.name + ".tmp")
             remove_tree(tmp)
             tmp.parent.mkdir(parents=True, exist_ok=True)
-            subprocess.run([git_exe(), "init", "-q", "--bare", str(tmp)], check=True, capture_output=True)
+            subprocess.run([git_exe(), *_NEUTRAL, "init", "-q", "--bare", "--template=", str(tmp)], check=True,
+                           capture_output=True, env=gitsafe.env())
             os.replace(tmp, repo)
         if not (_has_commit(repo, head) and _has_commit(repo, onto)):
             # The fork head by sha (what GitHub serves) with enough history to hold `onto`; a server that refuses
@@ -120,8 +131,9 @@ def ensure_fork_commits(remote: str, head: str, onto: str, *, cache_key: str | N
                      ["fetch", "-q", f"--depth={FORK_DEPTH}", url, "+refs/heads/*:refs/fork/heads/*",
                       "+refs/tags/*:refs/fork/tags/*"]]
             last = "the remote has no such commit"
+            deadline = gitsafe.network_deadline()
             for args in tries:
-                proc = _git(repo, *args, check=False)
+                proc = _git(repo, *args, check=False, deadline=deadline)
                 if proc.returncode:
                     last = (proc.stderr.decode(errors="replace").strip().splitlines() or [last])[-1]
                 if _has_commit(repo, head) and _has_commit(repo, onto):
@@ -168,8 +180,22 @@ def _changes(repo: Path, onto: str, commit: str) -> list[tuple[str, str, str, st
     out = []
     for meta, path in zip(items[::2], items[1::2], strict=True):
         old_mode, new_mode, _old, _new, status = meta.lstrip(":").split(" ")
+        _check_path(path, commit)
         out.append((status[0], path, old_mode, new_mode))
     return out
+
+
+def _check_path(path: str, commit: str) -> None:
+    """A path of the fork's commits names a file inside the tree and never VCS metadata: a hostile remote can
+    serve trees with '..' or '.git' entries (git does not check fetched objects unless asked to)."""
+    parts = path.split("/")
+    why = next((w for w in (component_problem(p) for p in parts) if w), None)
+    if why is None and any(is_vcs_name(p) for p in parts):
+        why = "VCS metadata (.git and its spellings)"
+    if why is not None or path.startswith("/"):
+        raise SourceError(f"the fork's commit {commit[:12]} changes {path!r}, which has {why or 'an absolute path'}; "
+                          "expected paths inside the tree", hint="nothing was written: check bases.<os>.remote and "
+                          "commit in patches/pins.yaml (the fork is not the one you expect)")
 
 
 def _blob(repo: Path, commit: str, path: str) -> bytes:
@@ -258,7 +284,7 @@ def _apply_fixups(tree: Path, patches: list[Path]) -> None:
     for patch in patches:
         for args in (["--check"], []):
             proc = subprocess.run([git_exe(), *_NEUTRAL, "apply", "--whitespace=nowarn", *args, str(patch)],
-                                  cwd=tree, capture_output=True, text=True, check=False, env={**os.environ, **_ENV})
+                                  cwd=tree, capture_output=True, text=True, check=False, env=gitsafe.env())
             if proc.returncode:
                 raise BaseConflictError(
                     f"fixup {patch.parent.parent.name}/{patch.parent.name}/{patch.name} does not apply to the "

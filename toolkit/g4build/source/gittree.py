@@ -8,9 +8,8 @@ import subprocess
 from pathlib import Path
 
 from g4build.errors import SourceError
+from g4build.util import gitsafe
 
-# Commits we make must not depend on the user's hooks, signing or diff settings.
-_NEUTRAL = ["-c", "commit.gpgsign=false", "-c", "core.autocrlf=false"]
 _IDENTITY = {"name": "g4build", "email": "g4build@localhost"}
 
 
@@ -25,10 +24,11 @@ def run_git(
     args: list[str], *, cwd: Path, stdin: bytes | None = None, env: dict[str, str] | None = None,
     check: bool = True,
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run git with neutral settings; raise SourceError (with git's message) when ``check`` and it fails."""
-    full_env = {**os.environ, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", **(env or {})}
+    """Run git hardened (``util.gitsafe``: no hook, fsmonitor, system or global config: the trees are upstream
+    material); raise SourceError (with git's message) when ``check`` and it fails."""
     proc = subprocess.run(
-        [git_exe(), *_NEUTRAL, *args], cwd=cwd, input=stdin, capture_output=True, env=full_env, check=False,
+        [git_exe(), *gitsafe.config_args(), *args], cwd=cwd, input=stdin, capture_output=True,
+        env=gitsafe.env({**os.environ, **(env or {})}), check=False,
     )
     if check and proc.returncode != 0:
         msg = proc.stderr.decode(errors="replace").strip() or proc.stdout.decode(errors="replace").strip()
@@ -91,10 +91,20 @@ def head(tree: Path) -> str:
 
 
 def identity_env(tree: Path) -> dict[str, str]:
-    """Author/committer for our commits: the user's own when configured, else a neutral g4build one."""
-    have = run_git(["config", "user.email"], cwd=tree, check=False).stdout.strip()
-    if have:
-        return {}
+    """Author/committer for our commits: the user's own when configured, else a neutral g4build one.
+
+    Commits run without the user's global config (``run_git``), so the user's name and address are read here,
+    read only (``git config --get`` runs no program), and passed on as the environment."""
+    user = {}
+    for key, names in (("user.name", ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME")),
+                       ("user.email", ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"))):
+        proc = subprocess.run([git_exe(), "config", "--get", key], cwd=tree, capture_output=True, check=False,
+                              env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+        value = proc.stdout.decode(errors="replace").strip()
+        if proc.returncode == 0 and value and "\n" not in value:
+            user.update(dict.fromkeys(names, value))
+    if len(user) == 4:
+        return user
     return {
         "GIT_AUTHOR_NAME": _IDENTITY["name"], "GIT_AUTHOR_EMAIL": _IDENTITY["email"],
         "GIT_COMMITTER_NAME": _IDENTITY["name"], "GIT_COMMITTER_EMAIL": _IDENTITY["email"],

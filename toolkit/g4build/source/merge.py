@@ -15,6 +15,7 @@ from pathlib import Path
 
 from g4build.errors import SourceError
 from g4build.source.gittree import git_exe
+from g4build.util import gitsafe
 
 # Long markers: a source line that happens to start with seven '<' must never read as one.
 _SIZE = 17
@@ -73,8 +74,9 @@ def run_merge_file(ours: bytes, base: bytes, theirs: bytes, *, diff3: bool = Fal
             (Path(tmp) / name).write_bytes(data)
             names.append(str(Path(tmp) / name))
         options = [*(["--diff3"] if diff3 else []), *([f"--marker-size={marker_size}"] if marker_size else [])]
-        proc = subprocess.run([git_exe(), "merge-file", "-p", "-q", *options, "-L", "ours", "-L", "base",
-                               "-L", "theirs", *names], capture_output=True, check=False)
+        proc = subprocess.run([git_exe(), *gitsafe.config_args(), "merge-file", "-p", "-q", *options,
+                               "-L", "ours", "-L", "base", "-L", "theirs", *names],
+                              capture_output=True, check=False, cwd=tmp, env=gitsafe.env())
     if 0 <= proc.returncode < 128:
         return proc.returncode, proc.stdout
     raise SourceError(f"git merge-file failed: {proc.stderr.decode(errors='replace').strip()}")

@@ -151,6 +151,8 @@ Span = tuple[int, int]  # (offset, size) of a section in the file
 def parse_containers(raw: bytes, span: Span | None = None, where: str = "fatbin") -> list[Fatbin]:
     """Every container in ``raw[offset:offset+size]``; padding between containers is skipped."""
     start, limit = (0, len(raw)) if span is None else (span[0], span[0] + span[1])
+    if start < 0 or limit > len(raw) or start > limit:
+        raise FatbinFormatError(f"{where}: a fatbin section claims bytes {start}..{limit}, the file has {len(raw)}")
     magic = struct.pack("<I", FATBIN_MAGIC)
     found: list[Fatbin] = []
     pos = raw.find(magic, start, limit)
@@ -187,9 +189,15 @@ def _entries(raw: bytes, pos: int, end: int, where: str) -> Iterator[FatbinEntry
 
 
 def elf_sections(data: bytes, names: tuple[str, ...], where: str) -> list[Span]:
-    """The named sections' contents of an ELF file (32/64-bit, little-endian)."""
+    """The named sections' contents of an ELF file (32/64-bit, little-endian).
+
+    Every offset and count is checked against the file's real size before it is used: a header that claims a
+    section table of 2^40 entries, or sections past the end, is a FatbinFormatError, and nothing is allocated
+    for what the file does not hold."""
     if data[:4] != b"\x7fELF":
         raise FatbinFormatError(f"{where}: not an ELF file")
+    if len(data) < 0x40:
+        raise FatbinFormatError(f"{where}: ELF file of {len(data)} bytes, shorter than its own header")
     is64, little = data[4] == 2, data[5] == 1
     if not little:
         raise FatbinFormatError(f"{where}: big-endian ELF is not supported")
@@ -203,39 +211,55 @@ def elf_sections(data: bytes, names: tuple[str, ...], where: str) -> list[Span]:
         sh = struct.Struct("<IIIIII")
     if shoff == 0:
         return []
+    if shentsize < sh.size or shoff + sh.size > len(data):
+        raise FatbinFormatError(f"{where}: ELF section table at offset {shoff} with {shentsize}-byte entries does "
+                                f"not fit the file's {len(data)} bytes")
     if shnum == 0 or shstrndx == 0xFFFF:  # extended numbering lives in section 0
         _, _, _, _, _, size0 = sh.unpack_from(data, shoff)
         shnum = shnum or size0
     if shoff + shnum * shentsize > len(data):
-        raise FatbinFormatError(f"{where}: ELF section table runs past the end of the file")
+        raise FatbinFormatError(f"{where}: ELF section table ({shnum} entries) runs past the end of the file")
     headers = [sh.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
     if shstrndx >= len(headers):
         raise FatbinFormatError(f"{where}: ELF section-name table index {shstrndx} out of range")
     str_off, str_size = headers[shstrndx][4], headers[shstrndx][5]
+    if str_off + str_size > len(data):
+        raise FatbinFormatError(f"{where}: ELF section-name table runs past the end of the file")
     strtab = data[str_off:str_off + str_size]
     out = []
     nobits = 8
     for name_off, kind, _, _, off, size in headers:
-        name = strtab[name_off:strtab.find(b"\0", name_off)].decode("ascii", "replace")
+        end = strtab.find(b"\0", name_off)
+        name = strtab[name_off:end if end >= 0 else len(strtab)].decode("ascii", "replace")
         if name in names and kind != nobits:
+            if off + size > len(data):
+                raise FatbinFormatError(f"{where}: ELF section {name} claims bytes {off}..{off + size}, the file "
+                                        f"has {len(data)}")
             out.append((off, size))
     return out
 
 
 def pe_sections(data: bytes, where: str) -> list[Span]:
-    """The ``.nv_fatb`` section(s) of a Windows PE file (DLL/PYD)."""
+    """The ``.nv_fatb`` section(s) of a Windows PE file (DLL/PYD), each checked to lie inside the file."""
     if data[:2] != b"MZ":
         raise FatbinFormatError(f"{where}: not a PE file")
+    if len(data) < 0x40:
+        raise FatbinFormatError(f"{where}: PE file of {len(data)} bytes, shorter than its DOS header")
     (pe,) = struct.unpack_from("<I", data, 0x3C)
-    if data[pe:pe + 4] != b"PE\0\0":
+    if data[pe:pe + 4] != b"PE\0\0" or pe + 24 > len(data):
         raise FatbinFormatError(f"{where}: no PE signature at offset {pe}")
     _, nsections, _, _, _, opt_size, _ = struct.unpack_from("<HHIIIHH", data, pe + 4)
     table = pe + 24 + opt_size
+    if table + 40 * nsections > len(data):
+        raise FatbinFormatError(f"{where}: PE section table ({nsections} sections) runs past the end of the file")
     out = []
     for i in range(nsections):
         name, vsize, _, raw_size, raw_ptr = struct.unpack_from("<8sIIII", data, table + 40 * i)
         if name.startswith(PE_SECTION_PREFIX):
             size = min(vsize, raw_size) if vsize else raw_size
+            if raw_ptr + size > len(data):
+                raise FatbinFormatError(f"{where}: PE section {name.rstrip(bytes(1)).decode('ascii', 'replace')} "
+                                        f"claims bytes {raw_ptr}..{raw_ptr + size}, the file has {len(data)}")
             out.append((raw_ptr, size))
     return out
 
@@ -257,4 +281,16 @@ def library_archs(data: bytes, where: str) -> LibraryArchs:
     fatbins: list[Fatbin] = []
     for section in sections:
         fatbins.extend(parse_containers(data, section, where))
+    if sections and not fatbins:  # CUDA code was there (nvcc made the section) and is gone: emptied, zeroed
+        raise FatbinFormatError(f"{where}: {len(sections)} fatbin section(s) of {sum(s for _, s in sections)} bytes "
+                                "hold no fatbin container: no readable code for any GPU arch")
     return LibraryArchs(fatbins=tuple(fatbins))
+
+
+def read_library_archs(data: bytes, where: str) -> LibraryArchs:
+    """``library_archs``, with any short read of a header the checks above did not foresee a FatbinFormatError
+    too: a library is upstream material and its reader never ends in a traceback."""
+    try:
+        return library_archs(data, where)
+    except (struct.error, IndexError, OverflowError, MemoryError) as exc:
+        raise FatbinFormatError(f"{where}: malformed library headers ({exc})") from exc

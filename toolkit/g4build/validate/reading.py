@@ -14,7 +14,6 @@ import os
 import tempfile
 import threading
 import zipfile
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +21,16 @@ from typing import Any, cast
 
 from g4build.series.model import load_all
 from g4build.validate import cudatools
-from g4build.validate.fatbin import FatbinFormatError, LibraryArchs, is_native, library_archs
+from g4build.validate.fatbin import FatbinFormatError, LibraryArchs, is_native, read_library_archs
 from g4build.wheelfile.manifestfile import MANIFEST_NAME, loads
-from g4build.wheelfile.safety import check_limits, member_problems, stored_twice, stream_member
+from g4build.wheelfile.safety import (
+    ZIP_OR_OS_ERRORS,
+    check_limits,
+    member_problems,
+    read_small,
+    stored_twice,
+    stream_member,
+)
 
 # FlashAttention 4's CuteDSL files in a vLLM wheel: kept as text so validation can read their imports
 FA4_CUTE = "vllm/vllm_flash_attn/cute/"
@@ -67,7 +73,8 @@ def dist_info_of(names: list[str]) -> str | None:
 def fingerprint_paths(manifest: dict[str, Any] | None) -> set[str]:
     if not manifest:
         return set()
-    pin_name = str(manifest.get("pin", {}).get("name", ""))
+    pin = manifest.get("pin")
+    pin_name = str(pin.get("name", "")) if isinstance(pin, dict) else ""
     wanted = {str(s.get("name")) for s in manifest["series"]}
     paths: set[str] = set()
     for s in load_all():
@@ -85,7 +92,7 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
         infos = [i for i in zf.infolist() if not i.is_dir()]
         names = [i.filename for i in infos]
         dist = dist_info_of(names)
-        small = {n: zf.read(n) for n in names if dist and n.startswith(dist + "/") and
+        small = {n: read_small(zf, n, path.name) for n in names if dist and n.startswith(dist + "/") and
                  n.rsplit("/", 1)[-1] in ("METADATA", "RECORD", "WHEEL", MANIFEST_NAME)}
     manifest = None
     if dist and f"{dist}/{MANIFEST_NAME}" in small:
@@ -105,21 +112,28 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
                 digest, size = stream_member(zf, info, sink if native or info.filename in keep else None)
                 text = sink.getvalue() if isinstance(sink, io.BytesIO) and info.filename in keep else None
                 member = Member(name=info.filename, hash=digest, size=size, text=text)
-                if not native or size < 4:
+                if not native:
                     return member
+                if size < 4:  # an emptied library: nothing to load, no code for any arch
+                    return _not_a_library(member, f"{size} bytes")
                 sink.flush()
                 with mmap.mmap(sink.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
                     return _library(member, cast(bytes, mapped), spool)  # mmap reads like bytes: find, slices
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+        except ZIP_OR_OS_ERRORS as exc:
             return Member(name=info.filename, hash="", size=-1, error=f"unreadable: {exc}")
         finally:
             spool.unlink(missing_ok=True)
 
+    def _not_a_library(member: Member, found: str) -> Member:
+        return Member(name=member.name, hash=member.hash, size=member.size, text=member.text,
+                      fatbin_error=f"{member.name}: expected an ELF or PE library (its name says native code), "
+                                   f"found {found}: it holds no readable code for any GPU arch")
+
     def _library(member: Member, data: bytes, spool: Path) -> Member:
         if data[:4] != b"\x7fELF" and data[:2] != b"MZ":
-            return member
+            return _not_a_library(member, f"{member.size} bytes starting {bytes(data[:4])!r}")
         try:
-            archs = library_archs(data, member.name)
+            archs = read_library_archs(data, member.name)
         except FatbinFormatError as exc:
             return Member(name=member.name, hash=member.hash, size=member.size, text=member.text,
                            fatbin_error=str(exc))

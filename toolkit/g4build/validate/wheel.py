@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import re
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,14 @@ from g4build.validate.fatbin import Arch
 from g4build.validate.reading import FA4_CUTE, Contents, is_fa4_cute, read_wheel
 from g4build.validate.smoke import smoke_install
 from g4build.wheelfile.manifestfile import MANIFEST_NAME
-from g4build.wheelfile.safety import Hashed, inside, record_duplicates, record_problems, wheel_file_problems
+from g4build.wheelfile.safety import (
+    ZIP_READ_ERRORS,
+    Hashed,
+    inside,
+    record_duplicates,
+    record_problems,
+    wheel_file_problems,
+)
 from g4build.wheelfile.wheelfile import WheelName, metadata_fields, parse_record, tags_fit_target
 
 
@@ -290,8 +296,16 @@ def check_archs(c: Contents, targets: tuple[Arch, ...]) -> tuple[list[Check], li
                 detail="cuobjdump lists the same entries" if same
                 else f"cuobjdump lists {cudatools.show(m.cuobjdump)}; the reader found {cudatools.show(mine)}",
             ))
-    if reports:
+    if any(r.fatbins for r in reports):
         checks.extend(arch_verdict(t, reports, skipped[t.sm()]) for t in targets)
+    else:  # an arch asked of a wheel that has no readable CUDA code at all is no pass
+        unreadable = [n for n, m in c.members.items() if m.fatbin_error]
+        why = (f"its native libraries are unreadable ({', '.join(Path(n).name for n in sorted(unreadable)[:5])})"
+               if unreadable else "no library in it carries a fatbin")
+        checks.extend(Check(name=f"verdict {t.sm()}", ok=False,
+                            detail=f"no code for {t.sm()}: {why}. Expected CUDA libraries with {t.sm()} SASS; "
+                                   "rebuild the wheel, or validate without --arch for a wheel without CUDA code")
+                      for t in targets)
     return checks, reports
 
 
@@ -309,8 +323,8 @@ def validate_wheel(
     pin_version = load_pins().get(options.pin).version if options.pin else None
     try:
         contents = read_wheel(path, keep=set(), cuobjdump=options.cuobjdump if options.archs else None)
-    except zipfile.BadZipFile as exc:
-        raise ValidationError(f"{path}: not a readable zip file ({exc})") from exc
+    except ZIP_READ_ERRORS as exc:
+        raise ValidationError(f"{path}: not a readable zip file ({type(exc).__name__}: {exc})") from exc
     checks = [check_filename(wheel), check_metadata(wheel, contents, pin_version), check_record(contents, path.name),
               check_members(wheel, contents), check_series(contents, options.pin)]
     if (cute := check_fa4_cute(contents)) is not None:

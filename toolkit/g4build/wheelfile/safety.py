@@ -9,6 +9,7 @@ import hashlib
 import io
 import re
 import stat
+import struct
 import threading
 import unicodedata
 import zipfile
@@ -21,6 +22,7 @@ from typing import BinaryIO
 
 from g4build.errors import ValidationError
 from g4build.wheelfile.wheelfile import RecordRow, WheelName, metadata_fields, record_hash_of
+from g4build.wheelfile.zipdata import member_chunks
 
 # Limits on what a wheel may inflate to. The registry's vLLM 0.21.0 wheel inflates 248 MB to 552 MB, its most
 # compressible member over 1 MiB by 58:1; a zip bomb needs far more. Members under RATIO_FLOOR cannot hurt.
@@ -147,6 +149,8 @@ def check_limits(infos: Iterable[zipfile.ZipInfo], where: str) -> None:
     reader stops at a member's stated size and a longer stream then fails its CRC."""
     total = 0
     for info in infos:
+        if not info.filename:  # zipfile's own is_dir() cannot even look at it
+            raise ValidationError(f"{where}: a member has an empty name", hint="this is no wheel a build backend makes")
         total += info.file_size
         if info.file_size > RATIO_FLOOR and info.file_size > MAX_RATIO * max(info.compress_size, 1):
             raise ValidationError(
@@ -160,16 +164,41 @@ def check_limits(infos: Iterable[zipfile.ZipInfo], where: str) -> None:
 
 
 def stream_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, sink: BinaryIO | None = None) -> tuple[str, int]:
-    """sha256 (RECORD form) and size of a member, inflated chunk by chunk; each chunk also goes to ``sink``."""
+    """sha256 (RECORD form) and size of a member, inflated chunk by chunk; each chunk also goes to ``sink``.
+
+    The bytes are read from the archive's data (``zipdata``): a local header that disagrees with the central
+    directory, or a deflate stream longer or shorter than the sizes stated, is a BadZipFile, not a pass."""
     digest = hashlib.sha256()
     size = 0
-    with zf.open(info) as member:
-        while chunk := member.read(CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-            if sink is not None:
-                sink.write(chunk)
+    if zf.fp is None:
+        raise zipfile.BadZipFile(f"{info.filename}: the archive is closed")
+    for chunk in member_chunks(zf.fp, info):
+        digest.update(chunk)
+        size += len(chunk)
+        if sink is not None:
+            sink.write(chunk)
     return record_hash_of(digest.digest()), size
+
+
+# What reading a damaged or hostile archive raises besides BadZipFile: zipfile refuses an unknown "version needed"
+# or method (NotImplementedError), a name flagged UTF-8 that is not (UnicodeDecodeError, a ValueError), a header
+# cut short (struct.error, EOFError); zlib its own errors. Readers turn each into a clear error of theirs.
+ZIP_READ_ERRORS: tuple[type[Exception], ...] = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error,
+                                                NotImplementedError, ValueError, struct.error, EOFError)
+ZIP_OR_OS_ERRORS: tuple[type[Exception], ...] = (*ZIP_READ_ERRORS, OSError)  # also the file itself unreadable
+MAX_METADATA = 64 << 20  # METADATA, RECORD, WHEEL, build-manifest.json: a vLLM wheel's RECORD is under 1 MB
+
+
+def read_small(zf: zipfile.ZipFile, name: str, where: str, limit: int = MAX_METADATA) -> bytes:
+    """A metadata member's bytes, read from the data (``zipdata``) and never past ``limit``, whatever the
+    directory states: a RECORD inflating to a gigabyte is refused, not held."""
+    info = zf.getinfo(name)
+    if info.file_size > limit:
+        raise ValidationError(f"{where}: {name} inflates to {info.file_size} bytes, over the {limit} a metadata "
+                              "file may have", hint="this is no wheel a build backend makes")
+    if zf.fp is None:
+        raise zipfile.BadZipFile(f"{name}: the archive is closed")
+    return b"".join(member_chunks(zf.fp, info))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,7 +223,7 @@ def hash_members(data: bytes, infos: list[zipfile.ZipInfo], workers: int) -> lis
             readers.append(zf)
         try:
             digest, size = stream_member(zf, info)
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+        except ZIP_OR_OS_ERRORS as exc:
             return Hashed(name=info.filename, hash="", size=-1, error=f"unreadable: {exc}")
         return Hashed(name=info.filename, hash=digest, size=size)
 
