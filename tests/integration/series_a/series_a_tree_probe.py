@@ -329,36 +329,10 @@ def forward_facts(flash_attn: Any) -> dict[str, Any]:
         flash_attn.flash_attn_varlen_func = recorder
         if hasattr(flash_attn, "_FA4_DENSE_ATTENTION_KERNEL"):
             flash_attn._FA4_DENSE_ATTENTION_KERNEL = recorder
-        impl = flash_attn.FlashAttentionImpl(
-            num_heads=4,
-            head_size=32,
-            scale=32**-0.5,
-            num_kv_heads=2,
-            alibi_slopes=None,
-            sliding_window=window,
-            kv_cache_dtype="auto",
-        )
-        impl.vllm_flash_attn_version = 2
+        impl = make_impl(flash_attn, window)
         starts = torch.tensor(batch.query_starts, dtype=torch.int32)
         seq_lens = torch.tensor(batch.seq_lens, dtype=torch.int32)
-        fields: dict[str, Any] = {
-            "num_actual_tokens": int(starts[-1]),
-            "max_query_len": max(batch.query_lens),
-            "query_start_loc": starts,
-            "max_seq_len": max(batch.seq_lens),
-            "seq_lens": seq_lens,
-            "block_table": batch.block_table,
-            "slot_mapping": torch.zeros(int(starts[-1]), dtype=torch.long),
-        }
-        if "use_cascade" in flash_attn.FlashAttentionMetadata.__dataclass_fields__:
-            fields.update(
-                use_cascade=False,
-                common_prefix_len=0,
-                cu_prefix_query_lens=None,
-                prefix_kv_lens=None,
-                suffix_kv_lens=None,
-            )
-        metadata = flash_attn.FlashAttentionMetadata(**fields)
+        metadata = make_metadata(flash_attn, batch)
         if with_ranges:
             if has_ranges:  # 0.21.0: the model runner sets the ranges after build
                 metadata.mm_prefix_range = batch.ranges
@@ -392,7 +366,93 @@ def forward_facts(flash_attn: Any) -> dict[str, Any]:
     if has_spans or has_ranges:
         result["mm_max_err"] = worst
         result["mm_extra_calls"] = extra
+    result["runner_ranges"] = runner_ranges_facts(flash_attn)
     return result
+
+
+def make_impl(flash_attn: Any, window: int | None) -> Any:
+    impl = flash_attn.FlashAttentionImpl(
+        num_heads=4,
+        head_size=32,
+        scale=32**-0.5,
+        num_kv_heads=2,
+        alibi_slopes=None,
+        sliding_window=window,
+        kv_cache_dtype="auto",
+    )
+    impl.vllm_flash_attn_version = 2
+    return impl
+
+
+def make_metadata(flash_attn: Any, batch: ref.MMBatch) -> Any:
+    """The tree's own FlashAttentionMetadata for a batch, with no mm ranges set."""
+    starts = torch.tensor(batch.query_starts, dtype=torch.int32)
+    fields: dict[str, Any] = {
+        "num_actual_tokens": int(starts[-1]),
+        "max_query_len": max(batch.query_lens),
+        "query_start_loc": starts,
+        "max_seq_len": max(batch.seq_lens),
+        "seq_lens": torch.tensor(batch.seq_lens, dtype=torch.int32),
+        "block_table": batch.block_table,
+        "slot_mapping": torch.zeros(int(starts[-1]), dtype=torch.long),
+    }
+    if "use_cascade" in flash_attn.FlashAttentionMetadata.__dataclass_fields__:
+        fields.update(
+            use_cascade=False,
+            common_prefix_len=0,
+            cu_prefix_query_lens=None,
+            prefix_kv_lens=None,
+            suffix_kv_lens=None,
+        )
+    return flash_attn.FlashAttentionMetadata(**fields)
+
+
+def runner_ranges_facts(flash_attn: Any) -> dict[str, Any] | None:
+    """0.21.0: the model runner hands every metadata object a range list per request after build, an empty one
+    for a text-only request and the prompt's ranges for a request decoding after its image. Such a batch has no
+    row inside a range: it must run as a text-only batch does (the same calls, no DCP/ALiBi refusal, and no
+    scan of rows per layer). Trees whose builder records the rows (0.26.0 on) report None."""
+    if "mm_prefix_range" not in flash_attn.FlashAttentionMetadata.__dataclass_fields__:
+        return None
+    scans = [0]
+    real_spans = flash_attn.mm_prefix_spans
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        scans[0] += 1
+        return real_spans(*args, **kwargs)
+
+    flash_attn.mm_prefix_spans = counted
+    rng = random.Random(13)
+    out: dict[str, Any] = {"calls": [], "refused": [], "text_scans": 0}
+    for trial in range(6):
+        batch = ref.random_batch(rng, with_ranges=False, head_size=32, block_size=16)
+        past = trial % 2 == 1  # decodes after their image: ranges all before the scheduled rows
+        if past:
+            batch.query_lens = [1] * len(batch.seq_lens)
+            batch.query = batch.query[: len(batch.seq_lens)]
+        ranges = {r: ([(0, max(0, n - 2))] if past and n > 2 else []) for r, n in enumerate(batch.seq_lens)}
+        recorder = ref.Recorder()
+        flash_attn.flash_attn_varlen_func = recorder
+        impl = make_impl(flash_attn, [None, 5][trial % 2])
+        layer = SimpleNamespace(_q_scale=torch.ones(1), _k_scale=torch.ones(1), _v_scale=torch.ones(1))
+        kv_cache = kv_cache_for(flash_attn, batch)
+        metadata = make_metadata(flash_attn, batch)
+        metadata.mm_prefix_range = ranges
+        metadata.query_start_loc_cpu = torch.tensor(batch.query_starts, dtype=torch.int32)
+        metadata.seq_lens_cpu = torch.tensor(batch.seq_lens, dtype=torch.int32)
+        before = scans[0]
+        q = batch.query
+        for _ in range(3):  # three layers of one batch
+            impl.forward(layer, q, q, q, kv_cache, metadata, torch.zeros_like(q))
+        if not past:
+            out["text_scans"] += scans[0] - before
+        out["calls"].append(len(recorder.calls))
+        out["refused"].append(
+            {what: refusal is not None and "TRITON_ATTN" in refusal
+             for what, refusal in refusals(impl, layer, batch.query, kv_cache, metadata).items()}
+        )
+    flash_attn.mm_prefix_spans = real_spans
+    return out
 
 
 def refusals(impl: Any, layer: Any, query: torch.Tensor, kv_cache: torch.Tensor, metadata: Any) -> dict[str, Any]:

@@ -168,3 +168,13 @@ def test_mm_rows_refuse_dcp_and_alibi(tree_facts: Facts, pin: str) -> None:
 def test_full_cuda_graphs_stay_capped_where_fa4_is_installed_but_fa3_runs(tree_facts: Facts) -> None:
     """0.33.0 on SM90: FA4 can be installed while the layers run FA3, whose mm rows need the Python recompute."""
     assert tree_facts("vllm-0.33.0", "patched")["fa_cudagraph_fa4_installed_fa3_running"] == "UNIFORM_BATCH"
+
+
+def test_batches_without_rows_in_ranges_run_as_text_only_on_0_21_0(tree_facts: Facts) -> None:
+    """0.21.0's runner writes a range list for every request (empty for text-only ones, the prompt's ranges for a
+    request decoding after its image). Such batches make one causal call per layer, refuse neither DCP nor ALiBi, and
+    a text-only batch never scans for rows (README: text-only batches pay nothing)."""
+    facts = tree_facts("vllm-0.21.0", "patched")["forward"]["runner_ranges"]
+    assert facts["calls"] == [3] * 6  # one causal call per layer, three layers
+    assert facts["refused"] == [{"dcp": False, "alibi": False}] * 6
+    assert facts["text_scans"] == 0
