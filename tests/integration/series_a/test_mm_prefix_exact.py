@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 pytestmark = pytest.mark.network
 
@@ -178,3 +179,53 @@ def test_batches_without_rows_in_ranges_run_as_text_only_on_0_21_0(tree_facts: F
     assert facts["calls"] == [3] * 6  # one causal call per layer, three layers
     assert facts["refused"] == [{"dcp": False, "alibi": False}] * 6
     assert facts["text_scans"] == 0
+
+
+class _Transfers(TorchFunctionMode):
+    """Records tensors made from Python data directly on a device, and host-to-device copies (with their
+    non_blocking flag): what a forward that builds index tensors mid-step costs in synchronous copies."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made_on_device: list[str] = []
+        self.copies: list[bool] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        device = kwargs.get("device")
+        if name in ("tensor", "as_tensor") and device is not None and torch.device(device).type != "cpu":
+            self.made_on_device.append(name)
+        if name == "to":
+            target = kwargs.get("device", next((a for a in args[1:] if isinstance(a, (str, torch.device))), None))
+            if target is not None and torch.device(target).type != "cpu" and args[0].device.type == "cpu":
+                self.copies.append(bool(kwargs.get("non_blocking", False)))
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("pin", PINS)
+def test_recompute_indices_reach_the_device_in_one_async_copy(mm_prefix_module: Any, pin: str) -> None:
+    """Third review, 3: the index tensors of the recompute calls were four torch.tensor(list, device=...) per call,
+    each a synchronous pageable host-to-device copy in the middle of the forward. They are built on the host and
+    moved in one non-blocking copy per batch and layer kind (from pinned memory on CUDA). A device that is not
+    the CPU stands in for the GPU here (meta: shapes only)."""
+    mm = mm_prefix_module(pin)
+    spans = mm.mm_prefix_spans({0: [(2, 30)], 1: [(0, 9), (12, 40)]}, torch.tensor([0, 40, 80]),
+                               torch.tensor([40, 50]))
+    groups = mm.mm_prefix_segments(spans, 8, False)
+    assert len(groups) >= 2  # near rows and far rows: several calls
+    with _Transfers() as seen:
+        on_device = mm.prepare_mm_prefix_calls(groups, torch.device("meta"))
+    assert seen.made_on_device == []
+    assert seen.copies == [True]
+    on_host = mm.prepare_mm_prefix_calls(groups, "cpu")
+    for dev, host in zip(on_device, on_host, strict=True):
+        assert dev.window == host.window and dev.num_seqs == host.num_seqs
+        for field in ("rows", "cu_seqlens_q", "seqused_k", "req_indices"):
+            a, b = getattr(dev, field), getattr(host, field)
+            assert (a.dtype, a.shape, a.device.type) == (b.dtype, b.shape, "meta"), field
+    # the host build is what the calls read (rows of each call in order, int32 offsets and key lengths)
+    first = on_host[0]
+    assert first.cu_seqlens_q.dtype == torch.int32 and first.rows.dtype == torch.long
+    assert int(first.cu_seqlens_q[-1]) == first.rows.shape[0]
+
