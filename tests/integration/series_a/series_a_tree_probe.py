@@ -312,6 +312,48 @@ def flash_attention() -> None:
         for flag in (True, False)
     }
     facts["forward"] = forward_facts(flash_attn)
+    facts["fa_subclasses"] = subclass_facts(flash_attn)
+    facts["xpu"] = xpu_facts(flash_attn)
+
+
+# Modules of the trees that subclass FlashAttentionBackend (some only in newer trees; a module that cannot be
+# imported on a CPU machine is reported as such).
+FA_SUBCLASS_MODULES = (
+    "vllm.v1.attention.backends.flash_attn_diffkv",
+    "vllm.v1.attention.backends.triton_flash_attn",
+    "vllm.models.qwen4_exp.nvidia.qsa",
+    "vllm.models.step5.nvidia.sparse_attention",
+)
+
+
+def subclass_facts(flash_attn: Any) -> dict[str, Any]:
+    """Every FlashAttentionBackend subclass of the tree: whether its layers run a forward of their own (not
+    FlashAttentionImpl.forward, which is where mm rows are recomputed), and what it says about mm-prefix."""
+    import importlib
+    import importlib.util
+
+    imported: dict[str, str | None] = {}
+    for name in FA_SUBCLASS_MODULES:
+        try:
+            if importlib.util.find_spec(name) is None:
+                continue
+            importlib.import_module(name)
+            imported[name] = None
+        except Exception as exc:  # kernels a CPU machine lacks
+            imported[name] = f"{type(exc).__name__}: {exc}"[:200]
+    out: dict[str, Any] = {"imported": imported, "classes": {}}
+    pending = list(flash_attn.FlashAttentionBackend.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        impl = cls.get_impl_cls()
+        per_head = getattr(cls, "supports_mm_prefix_for_head_size", None)
+        out["classes"][f"{cls.__module__}.{cls.__qualname__}"] = {
+            "own_forward": impl.forward is not flash_attn.FlashAttentionImpl.forward,
+            "supports_mm_prefix": cls.supports_mm_prefix(),
+            "for_head_128": None if per_head is None else per_head(128),
+        }
+    return out
 
 
 def forward_facts(flash_attn: Any) -> dict[str, Any]:
@@ -330,24 +372,9 @@ def forward_facts(flash_attn: Any) -> dict[str, Any]:
         if hasattr(flash_attn, "_FA4_DENSE_ATTENTION_KERNEL"):
             flash_attn._FA4_DENSE_ATTENTION_KERNEL = recorder
         impl = make_impl(flash_attn, window)
-        starts = torch.tensor(batch.query_starts, dtype=torch.int32)
-        seq_lens = torch.tensor(batch.seq_lens, dtype=torch.int32)
         metadata = make_metadata(flash_attn, batch)
         if with_ranges:
-            if has_ranges:  # 0.21.0: the model runner sets the ranges after build
-                metadata.mm_prefix_range = batch.ranges
-                metadata.query_start_loc_cpu = starts
-                metadata.seq_lens_cpu = seq_lens
-            if has_spans:  # 0.33.0: the builder records the rows
-                from vllm.v1.attention.backends.mm_prefix_fa import mm_prefix_spans
-
-                metadata.mm_prefix_spans = mm_prefix_spans(batch.ranges, starts, seq_lens)
-                # the builder's FA4 range tensor, which the forward reads as "this batch has ranges"
-                # (0.29.0 on: per query token; 0.26.0: per request)
-                fields_now = flash_attn.FlashAttentionMetadata.__dataclass_fields__
-                marker = "mm_prefix_query_range_tensor" if "mm_prefix_query_range_tensor" in fields_now else (
-                    "mm_prefix_range_tensor")
-                setattr(metadata, marker, torch.zeros(1, 2, dtype=torch.int32))
+            set_ranges(flash_attn, metadata, batch)
         kv_cache = kv_cache_for(flash_attn, batch)
         layer = SimpleNamespace(_q_scale=torch.ones(1), _k_scale=torch.ones(1), _v_scale=torch.ones(1))
         # Gemma4's opt-in clamp of the bidirectional block to the window (read on trees that know it).
@@ -405,6 +432,82 @@ def make_metadata(flash_attn: Any, batch: ref.MMBatch) -> Any:
             suffix_kv_lens=None,
         )
     return flash_attn.FlashAttentionMetadata(**fields)
+
+
+def set_ranges(flash_attn: Any, metadata: Any, batch: ref.MMBatch) -> None:
+    """The batch's mm ranges on the metadata, where the tree's own code puts them."""
+    fields_now = flash_attn.FlashAttentionMetadata.__dataclass_fields__
+    starts = torch.tensor(batch.query_starts, dtype=torch.int32)
+    seq_lens = torch.tensor(batch.seq_lens, dtype=torch.int32)
+    if "mm_prefix_range" in fields_now:  # 0.21.0: the model runner sets the ranges after build
+        metadata.mm_prefix_range = batch.ranges
+        metadata.query_start_loc_cpu = starts
+        metadata.seq_lens_cpu = seq_lens
+    if "mm_prefix_spans" in fields_now:  # 0.26.0 on: the builder records the rows
+        from vllm.v1.attention.backends.mm_prefix_fa import mm_prefix_spans
+
+        metadata.mm_prefix_spans = mm_prefix_spans(batch.ranges, starts, seq_lens)
+        # the builder's FA4 range tensor, which the forward reads as "this batch has ranges"
+        # (0.29.0 on: per query token; 0.26.0: per request)
+        marker = "mm_prefix_query_range_tensor" if "mm_prefix_query_range_tensor" in fields_now else (
+            "mm_prefix_range_tensor")
+        setattr(metadata, marker, torch.zeros(1, 2, dtype=torch.int32))
+
+
+def as_cuda_machine() -> None:
+    """FlashAttention's platform answers as on a CUDA machine, where the series' mm-prefix recompute is meant to
+    run (is_cuda); everything else is still asked of this machine's own platform."""
+    from vllm.v1.attention.backends import flash_attn
+
+    real = flash_attn.current_platform
+
+    class CudaLike:
+        def is_cuda(self) -> bool:
+            return True
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+    flash_attn.current_platform = CudaLike()
+
+
+def xpu_facts(flash_attn: Any) -> dict[str, Any]:
+    """The same FlashAttention on an XPU machine: vLLM's XPU platform picks FLASH_ATTN by default and validates
+    nothing, so what the backend claims and what its forward does with mm rows is what an XPU user gets. The
+    platform is the tree's own Platform with XPU's enum (the XPU platform module needs XPU kernels)."""
+    from vllm.platforms.interface import Platform, PlatformEnum
+
+    class XpuLike(Platform):
+        _enum = PlatformEnum.XPU
+        device_type = "xpu"
+
+    saved = flash_attn.current_platform
+    flash_attn.current_platform = XpuLike()
+    try:
+        backend = flash_attn.FlashAttentionBackend
+        per_head = getattr(backend, "supports_mm_prefix_for_head_size", None)
+        out: dict[str, Any] = {
+            "supports_mm_prefix": backend.supports_mm_prefix(),
+            "for_head_256": None if per_head is None else per_head(256),
+        }
+        rng = random.Random(17)
+        calls = []
+        for _ in range(4):
+            batch = ref.random_batch(rng, with_ranges=True, head_size=32, block_size=16)
+            recorder = ref.Recorder()
+            flash_attn.flash_attn_varlen_func = recorder
+            impl = make_impl(flash_attn, None)
+            metadata = make_metadata(flash_attn, batch)
+            set_ranges(flash_attn, metadata, batch)
+            layer = SimpleNamespace(_q_scale=torch.ones(1), _k_scale=torch.ones(1), _v_scale=torch.ones(1))
+            layer.mm_prefix_clamp_sliding_window = False
+            q = batch.query
+            impl.forward(layer, q, q, q, kv_cache_for(flash_attn, batch), metadata, torch.zeros_like(q))
+            calls.append([c["causal"] for c in recorder.calls])
+        out["forward_calls"] = calls
+        return out
+    finally:
+        flash_attn.current_platform = saved
 
 
 def runner_ranges_facts(flash_attn: Any) -> dict[str, Any] | None:
@@ -538,6 +641,7 @@ def kv_cache_for(flash_attn: Any, batch: ref.MMBatch) -> torch.Tensor:
     return torch.cat([batch.key_cache, batch.value_cache], dim=-1).transpose(1, 2).contiguous()
 
 
+as_cuda_machine()
 decoupling()
 per_kind()
 flash_attention()

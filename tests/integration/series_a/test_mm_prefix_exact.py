@@ -229,3 +229,19 @@ def test_recompute_indices_reach_the_device_in_one_async_copy(mm_prefix_module: 
     assert first.cu_seqlens_q.dtype == torch.int32 and first.rows.dtype == torch.long
     assert int(first.cu_seqlens_q[-1]) == first.rows.shape[0]
 
+
+@pytest.mark.parametrize("pin", PINS)
+def test_backends_with_a_forward_of_their_own_claim_no_mm_prefix(tree_facts: Facts, pin: str) -> None:
+    """Third review, 5: FlashAttention subclasses whose layers run a forward of their own (DiffKV on every pin;
+    Qwen4Exp's QSA and Step5's on newer ones) never recompute the mm rows, so (without FA4, as on SM120) they
+    must not claim mm-prefix support: named for an mm-prefix model their image rows would be silently causal.
+    Subclasses that keep FlashAttentionImpl.forward keep the support."""
+    facts = tree_facts(pin, "patched")["fa_subclasses"]
+    classes = facts["classes"]
+    assert any(name.endswith("FlashAttentionDiffKVBackend") for name in classes), facts
+    own = {name: c for name, c in classes.items() if c["own_forward"]}
+    assert own, classes
+    assert all(c["supports_mm_prefix"] is False and c["for_head_128"] in (False, None) for c in own.values()), own
+    kept = {name: c for name, c in classes.items() if not c["own_forward"]}
+    assert all(c["supports_mm_prefix"] is True for c in kept.values()), kept
+
