@@ -13,7 +13,7 @@ from g4build.recipes.findings import FA2_MAX_HEAD_DIM, CheckContext, Finding, Ru
 from g4build.recipes.flashinfer import FlashInferInfo, fixed_paths, off_switches
 from g4build.recipes.model import KvGeometry, Recipe
 from g4build.recipes.sliding_fa import rule_sliding_fa
-from g4build.series.model import Series
+from g4build.series.model import Series, unmet_requirements
 
 __all__ = ["RULES", "CheckContext", "Finding", "Rule", "Severity", "WheelInfo", "check", "errors"]
 
@@ -158,7 +158,19 @@ def _series_finding(recipe: Recipe, ctx: CheckContext, name: str, by_name: dict[
 def rule_series(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     by_name = {s.name: s for s in ctx.series}
     found = (_series_finding(recipe, ctx, name, by_name) for name in recipe.needs_series)
-    return [f for f in found if f is not None]
+    return [f for f in found if f is not None] + _unmet_requires(recipe, ctx, by_name)
+
+
+def _unmet_requires(recipe: Recipe, ctx: CheckContext, by_name: dict[str, Series]) -> list[Finding]:
+    """A series the recipe needs may be correct only together with another (series.yaml ``requires``)."""
+    if ctx.pin is None:
+        return []
+    chosen = [by_name[n] for n in recipe.needs_series if n in by_name]
+    return [Finding(rule="series", severity="error",
+                    message=f"series '{name}' on {ctx.pin.name} is correct only with series '{req}' (its series.yaml "
+                            "requires it), which needs_series leaves out",
+                    hint=f"add {req} to needs_series")
+            for name, req in unmet_requirements(chosen, ctx.series, ctx.pin.name)]
 
 
 def rule_mtp_transformers(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
