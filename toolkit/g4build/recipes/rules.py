@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from g4build.recipes.draft_groups import rule_draft_groups
 from g4build.recipes.findings import FA2_MAX_HEAD_DIM, CheckContext, Finding, Rule, Severity, WheelInfo
 from g4build.recipes.flashinfer import FlashInferInfo, fixed_paths, off_switches
 from g4build.recipes.model import KvGeometry, Recipe
@@ -349,6 +350,7 @@ RULES: tuple[Rule, ...] = (
     rule_quantization,
     rule_moe_backend,
     rule_dflash_backend,
+    rule_draft_groups,
     rule_series,
     rule_mtp_transformers,
     rule_spec_tokens,
