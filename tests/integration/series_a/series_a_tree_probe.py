@@ -629,6 +629,51 @@ def auto_selection() -> None:
         SimpleNamespace(model_config=SimpleNamespace(is_mm_prefix_lm=True)),
         SimpleNamespace(head_size=256, block_size=16),
     ).name
+    facts["fa_cudagraph_config_forces_fa2"] = cudagraph_cap_under_config(flash_attn)
+
+
+def cudagraph_cap_under_config(flash_attn: Any) -> dict[str, str] | None:
+    """An SM100 with FA4 installed where the user's config forces FA2 (attention_config.flash_attn_version=2): the
+    layers are built under that config and run FA2, so the mm rows are recomputed and full CUDA graphs must stay
+    capped, whether or not a config is current when the runner asks for the cap. The tree's own
+    get_flash_attn_version decides; stood in: the compiled FlashAttention's answers (every version installed)
+    and the device capability (10.0)."""
+    import types
+
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.backends import fa_utils
+
+    if not hasattr(flash_attn, "_layers_run_fa4"):
+        return None  # trees without the series' FA4 check (pristine, 0.21.0)
+    interface = types.ModuleType("vllm.vllm_flash_attn.flash_attn_interface")
+    interface.is_fa_version_supported = lambda version, device=None: True  # type: ignore[attr-defined]
+    interface.fa_version_unsupported_reason = lambda version, device=None: None  # type: ignore[attr-defined]
+    sys.modules["vllm.vllm_flash_attn.flash_attn_interface"] = interface
+    real = fa_utils.current_platform
+
+    class Sm100:
+        def get_device_capability(self, device_id: int = 0) -> Any:
+            return DeviceCapability(10, 0)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+    fa_utils.current_platform = Sm100()
+    flash_attn.get_flash_attn_version = fa_utils.get_flash_attn_version
+    flash_attn.is_fa_version_supported = lambda version: True
+    from vllm.config import set_current_vllm_config
+
+    config = SimpleNamespace(
+        model_config=SimpleNamespace(is_mm_prefix_lm=True, is_diffusion=False),
+        attention_config=SimpleNamespace(flash_attn_version=2),
+    )
+    spec = SimpleNamespace(head_size=128, block_size=16)
+    builder = flash_attn.FlashAttentionMetadataBuilder
+    out = {"no_current_config": builder.get_cudagraph_support(config, spec).name}
+    with set_current_vllm_config(config):  # type: ignore[arg-type]
+        out["config_current"] = builder.get_cudagraph_support(config, spec).name
+        out["layer_version"] = fa_utils.get_flash_attn_version(head_size=128)
+    return out
 
 
 def kv_cache_for(flash_attn: Any, batch: ref.MMBatch) -> torch.Tensor:

@@ -245,3 +245,18 @@ def test_backends_with_a_forward_of_their_own_claim_no_mm_prefix(tree_facts: Fac
     kept = {name: c for name, c in classes.items() if not c["own_forward"]}
     assert all(c["supports_mm_prefix"] is True for c in kept.values()), kept
 
+
+@pytest.mark.parametrize("pin", PINS)
+def test_no_mm_prefix_recompute_on_xpu(tree_facts: Facts, pin: str) -> None:
+    """Third review, 4: XPU takes FLASH_ATTN by default without validating the configuration, so a claimed
+    support would put every mm-prefix model on XPU through the recompute (a kernel wrapper whose window handling
+    was never checked and which drops softcap). There FlashAttention stays as the pristine tree has it: no
+    mm-prefix support claimed by recompute, and the pristine forward's calls (no non-causal recompute), with
+    or without rows in ranges."""
+    xpu = tree_facts(pin, "patched")["xpu"]
+    pristine = tree_facts(pin, "pristine")["xpu"]
+    assert xpu["supports_mm_prefix"] is False
+    assert xpu["for_head_256"] is False
+    assert xpu["forward_calls"] == pristine["forward_calls"]
+    assert all(False not in calls for calls in xpu["forward_calls"])  # no non-causal recompute call
+
