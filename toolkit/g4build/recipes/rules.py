@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from g4build.recipes.draft_groups import rule_draft_groups
+from g4build.recipes.fa_kv_dtype import fp8_kv_refused, rule_fa_kv_dtype
 from g4build.recipes.findings import FA2_MAX_HEAD_DIM, CheckContext, Finding, Rule, Severity, WheelInfo
 from g4build.recipes.flashinfer import FlashInferInfo, fixed_paths, off_switches
 from g4build.recipes.model import KvGeometry, Recipe
@@ -268,7 +269,8 @@ def rule_vram(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     budget = util * recipe.hardware.vram_gb
     fixed = weights + RUNTIME_OVERHEAD_GIB
     head = f"budget {util:g} x {recipe.hardware.vram_gb:g} GiB = {budget:.1f} GiB; weights {weights:.1f} GiB ({basis})"
-    fix = "lower max-model-len / max-num-seqs, use --kv-cache-dtype fp8, or raise gpu-memory-utilization"
+    fp8 = "" if fp8_kv_refused(recipe) else ", use --kv-cache-dtype fp8"  # FA2 refuses an fp8 KV cache
+    fix = f"lower max-model-len / max-num-seqs{fp8}, or raise gpu-memory-utilization"
     if fixed > budget:
         return [Finding(rule="vram", severity="warning",
                         message=f"{head} + {RUNTIME_OVERHEAD_GIB} GiB runtime do not fit: expect an out-of-memory",
@@ -358,6 +360,7 @@ RULES: tuple[Rule, ...] = (
     rule_flashinfer,
     rule_mm_processor_cache,
     rule_vram,
+    rule_fa_kv_dtype,
     rule_sliding_fa,
 )
 
