@@ -260,3 +260,13 @@ def test_no_mm_prefix_recompute_on_xpu(tree_facts: Facts, pin: str) -> None:
     assert xpu["forward_calls"] == pristine["forward_calls"]
     assert all(False not in calls for calls in xpu["forward_calls"])  # no non-causal recompute call
 
+
+@pytest.mark.parametrize("pin", ["vllm-0.26.0", "vllm-0.29.0", "vllm-0.33.0"])
+def test_cuda_graph_cap_follows_the_config_the_layers_run_under(tree_facts: Facts, pin: str) -> None:
+    """Third review, 9: the cap asked the FlashAttention version of whatever config was current; with none current
+    (as when the runner computes it) a config forcing FA2 on an SM100 with FA4 gave FA4, no cap, and full-graph
+    replays of mixed batches without the recompute, while the layers (built under the config) run FA2."""
+    cap = tree_facts(pin, "patched")["fa_cudagraph_config_forces_fa2"]
+    assert cap["layer_version"] == 2
+    assert cap["config_current"] == "UNIFORM_BATCH"
+    assert cap["no_current_config"] == "UNIFORM_BATCH"
