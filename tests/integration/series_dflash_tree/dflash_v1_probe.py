@@ -370,6 +370,28 @@ def noncausal_sliding() -> dict[str, Any]:
     return out
 
 
+def skip_sliding_quantization() -> dict[str, Any]:
+    """An fp8 KV cache with --kv-cache-dtype-skip-layers sliding_window (the target's sliding layers keep bf16):
+    the KV cache dtype and spec of every draft layer as the tree's own layers make them, the groups the tree's
+    grouping makes of them beside the Gemma 4 target, and the proposer's one-group check."""
+    from vllm.config import set_current_vllm_config
+
+    config = vllm_config("triton_attn")
+    config.cache_config.cache_dtype = "fp8"
+    config.cache_config.kv_cache_dtype_skip_layers = ["sliding_window"]
+    with set_current_vllm_config(config):
+        proposer = build_proposer(config)
+        model = build_drafter(config, proposer)
+        attns = [layer.self_attn.attn for layer in model.model.layers]
+        kv_config, grouping = kv_cache_config(config, model)
+        return {
+            "dtypes": [attn.kv_cache_dtype for attn in attns],
+            "spec_dtypes": [str(attn.get_kv_cache_spec(config).dtype) for attn in attns],
+            "groups_with_draft": len([g for g in grouping["groups"] if g["draft_layers"]]),
+            "validate": check(lambda: proposer.validate_same_kv_cache_group(kv_config)),
+        }
+
+
 def run(backend: str) -> dict[str, Any]:
     from vllm.config import set_current_vllm_config
 
@@ -401,4 +423,5 @@ section("triton", lambda: run("triton_attn"))
 if MODE == "all":
     section("flash_attn", lambda: run("flash_attn"))
     section("noncausal_sliding", noncausal_sliding)
+    section("skip_sliding", skip_sliding_quantization)
 print("DFLASH_V1_FACTS " + json.dumps(facts))

@@ -100,3 +100,16 @@ def test_non_causal_sliding_draft_layers_see_both_sides_of_their_window(v1_facts
     assert [(layer["causal"], layer["window"]) for layer in layers] == [(False, WINDOW)] * 2
     assert all(layer["call_windows"] == [[WINDOW - 1, WINDOW - 1]] for layer in layers), layers
     assert max(layer["max_err"] for layer in layers) <= 1e-4
+
+
+def test_skipping_sliding_layers_from_kv_quantization_keeps_the_drafter_in_one_group(v1_facts: Facts) -> None:
+    """Third review, 8: with an fp8 KV cache and --kv-cache-dtype-skip-layers sliding_window, sliding and full draft
+    layers must not get different KV dtypes (two specs, two groups, the proposer's assertion). On 0.21.0 the DFlash
+    draft layers are built without the cache config (as upstream builds them), so the skip list never reaches them:
+    every draft layer keeps the model dtype ("auto"), one spec, one group, and the check passes."""
+    run = v1_facts("vllm-0.21.0")["skip_sliding"]
+    assert "error" not in run, run.get("trace")
+    assert run["dtypes"] == ["auto"] * 5
+    assert len(set(run["spec_dtypes"])) == 1
+    assert run["groups_with_draft"] == 1
+    assert run["validate"] == "ok"
