@@ -10,6 +10,7 @@ import pytest
 from g4build.pins.index import cache_root, fetch_verified
 from g4build.pins.model import load_pins
 from g4build.recipes import load_recipe, recipe_names
+from g4build.recipes.flashinfer import off_switches
 from g4build.recipes.rules import CheckContext, check
 from g4build.recipes.vllm_envs import pinned_envs
 from g4build.series.model import load_all
@@ -55,3 +56,13 @@ def test_a_recipe_moved_to_a_pin_that_dropped_its_variables_is_refused() -> None
     found = _env_findings("gemma4-26b-a4b-nvfp4-dflash", "vllm-0.33.0")
     assert [s for s, _ in found] == ["error"] * len(dropped)
     assert all(any(name in message for _, message in found) for name in dropped)
+
+
+@pytest.mark.parametrize("pin", ["vllm-0.21.0", "vllm-0.26.0", "vllm-0.29.0", "vllm-0.33.0"])
+def test_the_no_flashinfer_fallback_sets_only_names_the_pin_reads(pin: str) -> None:
+    """The launch scripts' fallback turns off only what the recipe's env opens (plus the sampler, read by every
+    pin), so a recipe that passes the rule on a pin gets a fallback of names that pin reads."""
+    envs = _envs(pin)
+    for name in recipe_names():
+        env = {k: v for k, v in load_recipe(name).env.items() if not k.startswith("VLLM_") or k in envs}
+        assert {s.name for s in off_switches(env)} <= envs, (pin, name)
