@@ -205,18 +205,19 @@ def load_all(root: Path | None = None) -> list[Series]:
 
 
 def unmet_requirements(chosen: Iterable[Series], every: Iterable[Series], pin: str) -> list[tuple[str, str]]:
-    """(series, required series) for each series of ``chosen`` whose ``pin`` variant requires a series that has
-    patches for ``pin`` but is not chosen. A required series with nothing for the pin (upstream has it, or no
-    variant) cannot be applied, so it is not asked for."""
+    """(series, required series) for each series of ``chosen`` whose ``pin`` variant requires a series that is not
+    chosen. A required series that ``every`` holds with nothing for the pin (upstream has it, or no variant) cannot
+    be applied, so it is not asked for; one ``every`` lacks is missing."""
     chosen = list(chosen)
     names = {s.name for s in chosen}
-    has_patches = {s.name for s in every if s.patches_for(pin)}
+    known = {s.name: s for s in every}
     missing = []
     for s in chosen:
         variant = s.variant(pin)
         if variant is None or not variant.patches:
             continue
-        missing += [(s.name, req) for req in variant.requires if req not in names and req in has_patches]
+        missing += [(s.name, req) for req in variant.requires
+                    if req not in names and (req not in known or known[req].patches_for(pin))]
     return missing
 
 
