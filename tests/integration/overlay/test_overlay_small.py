@@ -231,3 +231,13 @@ def test_overlay_is_reproducible_and_honours_source_date_epoch(tmp_path: Path, p
     with pytest.raises(UsageError, match="SOURCE_DATE_EPOCH"):
         overlay_wheel(src, _plan(), tmp_path / "d")
     assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())
+
+
+def test_a_stack_without_a_series_another_requires_is_refused() -> None:
+    """0.21.0's gemma4-backend-decoupling requires dflash-batched-verification (series.yaml): an overlay of a
+    stack that leaves it out would put FlashAttention and Triton views over one raw KV tensor unrestrided."""
+    pin = load_pins().get("vllm-0.21.0")
+    stack = [s for s in load_all() if s.name != "dflash-batched-verification"]
+    with pytest.raises(UsageError, match="gemma4-backend-decoupling needs dflash-batched-verification"):
+        plan_overlay(pin, stack)
+    assert plan_overlay(pin, load_all()).series  # the whole order overlays

@@ -102,6 +102,16 @@ def on_sm120() -> None:
 
     flash_attn.is_flash_attn_varlen_func_available = lambda: True
     flash_attn.is_fa_version_supported = lambda version: version != 4
+    real = flash_attn.current_platform
+
+    class CudaLike:  # FlashAttention's own platform questions (is_cuda: the mm-prefix recompute is CUDA's)
+        def is_cuda(self) -> bool:
+            return True
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+    flash_attn.current_platform = CudaLike()
     CudaPlatform.get_device_capability = classmethod(lambda cls, device_id=0: DeviceCapability(12, 0))
     resolve = selector._cached_get_attn_backend.__wrapped__
 

@@ -312,6 +312,48 @@ def flash_attention() -> None:
         for flag in (True, False)
     }
     facts["forward"] = forward_facts(flash_attn)
+    facts["fa_subclasses"] = subclass_facts(flash_attn)
+    facts["xpu"] = xpu_facts(flash_attn)
+
+
+# Modules of the trees that subclass FlashAttentionBackend (some only in newer trees; a module that cannot be
+# imported on a CPU machine is reported as such).
+FA_SUBCLASS_MODULES = (
+    "vllm.v1.attention.backends.flash_attn_diffkv",
+    "vllm.v1.attention.backends.triton_flash_attn",
+    "vllm.models.qwen4_exp.nvidia.qsa",
+    "vllm.models.step5.nvidia.sparse_attention",
+)
+
+
+def subclass_facts(flash_attn: Any) -> dict[str, Any]:
+    """Every FlashAttentionBackend subclass of the tree: whether its layers run a forward of their own (not
+    FlashAttentionImpl.forward, which is where mm rows are recomputed), and what it says about mm-prefix."""
+    import importlib
+    import importlib.util
+
+    imported: dict[str, str | None] = {}
+    for name in FA_SUBCLASS_MODULES:
+        try:
+            if importlib.util.find_spec(name) is None:
+                continue
+            importlib.import_module(name)
+            imported[name] = None
+        except Exception as exc:  # kernels a CPU machine lacks
+            imported[name] = f"{type(exc).__name__}: {exc}"[:200]
+    out: dict[str, Any] = {"imported": imported, "classes": {}}
+    pending = list(flash_attn.FlashAttentionBackend.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        impl = cls.get_impl_cls()
+        per_head = getattr(cls, "supports_mm_prefix_for_head_size", None)
+        out["classes"][f"{cls.__module__}.{cls.__qualname__}"] = {
+            "own_forward": impl.forward is not flash_attn.FlashAttentionImpl.forward,
+            "supports_mm_prefix": cls.supports_mm_prefix(),
+            "for_head_128": None if per_head is None else per_head(128),
+        }
+    return out
 
 
 def forward_facts(flash_attn: Any) -> dict[str, Any]:
@@ -329,51 +371,10 @@ def forward_facts(flash_attn: Any) -> dict[str, Any]:
         flash_attn.flash_attn_varlen_func = recorder
         if hasattr(flash_attn, "_FA4_DENSE_ATTENTION_KERNEL"):
             flash_attn._FA4_DENSE_ATTENTION_KERNEL = recorder
-        impl = flash_attn.FlashAttentionImpl(
-            num_heads=4,
-            head_size=32,
-            scale=32**-0.5,
-            num_kv_heads=2,
-            alibi_slopes=None,
-            sliding_window=window,
-            kv_cache_dtype="auto",
-        )
-        impl.vllm_flash_attn_version = 2
-        starts = torch.tensor(batch.query_starts, dtype=torch.int32)
-        seq_lens = torch.tensor(batch.seq_lens, dtype=torch.int32)
-        fields: dict[str, Any] = {
-            "num_actual_tokens": int(starts[-1]),
-            "max_query_len": max(batch.query_lens),
-            "query_start_loc": starts,
-            "max_seq_len": max(batch.seq_lens),
-            "seq_lens": seq_lens,
-            "block_table": batch.block_table,
-            "slot_mapping": torch.zeros(int(starts[-1]), dtype=torch.long),
-        }
-        if "use_cascade" in flash_attn.FlashAttentionMetadata.__dataclass_fields__:
-            fields.update(
-                use_cascade=False,
-                common_prefix_len=0,
-                cu_prefix_query_lens=None,
-                prefix_kv_lens=None,
-                suffix_kv_lens=None,
-            )
-        metadata = flash_attn.FlashAttentionMetadata(**fields)
+        impl = make_impl(flash_attn, window)
+        metadata = make_metadata(flash_attn, batch)
         if with_ranges:
-            if has_ranges:  # 0.21.0: the model runner sets the ranges after build
-                metadata.mm_prefix_range = batch.ranges
-                metadata.query_start_loc_cpu = starts
-                metadata.seq_lens_cpu = seq_lens
-            if has_spans:  # 0.33.0: the builder records the rows
-                from vllm.v1.attention.backends.mm_prefix_fa import mm_prefix_spans
-
-                metadata.mm_prefix_spans = mm_prefix_spans(batch.ranges, starts, seq_lens)
-                # the builder's FA4 range tensor, which the forward reads as "this batch has ranges"
-                # (0.29.0 on: per query token; 0.26.0: per request)
-                fields_now = flash_attn.FlashAttentionMetadata.__dataclass_fields__
-                marker = "mm_prefix_query_range_tensor" if "mm_prefix_query_range_tensor" in fields_now else (
-                    "mm_prefix_range_tensor")
-                setattr(metadata, marker, torch.zeros(1, 2, dtype=torch.int32))
+            set_ranges(flash_attn, metadata, batch)
         kv_cache = kv_cache_for(flash_attn, batch)
         layer = SimpleNamespace(_q_scale=torch.ones(1), _k_scale=torch.ones(1), _v_scale=torch.ones(1))
         # Gemma4's opt-in clamp of the bidirectional block to the window (read on trees that know it).
@@ -392,7 +393,169 @@ def forward_facts(flash_attn: Any) -> dict[str, Any]:
     if has_spans or has_ranges:
         result["mm_max_err"] = worst
         result["mm_extra_calls"] = extra
+    result["runner_ranges"] = runner_ranges_facts(flash_attn)
     return result
+
+
+def make_impl(flash_attn: Any, window: int | None) -> Any:
+    impl = flash_attn.FlashAttentionImpl(
+        num_heads=4,
+        head_size=32,
+        scale=32**-0.5,
+        num_kv_heads=2,
+        alibi_slopes=None,
+        sliding_window=window,
+        kv_cache_dtype="auto",
+    )
+    impl.vllm_flash_attn_version = 2
+    return impl
+
+
+def make_metadata(flash_attn: Any, batch: ref.MMBatch) -> Any:
+    """The tree's own FlashAttentionMetadata for a batch, with no mm ranges set."""
+    starts = torch.tensor(batch.query_starts, dtype=torch.int32)
+    fields: dict[str, Any] = {
+        "num_actual_tokens": int(starts[-1]),
+        "max_query_len": max(batch.query_lens),
+        "query_start_loc": starts,
+        "max_seq_len": max(batch.seq_lens),
+        "seq_lens": torch.tensor(batch.seq_lens, dtype=torch.int32),
+        "block_table": batch.block_table,
+        "slot_mapping": torch.zeros(int(starts[-1]), dtype=torch.long),
+    }
+    if "use_cascade" in flash_attn.FlashAttentionMetadata.__dataclass_fields__:
+        fields.update(
+            use_cascade=False,
+            common_prefix_len=0,
+            cu_prefix_query_lens=None,
+            prefix_kv_lens=None,
+            suffix_kv_lens=None,
+        )
+    return flash_attn.FlashAttentionMetadata(**fields)
+
+
+def set_ranges(flash_attn: Any, metadata: Any, batch: ref.MMBatch) -> None:
+    """The batch's mm ranges on the metadata, where the tree's own code puts them."""
+    fields_now = flash_attn.FlashAttentionMetadata.__dataclass_fields__
+    starts = torch.tensor(batch.query_starts, dtype=torch.int32)
+    seq_lens = torch.tensor(batch.seq_lens, dtype=torch.int32)
+    if "mm_prefix_range" in fields_now:  # 0.21.0: the model runner sets the ranges after build
+        metadata.mm_prefix_range = batch.ranges
+        metadata.query_start_loc_cpu = starts
+        metadata.seq_lens_cpu = seq_lens
+    if "mm_prefix_spans" in fields_now:  # 0.26.0 on: the builder records the rows
+        from vllm.v1.attention.backends.mm_prefix_fa import mm_prefix_spans
+
+        metadata.mm_prefix_spans = mm_prefix_spans(batch.ranges, starts, seq_lens)
+        # the builder's FA4 range tensor, which the forward reads as "this batch has ranges"
+        # (0.29.0 on: per query token; 0.26.0: per request)
+        marker = "mm_prefix_query_range_tensor" if "mm_prefix_query_range_tensor" in fields_now else (
+            "mm_prefix_range_tensor")
+        setattr(metadata, marker, torch.zeros(1, 2, dtype=torch.int32))
+
+
+def as_cuda_machine() -> None:
+    """FlashAttention's platform answers as on a CUDA machine, where the series' mm-prefix recompute is meant to
+    run (is_cuda); everything else is still asked of this machine's own platform."""
+    from vllm.v1.attention.backends import flash_attn
+
+    real = flash_attn.current_platform
+
+    class CudaLike:
+        def is_cuda(self) -> bool:
+            return True
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+    flash_attn.current_platform = CudaLike()
+
+
+def xpu_facts(flash_attn: Any) -> dict[str, Any]:
+    """The same FlashAttention on an XPU machine: vLLM's XPU platform picks FLASH_ATTN by default and validates
+    nothing, so what the backend claims and what its forward does with mm rows is what an XPU user gets. The
+    platform is the tree's own Platform with XPU's enum (the XPU platform module needs XPU kernels)."""
+    from vllm.platforms.interface import Platform, PlatformEnum
+
+    class XpuLike(Platform):
+        _enum = PlatformEnum.XPU
+        device_type = "xpu"
+
+    saved = flash_attn.current_platform
+    flash_attn.current_platform = XpuLike()
+    try:
+        backend = flash_attn.FlashAttentionBackend
+        per_head = getattr(backend, "supports_mm_prefix_for_head_size", None)
+        out: dict[str, Any] = {
+            "supports_mm_prefix": backend.supports_mm_prefix(),
+            "for_head_256": None if per_head is None else per_head(256),
+        }
+        rng = random.Random(17)
+        calls = []
+        for _ in range(4):
+            batch = ref.random_batch(rng, with_ranges=True, head_size=32, block_size=16)
+            recorder = ref.Recorder()
+            flash_attn.flash_attn_varlen_func = recorder
+            impl = make_impl(flash_attn, None)
+            metadata = make_metadata(flash_attn, batch)
+            set_ranges(flash_attn, metadata, batch)
+            layer = SimpleNamespace(_q_scale=torch.ones(1), _k_scale=torch.ones(1), _v_scale=torch.ones(1))
+            layer.mm_prefix_clamp_sliding_window = False
+            q = batch.query
+            impl.forward(layer, q, q, q, kv_cache_for(flash_attn, batch), metadata, torch.zeros_like(q))
+            calls.append([c["causal"] for c in recorder.calls])
+        out["forward_calls"] = calls
+        return out
+    finally:
+        flash_attn.current_platform = saved
+
+
+def runner_ranges_facts(flash_attn: Any) -> dict[str, Any] | None:
+    """0.21.0: the model runner hands every metadata object a range list per request after build, an empty one
+    for a text-only request and the prompt's ranges for a request decoding after its image. Such a batch has no
+    row inside a range: it must run as a text-only batch does (the same calls, no DCP/ALiBi refusal, and no
+    scan of rows per layer). Trees whose builder records the rows (0.26.0 on) report None."""
+    if "mm_prefix_range" not in flash_attn.FlashAttentionMetadata.__dataclass_fields__:
+        return None
+    scans = [0]
+    real_spans = flash_attn.mm_prefix_spans
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        scans[0] += 1
+        return real_spans(*args, **kwargs)
+
+    flash_attn.mm_prefix_spans = counted
+    rng = random.Random(13)
+    out: dict[str, Any] = {"calls": [], "refused": [], "text_scans": 0}
+    for trial in range(6):
+        batch = ref.random_batch(rng, with_ranges=False, head_size=32, block_size=16)
+        past = trial % 2 == 1  # decodes after their image: ranges all before the scheduled rows
+        if past:
+            batch.query_lens = [1] * len(batch.seq_lens)
+            batch.query = batch.query[: len(batch.seq_lens)]
+        ranges = {r: ([(0, max(0, n - 2))] if past and n > 2 else []) for r, n in enumerate(batch.seq_lens)}
+        recorder = ref.Recorder()
+        flash_attn.flash_attn_varlen_func = recorder
+        impl = make_impl(flash_attn, [None, 5][trial % 2])
+        layer = SimpleNamespace(_q_scale=torch.ones(1), _k_scale=torch.ones(1), _v_scale=torch.ones(1))
+        kv_cache = kv_cache_for(flash_attn, batch)
+        metadata = make_metadata(flash_attn, batch)
+        metadata.mm_prefix_range = ranges
+        metadata.query_start_loc_cpu = torch.tensor(batch.query_starts, dtype=torch.int32)
+        metadata.seq_lens_cpu = torch.tensor(batch.seq_lens, dtype=torch.int32)
+        before = scans[0]
+        q = batch.query
+        for _ in range(3):  # three layers of one batch
+            impl.forward(layer, q, q, q, kv_cache, metadata, torch.zeros_like(q))
+        if not past:
+            out["text_scans"] += scans[0] - before
+        out["calls"].append(len(recorder.calls))
+        out["refused"].append(
+            {what: refusal is not None and "TRITON_ATTN" in refusal
+             for what, refusal in refusals(impl, layer, batch.query, kv_cache, metadata).items()}
+        )
+    flash_attn.mm_prefix_spans = real_spans
+    return out
 
 
 def refusals(impl: Any, layer: Any, query: torch.Tensor, kv_cache: torch.Tensor, metadata: Any) -> dict[str, Any]:
@@ -466,6 +629,51 @@ def auto_selection() -> None:
         SimpleNamespace(model_config=SimpleNamespace(is_mm_prefix_lm=True)),
         SimpleNamespace(head_size=256, block_size=16),
     ).name
+    facts["fa_cudagraph_config_forces_fa2"] = cudagraph_cap_under_config(flash_attn)
+
+
+def cudagraph_cap_under_config(flash_attn: Any) -> dict[str, str] | None:
+    """An SM100 with FA4 installed where the user's config forces FA2 (attention_config.flash_attn_version=2): the
+    layers are built under that config and run FA2, so the mm rows are recomputed and full CUDA graphs must stay
+    capped, whether or not a config is current when the runner asks for the cap. The tree's own
+    get_flash_attn_version decides; stood in: the compiled FlashAttention's answers (every version installed)
+    and the device capability (10.0)."""
+    import types
+
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.backends import fa_utils
+
+    if not hasattr(flash_attn, "_layers_run_fa4"):
+        return None  # trees without the series' FA4 check (pristine, 0.21.0)
+    interface = types.ModuleType("vllm.vllm_flash_attn.flash_attn_interface")
+    interface.is_fa_version_supported = lambda version, device=None: True  # type: ignore[attr-defined]
+    interface.fa_version_unsupported_reason = lambda version, device=None: None  # type: ignore[attr-defined]
+    sys.modules["vllm.vllm_flash_attn.flash_attn_interface"] = interface
+    real = fa_utils.current_platform
+
+    class Sm100:
+        def get_device_capability(self, device_id: int = 0) -> Any:
+            return DeviceCapability(10, 0)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+    fa_utils.current_platform = Sm100()
+    flash_attn.get_flash_attn_version = fa_utils.get_flash_attn_version
+    flash_attn.is_fa_version_supported = lambda version: True
+    from vllm.config import set_current_vllm_config
+
+    config = SimpleNamespace(
+        model_config=SimpleNamespace(is_mm_prefix_lm=True, is_diffusion=False),
+        attention_config=SimpleNamespace(flash_attn_version=2),
+    )
+    spec = SimpleNamespace(head_size=128, block_size=16)
+    builder = flash_attn.FlashAttentionMetadataBuilder
+    out = {"no_current_config": builder.get_cudagraph_support(config, spec).name}
+    with set_current_vllm_config(config):  # type: ignore[arg-type]
+        out["config_current"] = builder.get_cudagraph_support(config, spec).name
+        out["layer_version"] = fa_utils.get_flash_attn_version(head_size=128)
+    return out
 
 
 def kv_cache_for(flash_attn: Any, batch: ref.MMBatch) -> torch.Tensor:
@@ -478,6 +686,7 @@ def kv_cache_for(flash_attn: Any, batch: ref.MMBatch) -> torch.Tensor:
     return torch.cat([batch.key_cache, batch.value_cache], dim=-1).transpose(1, 2).contiguous()
 
 
+as_cuda_machine()
 decoupling()
 per_kind()
 flash_attention()

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 pytestmark = pytest.mark.network
 
@@ -168,3 +169,104 @@ def test_mm_rows_refuse_dcp_and_alibi(tree_facts: Facts, pin: str) -> None:
 def test_full_cuda_graphs_stay_capped_where_fa4_is_installed_but_fa3_runs(tree_facts: Facts) -> None:
     """0.33.0 on SM90: FA4 can be installed while the layers run FA3, whose mm rows need the Python recompute."""
     assert tree_facts("vllm-0.33.0", "patched")["fa_cudagraph_fa4_installed_fa3_running"] == "UNIFORM_BATCH"
+
+
+def test_batches_without_rows_in_ranges_run_as_text_only_on_0_21_0(tree_facts: Facts) -> None:
+    """0.21.0's runner writes a range list for every request (empty for text-only ones, the prompt's ranges for a
+    request decoding after its image). Such batches make one causal call per layer, refuse neither DCP nor ALiBi, and
+    a text-only batch never scans for rows (README: text-only batches pay nothing)."""
+    facts = tree_facts("vllm-0.21.0", "patched")["forward"]["runner_ranges"]
+    assert facts["calls"] == [3] * 6  # one causal call per layer, three layers
+    assert facts["refused"] == [{"dcp": False, "alibi": False}] * 6
+    assert facts["text_scans"] == 0
+
+
+class _Transfers(TorchFunctionMode):
+    """Records tensors made from Python data directly on a device, and host-to-device copies (with their
+    non_blocking flag): what a forward that builds index tensors mid-step costs in synchronous copies."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made_on_device: list[str] = []
+        self.copies: list[bool] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        device = kwargs.get("device")
+        if name in ("tensor", "as_tensor") and device is not None and torch.device(device).type != "cpu":
+            self.made_on_device.append(name)
+        if name == "to":
+            target = kwargs.get("device", next((a for a in args[1:] if isinstance(a, (str, torch.device))), None))
+            if target is not None and torch.device(target).type != "cpu" and args[0].device.type == "cpu":
+                self.copies.append(bool(kwargs.get("non_blocking", False)))
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("pin", PINS)
+def test_recompute_indices_reach_the_device_in_one_async_copy(mm_prefix_module: Any, pin: str) -> None:
+    """Third review, 3: the index tensors of the recompute calls were four torch.tensor(list, device=...) per call,
+    each a synchronous pageable host-to-device copy in the middle of the forward. They are built on the host and
+    moved in one non-blocking copy per batch and layer kind (from pinned memory on CUDA). A device that is not
+    the CPU stands in for the GPU here (meta: shapes only)."""
+    mm = mm_prefix_module(pin)
+    spans = mm.mm_prefix_spans({0: [(2, 30)], 1: [(0, 9), (12, 40)]}, torch.tensor([0, 40, 80]),
+                               torch.tensor([40, 50]))
+    groups = mm.mm_prefix_segments(spans, 8, False)
+    assert len(groups) >= 2  # near rows and far rows: several calls
+    with _Transfers() as seen:
+        on_device = mm.prepare_mm_prefix_calls(groups, torch.device("meta"))
+    assert seen.made_on_device == []
+    assert seen.copies == [True]
+    on_host = mm.prepare_mm_prefix_calls(groups, "cpu")
+    for dev, host in zip(on_device, on_host, strict=True):
+        assert dev.window == host.window and dev.num_seqs == host.num_seqs
+        for field in ("rows", "cu_seqlens_q", "seqused_k", "req_indices"):
+            a, b = getattr(dev, field), getattr(host, field)
+            assert (a.dtype, a.shape, a.device.type) == (b.dtype, b.shape, "meta"), field
+    # the host build is what the calls read (rows of each call in order, int32 offsets and key lengths)
+    first = on_host[0]
+    assert first.cu_seqlens_q.dtype == torch.int32 and first.rows.dtype == torch.long
+    assert int(first.cu_seqlens_q[-1]) == first.rows.shape[0]
+
+
+@pytest.mark.parametrize("pin", PINS)
+def test_backends_with_a_forward_of_their_own_claim_no_mm_prefix(tree_facts: Facts, pin: str) -> None:
+    """Third review, 5: FlashAttention subclasses whose layers run a forward of their own (DiffKV on every pin;
+    Qwen4Exp's QSA and Step5's on newer ones) never recompute the mm rows, so (without FA4, as on SM120) they
+    must not claim mm-prefix support: named for an mm-prefix model their image rows would be silently causal.
+    Subclasses that keep FlashAttentionImpl.forward keep the support."""
+    facts = tree_facts(pin, "patched")["fa_subclasses"]
+    classes = facts["classes"]
+    assert any(name.endswith("FlashAttentionDiffKVBackend") for name in classes), facts
+    own = {name: c for name, c in classes.items() if c["own_forward"]}
+    assert own, classes
+    assert all(c["supports_mm_prefix"] is False and c["for_head_128"] in (False, None) for c in own.values()), own
+    kept = {name: c for name, c in classes.items() if not c["own_forward"]}
+    assert all(c["supports_mm_prefix"] is True for c in kept.values()), kept
+
+
+@pytest.mark.parametrize("pin", PINS)
+def test_no_mm_prefix_recompute_on_xpu(tree_facts: Facts, pin: str) -> None:
+    """Third review, 4: XPU takes FLASH_ATTN by default without validating the configuration, so a claimed
+    support would put every mm-prefix model on XPU through the recompute (a kernel wrapper whose window handling
+    was never checked and which drops softcap). There FlashAttention stays as the pristine tree has it: no
+    mm-prefix support claimed by recompute, and the pristine forward's calls (no non-causal recompute), with
+    or without rows in ranges."""
+    xpu = tree_facts(pin, "patched")["xpu"]
+    pristine = tree_facts(pin, "pristine")["xpu"]
+    assert xpu["supports_mm_prefix"] is False
+    assert xpu["for_head_256"] is False
+    assert xpu["forward_calls"] == pristine["forward_calls"]
+    assert all(False not in calls for calls in xpu["forward_calls"])  # no non-causal recompute call
+
+
+@pytest.mark.parametrize("pin", ["vllm-0.26.0", "vllm-0.29.0", "vllm-0.33.0"])
+def test_cuda_graph_cap_follows_the_config_the_layers_run_under(tree_facts: Facts, pin: str) -> None:
+    """Third review, 9: the cap asked the FlashAttention version of whatever config was current; with none current
+    (as when the runner computes it) a config forcing FA2 on an SM100 with FA4 gave FA4, no cap, and full-graph
+    replays of mixed batches without the recompute, while the layers (built under the config) run FA2."""
+    cap = tree_facts(pin, "patched")["fa_cudagraph_config_forces_fa2"]
+    assert cap["layer_version"] == 2
+    assert cap["config_current"] == "UNIFORM_BATCH"
+    assert cap["no_current_config"] == "UNIFORM_BATCH"

@@ -88,14 +88,23 @@ def section(name: str, fn: Callable[[], Any]) -> None:
         facts[name] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]}
 
 
-def write_configs() -> tuple[Path, Path]:
-    for name, config in (("target", TARGET), ("draft", DRAFT)):
+# MiMo-style: every layer sliding through dflash_config.use_swa, none named, so every layer stays non-causal.
+SWA_DRAFT = {
+    **{k: v for k, v in DRAFT.items() if k != "layer_types"},
+    "num_hidden_layers": 2,
+    "dflash_config": {**DRAFT["dflash_config"], "use_swa": True, "swa_window_size": WINDOW},
+}
+
+
+def write_configs(draft: dict[str, Any]) -> tuple[Path, Path]:
+    draft_name = "draft" if draft is DRAFT else "draft_swa"
+    for name, config in (("target", TARGET), (draft_name, draft)):
         (WORK / name).mkdir(parents=True, exist_ok=True)
         (WORK / name / "config.json").write_text(json.dumps(config))
-    return WORK / "target", WORK / "draft"
+    return WORK / "target", WORK / draft_name
 
 
-def vllm_config(backend: str) -> Any:
+def vllm_config(backend: str, draft: dict[str, Any] = DRAFT) -> Any:
     import vllm.config.vllm as vllm_module
     from vllm.config import DeviceConfig, ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
     from vllm.config.compilation import CUDAGraphMode
@@ -104,7 +113,7 @@ def vllm_config(backend: str) -> Any:
     # which refuses this mixed drafter when the config is made (0.33.0 makes that exception on real platforms only).
     if getattr(vllm_module, "HAS_TRITON", True) is False:
         vllm_module.HAS_TRITON = True
-    target_dir, draft_dir = write_configs()
+    target_dir, draft_dir = write_configs(draft)
     target = ModelConfig(model=str(target_dir), skip_tokenizer_init=True, max_model_len=1024)
     spec = SpeculativeConfig(
         method="dflash",
@@ -298,6 +307,91 @@ def padding(proposer: Any) -> list[dict[str, int]]:
     return out
 
 
+def noncausal_sliding() -> dict[str, Any]:
+    """A drafter whose every layer is sliding and non-causal (use_swa), on FlashAttention: each layer's own
+    FlashAttentionImpl.forward on one drafting step (the 1 + k block rows at the end of a context longer than the
+    window), with the reference kernel standing in for the compiled one, against a dense mask: a non-causal
+    sliding row at position i sees the keys j with |i - j| < W, later block tokens included."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "series_a"))
+    import attention_reference as ref
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.attention.backends import flash_attn
+
+    config = vllm_config("flash_attn", SWA_DRAFT)
+    recorder = ref.Recorder()
+    flash_attn.flash_attn_varlen_func = recorder
+    out: dict[str, Any] = {"layers": []}
+    with set_current_vllm_config(config):
+        proposer = build_proposer(config)
+        model = build_drafter(config, proposer)
+        gen = torch.Generator().manual_seed(3)
+        seq_len, q_len, block = WINDOW + 90, 1 + NUM_SPEC, 16
+        num_blocks = (seq_len + block - 1) // block
+        keys = torch.randn(num_blocks * block, DRAFT_KV_HEADS, DRAFT_HEAD_DIM, generator=gen)
+        values = torch.randn(num_blocks * block, DRAFT_KV_HEADS, DRAFT_HEAD_DIM, generator=gen)
+        query = torch.randn(q_len, DRAFT_HEADS, DRAFT_HEAD_DIM, generator=gen)
+        kv_cache = torch.stack([keys.view(num_blocks, block, DRAFT_KV_HEADS, DRAFT_HEAD_DIM),
+                                values.view(num_blocks, block, DRAFT_KV_HEADS, DRAFT_HEAD_DIM)])
+        for layer in model.model.layers:
+            attn = layer.self_attn.attn
+            impl = attn.impl
+            impl.vllm_flash_attn_version = 2
+            fields: dict[str, Any] = {
+                "num_actual_tokens": q_len, "max_query_len": q_len,
+                "query_start_loc": torch.tensor([0, q_len], dtype=torch.int32),
+                "max_seq_len": seq_len, "seq_lens": torch.tensor([seq_len], dtype=torch.int32),
+                "block_table": torch.arange(num_blocks, dtype=torch.int32)[None],
+                "slot_mapping": torch.zeros(q_len, dtype=torch.long),
+                "use_cascade": False, "common_prefix_len": 0, "cu_prefix_query_lens": None,
+                "prefix_kv_lens": None, "suffix_kv_lens": None,
+                "causal": layer.self_attn.causal,
+            }
+            metadata = flash_attn.FlashAttentionMetadata(**fields)
+            scales = {name: torch.ones(1) for name in ("_q_scale", "_k_scale", "_v_scale")}
+            shim = type("Layer", (), scales)()
+            output = torch.zeros_like(query)
+            recorder.calls.clear()
+            impl.forward(shim, query, query, query, kv_cache, metadata, output)
+            pos = torch.arange(seq_len - q_len, seq_len)[:, None]
+            j = torch.arange(seq_len)[None, :]
+            mask = (pos - j).abs() < WINDOW
+            reps = DRAFT_HEADS // DRAFT_KV_HEADS
+            k_all = keys[:seq_len].repeat_interleave(reps, dim=1)
+            v_all = values[:seq_len].repeat_interleave(reps, dim=1)
+            scores = torch.einsum("qhd,khd->hqk", query, k_all) * impl.scale
+            probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+            expected = torch.einsum("hqk,khd->qhd", probs, v_all)
+            out["layers"].append({
+                "causal": layer.self_attn.causal,
+                "window": attn.sliding_window,
+                "call_windows": [list(c["window_size"]) for c in recorder.calls],
+                "max_err": (output - expected).abs().max().item(),
+            })
+    return out
+
+
+def skip_sliding_quantization() -> dict[str, Any]:
+    """An fp8 KV cache with --kv-cache-dtype-skip-layers sliding_window (the target's sliding layers keep bf16):
+    the KV cache dtype and spec of every draft layer as the tree's own layers make them, the groups the tree's
+    grouping makes of them beside the Gemma 4 target, and the proposer's one-group check."""
+    from vllm.config import set_current_vllm_config
+
+    config = vllm_config("triton_attn")
+    config.cache_config.cache_dtype = "fp8"
+    config.cache_config.kv_cache_dtype_skip_layers = ["sliding_window"]
+    with set_current_vllm_config(config):
+        proposer = build_proposer(config)
+        model = build_drafter(config, proposer)
+        attns = [layer.self_attn.attn for layer in model.model.layers]
+        kv_config, grouping = kv_cache_config(config, model)
+        return {
+            "dtypes": [attn.kv_cache_dtype for attn in attns],
+            "spec_dtypes": [str(attn.get_kv_cache_spec(config).dtype) for attn in attns],
+            "groups_with_draft": len([g for g in grouping["groups"] if g["draft_layers"]]),
+            "validate": check(lambda: proposer.validate_same_kv_cache_group(kv_config)),
+        }
+
+
 def run(backend: str) -> dict[str, Any]:
     from vllm.config import set_current_vllm_config
 
@@ -328,4 +422,6 @@ def run(backend: str) -> dict[str, Any]:
 section("triton", lambda: run("triton_attn"))
 if MODE == "all":
     section("flash_attn", lambda: run("flash_attn"))
+    section("noncausal_sliding", noncausal_sliding)
+    section("skip_sliding", skip_sliding_quantization)
 print("DFLASH_V1_FACTS " + json.dumps(facts))

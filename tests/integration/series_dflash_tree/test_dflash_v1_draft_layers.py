@@ -88,3 +88,28 @@ def test_query_buffers_hold_cuda_graph_padded_steps(v1_facts: Facts, pin: str, m
     padding = _run(v1_facts, "triton", pin, mode)["padding"]
     assert [(p["queries"], p["padded"]) for p in padding][-1] == (42, 48)
     assert all(p["positions"] == p["slot_mapping"] == p["padded"] for p in padding), padding
+
+
+def test_non_causal_sliding_draft_layers_see_both_sides_of_their_window(v1_facts: Facts) -> None:
+    """Third review, 1: a sliding draft layer that is not causal (use_swa, MiMo-style) gets the window on both
+    sides, as upstream's 0.26.0 and later (_maybe_symmetrize_window): its block rows see the later block tokens
+    inside the window. With the causal (W - 1, 0) window they could not (silent acceptance loss)."""
+    run = v1_facts("vllm-0.21.0")["noncausal_sliding"]
+    assert "error" not in run, run.get("trace")
+    layers = run["layers"]
+    assert [(layer["causal"], layer["window"]) for layer in layers] == [(False, WINDOW)] * 2
+    assert all(layer["call_windows"] == [[WINDOW - 1, WINDOW - 1]] for layer in layers), layers
+    assert max(layer["max_err"] for layer in layers) <= 1e-4
+
+
+def test_skipping_sliding_layers_from_kv_quantization_keeps_the_drafter_in_one_group(v1_facts: Facts) -> None:
+    """Third review, 8: with an fp8 KV cache and --kv-cache-dtype-skip-layers sliding_window, sliding and full draft
+    layers must not get different KV dtypes (two specs, two groups, the proposer's assertion). On 0.21.0 the DFlash
+    draft layers are built without the cache config (as upstream builds them), so the skip list never reaches them:
+    every draft layer keeps the model dtype ("auto"), one spec, one group, and the check passes."""
+    run = v1_facts("vllm-0.21.0")["skip_sliding"]
+    assert "error" not in run, run.get("trace")
+    assert run["dtypes"] == ["auto"] * 5
+    assert len(set(run["spec_dtypes"])) == 1
+    assert run["groups_with_draft"] == 1
+    assert run["validate"] == "ok"

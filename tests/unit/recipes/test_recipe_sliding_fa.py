@@ -183,3 +183,18 @@ def test_v2_runner_on_021_is_an_error(base_data: dict[str, Any]) -> None:
     assert "VLLM_USE_V2_MODEL_RUNNER" in finding.message
     # 0.33.0's V2 runner (its default) lays every backend's KV out alike.
     assert not sliding(check(recipe(base_data, env=env, pin="vllm-0.33.0"), ctx("vllm-0.33.0")), "error")
+
+
+def test_needs_series_must_hold_what_its_series_require() -> None:
+    """Third review, 7: backend_per_kind (gemma4-backend-decoupling on 0.21.0) puts FlashAttention and Triton views
+    over one raw KV tensor; only dflash-batched-verification's block-major restride makes that correct. The shipped
+    recipe names both; a recipe that leaves the restride out is refused, on 0.21.0 only (later pins' variants
+    require nothing)."""
+    shipped = load_recipe("gemma4-26b-a4b-nvfp4-sliding-fa")
+    assert "dflash-batched-verification" in shipped.needs_series
+    assert not [f for f in check(shipped, ctx()) if f.rule == "series" and "requires" in f.message]
+    subset = dataclasses.replace(shipped, needs_series=("gemma4-backend-decoupling", "mm-prefix-fa"))
+    refused = [f for f in check(subset, ctx()) if f.rule == "series" and f.severity == "error"]
+    assert any("'gemma4-backend-decoupling'" in f.message and "'dflash-batched-verification'" in f.message
+               for f in refused), refused
+    assert not [f for f in check(subset, ctx("vllm-0.33.0")) if "requires" in f.message]

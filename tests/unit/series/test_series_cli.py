@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from tests.unit.series.series_support import (
     BASE,
     PIN,
@@ -163,3 +164,35 @@ def test_apply_refuses_and_keeps_tree(home: Home, mkdiff: Diff, tmp_path: Path) 
     out = cli(home, "apply", "--pin", PIN, "--tree", str(plain))
     assert out.returncode == SourceError.exit_code
     assert "g4build source fetch" in out.stderr
+
+
+def _require(home: Home, name: str, pin: str, required: list[str]) -> None:
+    path = home.patches / name / "series.yaml"
+    meta = yaml.safe_load(path.read_text())
+    meta["pins"][pin]["requires"] = required
+    path.write_text(yaml.safe_dump(meta, sort_keys=False))
+
+
+def test_apply_refuses_a_subset_without_a_series_another_requires(home: Home, mkdiff: Diff, tmp_path: Path) -> None:
+    """A variant that is only correct with another series' patches (series.yaml `requires`; on 0.21.0
+    backend_per_kind needs dflash's block-major restride) is never applied without them: the tree is untouched."""
+    home.add_series("a", [("Patch ten", mkdiff({"m.py": BASE}, {"m.py": TEN}))])
+    home.add_series("b", [("Patch twenty", mkdiff({"m.py": TEN}, {"m.py": TWENTY}))])
+    _require(home, "a", PIN, ["b"])
+    tree = make_tree(tmp_path / "t", {"m.py": BASE})
+    before = snapshot(tree)
+    out = cli(home, "apply", "--pin", PIN, "--tree", str(tree), "--series", "a")
+    assert out.returncode == 2
+    assert "a needs b" in out.stderr and "--series b" in out.stderr.replace("\n", " ")
+    assert snapshot(tree) == before and git(tree, "log", "--format=%s") == "base\n"
+    both = cli(home, "apply", "--pin", PIN, "--tree", str(tree), "--series", "a", "--series", "b", "--json")
+    assert both.returncode == 0, both.stderr
+    assert [c["series"] for c in json.loads(both.stdout)["commits"]] == ["a", "b"]
+
+
+def test_requires_must_name_a_series_of_the_order(home: Home, mkdiff: Diff) -> None:
+    home.add_series("a", [("Patch ten", mkdiff({"m.py": BASE}, {"m.py": TEN}))])
+    _require(home, "a", PIN, ["nope"])
+    out = cli(home, "list")
+    assert out.returncode != 0
+    assert "requires: 'nope' is not another series" in out.stderr.replace("\n", " ")

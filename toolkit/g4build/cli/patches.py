@@ -22,7 +22,7 @@ from g4build.pins.index import Fetched, ProgressHook
 from g4build.pins.model import load_pins
 from g4build.series.apply import apply_stack
 from g4build.series.check import StackReport, check_stack, conflict_error
-from g4build.series.model import get_series, load_all
+from g4build.series.model import get_series, load_all, unmet_requirements
 from g4build.series.port import plan_port, port, port_conflict_error
 from g4build.series.refresh import RefreshResult, diff_patch, new_series, patches_from_commits, refresh
 from g4build.series.status import tree_status
@@ -187,6 +187,13 @@ def apply(
         raise UsageError(f"unknown series {', '.join(unknown)}: expected one of {', '.join(s.name for s in stack)}",
                          hint="run `g4build patches list`")
     chosen = [s for s in stack if not series or s.name in series]
+    unmet = unmet_requirements(chosen, stack, the_pin.name)
+    if unmet:
+        needs = "; ".join(f"{name} needs {req}" for name, req in unmet)
+        add = " ".join(f"--series {req}" for req in sorted({req for _, req in unmet}))
+        raise UsageError(f"on {the_pin.name} {needs} (series.yaml requires): a tree with one and not the other is "
+                         "broken, so nothing was applied",
+                         hint=f"add {add}, or leave --series out to apply every series")
     result = apply_stack(tree, chosen, pin=the_pin.name, version=the_pin.version)
     if json_out:
         print_json(result.to_dict())

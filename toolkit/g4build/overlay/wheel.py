@@ -40,7 +40,7 @@ from g4build.overlay.sourcecheck import (
     verify_members,
 )
 from g4build.pins.model import Pin
-from g4build.series.model import Series, stack_digest
+from g4build.series.model import Series, stack_digest, unmet_requirements
 from g4build.series.scratch import PatchFile, apply_patches, touched_paths
 from g4build.source.fetch import pristine_files
 from g4build.util.faults import fault
@@ -103,6 +103,13 @@ def plan_overlay(pin: Pin, all_series: Sequence[Series], *, pristine: Pristine |
         raise UsageError(
             f"no series has patches for pin {pin.name}: there is nothing to overlay",
             hint="`g4build patches list` shows the series and the pins they cover",
+        )
+    unmet = unmet_requirements(needed, all_series, pin.name)
+    if unmet:
+        raise UsageError(
+            f"on {pin.name} " + "; ".join(f"{name} needs {req}" for name, req in unmet) + " (series.yaml requires): "
+            "an overlay with one and not the other is broken",
+            hint="overlay every series of the order",
         )
     compiled = [s.name for s in needed if not s.python_only]
     if compiled:

@@ -12,6 +12,7 @@ from g4build.recipes.checkpoint import CheckpointInfo, read_checkpoint
 from g4build.recipes.flashinfer import wheel_flashinfer
 from g4build.recipes.model import Recipe
 from g4build.recipes.rules import CheckContext, WheelInfo
+from g4build.recipes.vllm_envs import pinned_envs
 from g4build.series.model import load_all
 from g4build.wheelfile.manifestfile import MANIFEST_NAME, MAX_BYTES, loads
 
@@ -100,4 +101,5 @@ def gather_context(
         wheel=wheel_info,
         transformers_model_types=types,
         transformers_asked=asked,
+        vllm_envs=pinned_envs(pin) if pin is not None else None,
     )

@@ -49,6 +49,7 @@ class CheckContext:
     wheel: WheelInfo | None = None
     transformers_model_types: frozenset[str] | None = None  # None: no transformers to ask here
     transformers_asked: bool = False  # False: the caller did not look (rendering), so say nothing firm
+    vllm_envs: frozenset[str] | None = None  # the pin's envs.py names; None: its sdist is not here
 
 
 Rule = Callable[[Recipe, CheckContext], list[Finding]]

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from g4build.recipes.draft_groups import rule_draft_groups
+from g4build.recipes.env_names import rule_env_names
+from g4build.recipes.fa_kv_dtype import fp8_kv_refused, rule_fa_kv_dtype
 from g4build.recipes.findings import FA2_MAX_HEAD_DIM, CheckContext, Finding, Rule, Severity, WheelInfo
 from g4build.recipes.flashinfer import FlashInferInfo, fixed_paths, off_switches
 from g4build.recipes.model import KvGeometry, Recipe
 from g4build.recipes.sliding_fa import rule_sliding_fa
-from g4build.series.model import Series
+from g4build.series.model import Series, unmet_requirements
 
 __all__ = ["RULES", "CheckContext", "Finding", "Rule", "Severity", "WheelInfo", "check", "errors"]
 
@@ -158,7 +161,19 @@ def _series_finding(recipe: Recipe, ctx: CheckContext, name: str, by_name: dict[
 def rule_series(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     by_name = {s.name: s for s in ctx.series}
     found = (_series_finding(recipe, ctx, name, by_name) for name in recipe.needs_series)
-    return [f for f in found if f is not None]
+    return [f for f in found if f is not None] + _unmet_requires(recipe, ctx, by_name)
+
+
+def _unmet_requires(recipe: Recipe, ctx: CheckContext, by_name: dict[str, Series]) -> list[Finding]:
+    """A series the recipe needs may be correct only together with another (series.yaml ``requires``)."""
+    if ctx.pin is None:
+        return []
+    chosen = [by_name[n] for n in recipe.needs_series if n in by_name]
+    return [Finding(rule="series", severity="error",
+                    message=f"series '{name}' on {ctx.pin.name} is correct only with series '{req}' (its series.yaml "
+                            "requires it), which needs_series leaves out",
+                    hint=f"add {req} to needs_series")
+            for name, req in unmet_requirements(chosen, ctx.series, ctx.pin.name)]
 
 
 def rule_mtp_transformers(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
@@ -255,7 +270,8 @@ def rule_vram(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     budget = util * recipe.hardware.vram_gb
     fixed = weights + RUNTIME_OVERHEAD_GIB
     head = f"budget {util:g} x {recipe.hardware.vram_gb:g} GiB = {budget:.1f} GiB; weights {weights:.1f} GiB ({basis})"
-    fix = "lower max-model-len / max-num-seqs, use --kv-cache-dtype fp8, or raise gpu-memory-utilization"
+    fp8 = "" if fp8_kv_refused(recipe) else ", use --kv-cache-dtype fp8"  # FA2 refuses an fp8 KV cache
+    fix = f"lower max-model-len / max-num-seqs{fp8}, or raise gpu-memory-utilization"
     if fixed > budget:
         return [Finding(rule="vram", severity="warning",
                         message=f"{head} + {RUNTIME_OVERHEAD_GIB} GiB runtime do not fit: expect an out-of-memory",
@@ -337,13 +353,16 @@ RULES: tuple[Rule, ...] = (
     rule_quantization,
     rule_moe_backend,
     rule_dflash_backend,
+    rule_draft_groups,
     rule_series,
     rule_mtp_transformers,
     rule_spec_tokens,
     rule_batched_tokens,
     rule_flashinfer,
+    rule_env_names,
     rule_mm_processor_cache,
     rule_vram,
+    rule_fa_kv_dtype,
     rule_sliding_fa,
 )
 

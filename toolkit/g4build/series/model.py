@@ -9,7 +9,9 @@ Layout::
 Metadata keys: name, version (int, bumped on any content change), title, why, refs (list of upstream
 issues/PRs), origin, bug, forwarded, applied_upstream (a version or null), python_only (bool), and
 ``pins``: a mapping pin name -> {patches: [{file, subject}], fingerprints: {path: [text, ...]},
-note}. A pin with an empty patch list needs nothing (upstream has the fix for that pin; ``note`` says why).
+note, requires}. A pin with an empty patch list needs nothing (upstream has the fix for that pin; ``note`` says why).
+``requires`` (optional) names the series whose patches for that pin this variant is only correct with (a tree
+carrying it without them is broken, not merely incomplete); applying a subset that breaks it is refused.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class PinVariant:
     patches: tuple[SeriesPatch, ...]
     fingerprints: dict[str, tuple[str, ...]] = field(default_factory=dict)
     note: str = ""
+    requires: tuple[str, ...] = ()  # series this variant is only correct with, on the same pin
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +93,7 @@ class Series:
                     "patches": [{"file": p.file, "subject": p.subject} for p in v.patches],
                     "fingerprints": {k: list(t) for k, t in v.fingerprints.items()},
                     "note": v.note,
+                    "requires": list(v.requires),
                 }
                 for pin, v in self.pins.items()
             },
@@ -130,7 +134,11 @@ def _variant(folder: Path, raw: Any, where: str) -> PinVariant:
         if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
             raise ConfigError(f"{where}.fingerprints.{rel}: expected a list of strings")
         fingerprints[str(rel)] = tuple(texts)
-    return PinVariant(patches=tuple(patches), fingerprints=fingerprints, note=str(raw.get("note") or ""))
+    requires = raw.get("requires") or []
+    if not isinstance(requires, list) or not all(isinstance(r, str) and PIN_NAME_RE.fullmatch(r) for r in requires):
+        raise ConfigError(f"{where}.requires: expected a list of series names, found {requires!r}")
+    return PinVariant(patches=tuple(patches), fingerprints=fingerprints, note=str(raw.get("note") or ""),
+                      requires=tuple(requires))
 
 
 def _pin_key(pin: Any, where: str) -> str:
@@ -192,7 +200,38 @@ def load_all(root: Path | None = None) -> list[Series]:
             raise ConfigError(f"{order_path}.order: series '{name}' has no {folder / 'series.yaml'}",
                               hint="start it with `g4build patches new`, or remove it from the order")
         result.append(load_series(folder))
+    check_requirements(result)
     return result
+
+
+def unmet_requirements(chosen: Iterable[Series], every: Iterable[Series], pin: str) -> list[tuple[str, str]]:
+    """(series, required series) for each series of ``chosen`` whose ``pin`` variant requires a series that is not
+    chosen. A required series that ``every`` holds with nothing for the pin (upstream has it, or no variant) cannot
+    be applied, so it is not asked for; one ``every`` lacks is missing."""
+    chosen = list(chosen)
+    names = {s.name for s in chosen}
+    known = {s.name: s for s in every}
+    missing = []
+    for s in chosen:
+        variant = s.variant(pin)
+        if variant is None or not variant.patches:
+            continue
+        missing += [(s.name, req) for req in variant.requires
+                    if req not in names and (req not in known or known[req].patches_for(pin))]
+    return missing
+
+
+def check_requirements(every: Iterable[Series]) -> None:
+    """Every series a variant requires is a series of the order (checked when the series are loaded)."""
+    every = list(every)
+    known = {s.name for s in every}
+    for s in every:
+        for pin, variant in s.pins.items():
+            for req in variant.requires:
+                if req not in known or req == s.name:
+                    raise ConfigError(f"{s.folder / 'series.yaml'}: pins.{pin}.requires: '{req}' is not another "
+                                      "series of patches/series.yaml's order",
+                                      hint="name a series listed by `g4build patches list`")
 
 
 def get_series(name: str, root: Path | None = None) -> Series:

@@ -1,0 +1,67 @@
+"""`recipe check` on a DFlash drafter's layer count against the target's KV cache grouping on vLLM 0.21.0 (third
+review, 6): the rule's arithmetic against the 0.21.0 tree's own get_kv_cache_groups, and what it says for each
+drafter size beside Gemma 4 26B-A4B (25 sliding + 5 full layers)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from tests.support.tree_probe import run_tree_probe
+from tests.support.trees import sdist_tree
+
+from g4build.pins.model import load_pins
+from g4build.recipes import load_recipe
+from g4build.recipes.checkpoint import CheckpointInfo
+from g4build.recipes.draft_groups import kv_groups
+from g4build.recipes.model import KvGeometry
+from g4build.recipes.rules import CheckContext, check
+from g4build.series.model import load_all
+
+TARGET_KV = KvGeometry(full_layers=5, full_kv_heads=2, full_head_dim=512, sliding_layers=25, sliding_kv_heads=8,
+                       sliding_head_dim=256, sliding_window=1024)
+
+
+def _info(path: str, kv: KvGeometry) -> CheckpointInfo:
+    return CheckpointInfo(path=path, architectures=("X",), model_type="gemma4", quant_method=None, quant_algo=None,
+                          head_dim=128, global_head_dim=None, kv=kv, weights_bytes=0)
+
+
+def _drafter(layers: int) -> CheckpointInfo:
+    sliding = max(0, layers - 1)
+    return _info("drafter", KvGeometry(full_layers=layers - sliding, full_kv_heads=2, full_head_dim=128,
+                                       sliding_layers=sliding, sliding_kv_heads=2, sliding_head_dim=128,
+                                       sliding_window=2048))
+
+
+def _findings(layers: int, pin: str = "vllm-0.21.0") -> list[tuple[str, str]]:
+    pins = load_pins()
+    ctx = CheckContext(pin=pins.get(pin), known_pins=tuple(pins.pins), series=tuple(load_all()),
+                       target=_info("target", TARGET_KV), drafter=_drafter(layers))
+    recipe = load_recipe("gemma4-26b-a4b-nvfp4-dflash")
+    recipe = dataclasses.replace(recipe, pin=pin)
+    return [(f.severity, f.message) for f in check(recipe, ctx) if f.rule == "draft-groups"]
+
+
+@pytest.mark.network  # the pinned sdist (cached after the first run)
+def test_rule_matches_the_trees_own_grouping(tmp_path: Path) -> None:
+    facts = run_tree_probe(Path(__file__).parent / "draft_grouping_probe.py", sdist_tree("vllm-0.21.0"), tmp_path,
+                           "DRAFT_GROUPING", [])
+    for n in range(1, 9):
+        grouping = kv_groups([25, 5, n])
+        assert (facts[str(n)]["groups"], facts[str(n)]["draft_groups"], facts[str(n)]["size"]) == (
+            grouping.total, grouping.groups[-1], grouping.size), n
+    # the review's figures: 1 layer -> 31 groups, 2 -> 17, 3 -> 12; 5 fits (7); 6 splits the drafter
+    assert [facts[str(n)]["groups"] for n in (1, 2, 3, 5)] == [31, 17, 12, 7]
+    assert facts["6"]["draft_groups"] == 2
+
+
+def test_check_refuses_split_drafters_and_warns_on_small_ones() -> None:
+    assert _findings(5) == []  # the published Gemma 4 drafters: 4 sliding + 1 full
+    (severity, message), = _findings(6)
+    assert severity == "error" and "split over 2 KV cache groups" in message
+    for n, groups in ((1, 31), (2, 17), (3, 12)):
+        (severity, message), = _findings(n)
+        assert severity == "warning" and f"{groups} groups instead of 7" in message, message
+    assert _findings(6, "vllm-0.33.0") == []  # later pins group (or refuse) drafters themselves

@@ -1,0 +1,37 @@
+"""The rule for the environment variables a recipe sets, against the pinned vLLM's own ``envs.py``: vLLM reads only
+the names listed there and merely logs "Unknown vLLM environment variable" for another ``VLLM_`` name, so a variable
+a release renamed or dropped (0.29.0 and 0.33.0 dropped VLLM_USE_FLASHINFER_MOE_FP4, VLLM_TEST_FORCE_FP8_MARLIN and
+VLLM_NVFP4_GEMM_BACKEND; 0.33.0 chooses kernels with --moe-backend / --linear-backend) silently changes nothing.
+Pure, like every rule: the names come in the context (None when the pin's sdist is not in the cache)."""
+
+from __future__ import annotations
+
+import difflib
+
+from g4build.recipes.findings import CheckContext, Finding
+from g4build.recipes.model import Recipe
+
+VLLM_PREFIX = "VLLM_"
+
+
+def rule_env_names(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
+    names = sorted(n for n in recipe.env if n.startswith(VLLM_PREFIX))
+    if not names or ctx.pin is None:
+        return []
+    if ctx.vllm_envs is None:
+        return [Finding(rule="env-names", severity="info",
+                        message=f"environment variables not checked against vLLM {ctx.pin.version}: its sdist is "
+                                "not in the cache",
+                        hint=f"run `g4build source fetch --pin {ctx.pin.name}` once to check them")]
+    out = []
+    for name in names:
+        if name in ctx.vllm_envs:
+            continue
+        close = difflib.get_close_matches(name, sorted(ctx.vllm_envs), n=2, cutoff=0.8)
+        out.append(Finding(rule="env-names", severity="error",
+                           message=f"env {name}: vLLM {ctx.pin.version} ({ctx.pin.name}) does not read it (not in "
+                                   "its envs.py); it would log 'Unknown vLLM environment variable' and change "
+                                   "nothing",
+                           hint=(f"did you mean {' or '.join(close)}? " if close else "")
+                                + "drop it for this pin, or use the pin's own option for it (vllm serve --help)"))
+    return out
