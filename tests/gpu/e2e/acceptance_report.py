@@ -175,8 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run", action="append", default=[])
     ap.add_argument("--superseded", action="append", default=[], help="LABEL=PATH: kept with the reason, not judged")
     ap.add_argument("--note", action="append", default=[], help="a line for the result's notes")
+    ap.add_argument("--overlay", help="overlay.json of the prepare step: the overlaid wheel's version")
+    ap.add_argument("--series", action="append", default=[], help="NAME=VERSION of a series the wheel carried")
     args = ap.parse_args(argv)
     res = build(load(args.train), load(args.reference), pairs(args.run), pairs(args.superseded))
+    if args.overlay:
+        res["wheel"] = {"version": load(args.overlay)["version"],
+                        "series": {k: int(v) for k, _, v in (x.partition("=") for x in args.series)},
+                        "how": "the registry wheel (sha256 = the pin's) overlaid on the GPU machine by `g4build "
+                               "overlay` from the checkout, `g4build validate` ok"}
     res["notes"] = args.note
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(res, indent=1) + "\n")

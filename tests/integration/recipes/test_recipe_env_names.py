@@ -66,3 +66,30 @@ def test_the_no_flashinfer_fallback_sets_only_names_the_pin_reads(pin: str) -> N
     for name in recipe_names():
         env = {k: v for k, v in load_recipe(name).env.items() if not k.startswith("VLLM_") or k in envs}
         assert {s.name for s in off_switches(env)} <= envs, (pin, name)
+
+
+def _ctx(pin_name: str) -> CheckContext:
+    pins = load_pins()
+    return CheckContext(pin=pins.get(pin_name), known_pins=tuple(pins.pins), series=tuple(load_all()),
+                        vllm_envs=_envs(pin_name))
+
+
+def test_rendering_for_a_pin_leaves_out_the_recipes_own_variables_it_does_not_read() -> None:
+    from g4build.recipes.env_names import fit_env_to_pin, user_env_names
+
+    recipe = dataclasses.replace(load_recipe("gemma4-26b-a4b-nvfp4-dflash"), pin="vllm-0.33.0")
+    ctx = _ctx("vllm-0.33.0")
+    fitted, notes = fit_env_to_pin(recipe, ctx)
+    dropped = sorted(DROPPED & set(recipe.env))
+    assert not DROPPED & set(fitted.env) and set(recipe.env) - set(fitted.env) == set(dropped)
+    assert [f.severity for f in notes] == ["warning"] * len(dropped)
+    assert [f for f in check(fitted, ctx) if f.rule == "env-names"] == []
+    # a name the user asked for by hand stays, and is refused
+    user = user_env_names(["env.VLLM_TEST_FORCE_FP8_MARLIN=0", "args.max-num-seqs=4"])
+    assert user == {"VLLM_TEST_FORCE_FP8_MARLIN"}
+    kept, _ = fit_env_to_pin(recipe, ctx, user)
+    assert "VLLM_TEST_FORCE_FP8_MARLIN" in kept.env
+    assert [f.severity for f in check(kept, ctx) if f.rule == "env-names"] == ["error"]
+    # on the pin that reads them nothing is left out
+    same, none = fit_env_to_pin(load_recipe("gemma4-26b-a4b-nvfp4-dflash"), _ctx("vllm-0.21.0"))
+    assert none == [] and same.env == load_recipe("gemma4-26b-a4b-nvfp4-dflash").env

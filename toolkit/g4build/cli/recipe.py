@@ -25,6 +25,7 @@ from g4build.recipes import (
     write_script,
 )
 from g4build.recipes.argv import serve_argv
+from g4build.recipes.env_names import fit_env_to_pin, user_env_names
 from g4build.recipes.model import Recipe
 from g4build.recipes.rules import flashinfer_presence
 from g4build.recipes.script import absolute_path_sets, drafter_follows_model, shell_name, wheel_ref
@@ -128,7 +129,8 @@ def check_cmd(
     r = load_recipe(name, sets or ())
     checked = _check_sets(r, sets)
     ctx = gather_context(r, model_dir=model_dir, draft_dir=draft_dir, wheel=wheel)
-    findings = check_recipe(r, ctx)
+    r, fitted = fit_env_to_pin(r, ctx, user_env_names(sets or ()))
+    findings = (*fitted, *check_recipe(r, ctx))
     ok = not any(f.severity == "error" for f in findings)
     if as_json:
         print_json({
@@ -168,7 +170,8 @@ def render_cmd(
     r = load_recipe(name, sets)
     _check_sets(r, sets)
     ctx = gather_context(r, wheel=wheel, ask_transformers=False)
-    findings = check_recipe(r, ctx)
+    r, fitted = fit_env_to_pin(r, ctx, user_env_names(sets))
+    findings = (*fitted, *check_recipe(r, ctx))
     if ctx.wheel is not None and wheel is not None:
         fits = (platform_finding(wheel.name, chosen), arch_warning(ctx.wheel, r.hardware.arch, wheel.name))
         findings = (*findings, *(f for f in fits if f is not None))
@@ -176,7 +179,7 @@ def render_cmd(
     raise_on_errors(r, findings)
     info = ctx.wheel.flashinfer if ctx.wheel is not None else None
     if out is not None:  # checked before any script is made; the wheel's reference keeps --out as typed
-        output_file(out / script_filename(r.name, shell), "--out")
+        output_file(out / script_filename(r.name, chosen), "--out")
     ref = with_flashinfer_wheels(wheel_ref(wheel, out), wheel, info)
     text = render(r, chosen, wheel=ref, sets=sets, flashinfer=info)
     if out is None:

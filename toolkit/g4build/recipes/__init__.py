@@ -17,6 +17,7 @@ from pathlib import Path
 
 from g4build.errors import ConfigError, RecipeError, UsageError
 from g4build.recipes.context import gather_context
+from g4build.recipes.env_names import fit_env_to_pin
 from g4build.recipes.flashinfer import FlashInferInfo
 from g4build.recipes.model import Recipe, load_recipe_data, parse_recipe, recipe_names
 from g4build.recipes.overrides import apply_overrides
@@ -103,6 +104,7 @@ def render_for_wheel(recipe: Recipe | str, shell: str, wheel_path: Path) -> str:
     """
     chosen = load_recipe(recipe) if isinstance(recipe, str) else recipe
     ctx = gather_context(chosen, wheel=wheel_path, ask_transformers=False)
+    chosen, _ = fit_env_to_pin(chosen, ctx)
     raise_on_errors(chosen, check(chosen, ctx))
     info = ctx.wheel.flashinfer if ctx.wheel is not None else None
     ref = with_flashinfer_wheels(WheelRef(path=wheel_path.name, beside_script=True), wheel_path, info)
