@@ -147,11 +147,7 @@ def generate(llm: Any, reqs: list[dict[str, Any]], logprobs: bool,
         item: dict[str, Any] = {"id": r["id"], "token_ids": list(c.token_ids), "prompt_len": len(o.prompt_token_ids),
                                 "num_cached_tokens": getattr(o, "num_cached_tokens", None)}
         if c.logprobs is not None:
-            gaps = []
-            for pos in c.logprobs:
-                vals = sorted((lp.logprob for lp in pos.values()), reverse=True) if pos else []
-                gaps.append(round(vals[0] - vals[1], 6) if len(vals) > 1 else None)
-            item["top2_gap"] = gaps
+            item["top2_gap"] = er.top2_gaps(c.logprobs)
         items.append(item)
     return items
 

@@ -395,6 +395,15 @@ def resolved_config(llm: Any) -> dict[str, Any]:
     return out
 
 
+def top2_gaps(logprobs: Any) -> list[float | None]:
+    """Per output position, the gap between the two best logprobs vLLM returned (None with fewer than two)."""
+    gaps: list[float | None] = []
+    for pos in logprobs:
+        vals = sorted((lp.logprob for lp in pos.values()), reverse=True) if pos else []
+        gaps.append(round(vals[0] - vals[1], 6) if len(vals) > 1 else None)
+    return gaps
+
+
 def shutdown(llm: Any) -> None:
     """Stop the engine; never hang the run on it."""
     timer = threading.Timer(90, lambda: os._exit(0))
@@ -508,11 +517,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "num_cached_tokens": getattr(o, "num_cached_tokens", None),
                     }
                     if c.logprobs is not None:
-                        gaps = []
-                        for pos in c.logprobs:
-                            vals = sorted((lp.logprob for lp in pos.values()), reverse=True) if pos else []
-                            gaps.append(round(vals[0] - vals[1], 6) if len(vals) > 1 else None)
-                        item["top2_gap"] = gaps
+                        item["top2_gap"] = top2_gaps(c.logprobs)
                     outputs[r["id"]] = item
                     n_out += len(c.token_ids)
             result["outputs"] = [outputs[r["id"]] for r in reqs]

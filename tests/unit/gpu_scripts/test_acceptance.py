@@ -230,3 +230,11 @@ def test_kept_result_holds_its_claims() -> None:
     assert set(speed) == {"1", "8", "22"} and speed["1"]["ratio"] > 1
     # no machine path in what is kept
     assert "/tmp/" not in RESULT.read_text() and "/work/" not in RESULT.read_text()
+
+
+def test_top2_gaps() -> None:
+    from types import SimpleNamespace
+
+    er = _load("engine_runs")
+    lp = SimpleNamespace
+    assert er.top2_gaps([{1: lp(logprob=-0.25), 2: lp(logprob=-2.0)}, {}, {3: lp(logprob=-1.0)}]) == [1.75, None, None]
