@@ -1,13 +1,15 @@
-"""A synthetic language a tiny Gemma 4 can learn in minutes, but only with context (train_models.py).
+"""Synthetic languages a tiny Gemma 4 can learn in minutes, but only with context (train_models.py).
 
-A document is plain words (ids FIRST_WORD .. FIRST_WORD + NUM_WORDS) in two kinds of stretch:
-  fresh  8-40 words drawn at random: nothing can predict them;
-  copy   32-160 words repeating the document from a point at least MIN_COPY_DISTANCE words back, a distance
-         longer than the target's sliding window: only the full-attention layers can see the source, so a model
-         that copies has learned to use long context (an induction mechanism over its full layers).
-A copy starts unannounced: its first word is a surprise; after one or two words the earlier occurrence is found
-(random words make two-word matches unique). Greedy continuation of a trained target therefore copies, and a
-drafter that sees the target's hidden states can predict many words ahead: what DFlash is for.
+"chain" (LANGUAGE, the one the recorded models learned): four dialects, each a fixed cycle through 64 words; a
+document names its dialect once, right after BOS, then follows that dialect's successor of each word, one word
+in ten drawn at random instead. The dialect lies beyond the target's 64-token sliding window for most positions,
+so only the full-attention layers see it; predicting k words ahead needs the chain applied k times, what a
+drafter reading the target's hidden states can learn.
+
+"copy" (kept, not used): plain words in fresh stretches (8-40 random words) and copies (32-160 words repeating
+the document from at least MIN_COPY_DISTANCE words back, beyond the sliding window), a copy starting unannounced.
+It needs an induction mechanism over the full layers; the 30-layer target stayed at the unigram loss for 700
+steps of it, so the chain language replaced it.
 
 Standard library only; every function is deterministic from its seed.
 """
