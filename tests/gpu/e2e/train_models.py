@@ -11,7 +11,8 @@ OUTDIR/dflash   DFlashDraftModel shaped like the published Gemma 4 drafters: 5 l
                 head_dim 128, block 16, target_layer_ids [1,6,12,17,23,28], mask token 4, fc + hidden_norm.
 OUTDIR/train.json  steps, losses, seconds; OUTDIR/reference.json  the reference acceptance (tiny_lang prompts).
 
-The language is tiny_lang's chain language (a dialect named once, beyond the sliding window). The drafter learns from the frozen target:
+The language is tiny_lang's chain language (a dialect named once, beyond the sliding window).
+The drafter learns from the frozen target:
 its labels are the target's own greedy tokens (teacher-forced), so a perfect drafter would be accepted always.
 Deterministic from --seed (torch and the language); on one machine and library set, the same checkpoints.
 """
