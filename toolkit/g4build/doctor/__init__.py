@@ -10,7 +10,6 @@ from typing import Any
 from g4build.builder.probe import CommandResult, Probe, SystemProbe
 from g4build.doctor.checks import (
     Finding,
-    check_compiler_cache,
     check_cuda,
     check_disk,
     check_git,
@@ -21,6 +20,7 @@ from g4build.doctor.checks import (
     check_platform,
     check_python_and_torch,
 )
+from g4build.doctor.compilercache import check_compiler_cache
 from g4build.doctor.docker import check_docker
 
 
