@@ -8,6 +8,7 @@ import importlib.util
 import itertools
 import json
 import random
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -228,8 +229,8 @@ def test_kept_result_holds_its_claims() -> None:
     assert res["prefix_cache-strict"]["prefix_same"] and res["prefix_cache-default"]["prefix_same"]
     speed = res["speed"]["by_concurrency"]
     assert set(speed) == {"1", "8", "22"} and speed["1"]["ratio"] > 1
-    # no machine path in what is kept
-    assert "/tmp/" not in RESULT.read_text() and "/work/" not in RESULT.read_text()
+    # no machine path in what is kept: no string value is an absolute path
+    assert not re.search(r'"(/|[A-Za-z]:\\\\)[^"]', RESULT.read_text())
 
 
 def test_top2_gaps() -> None:
