@@ -3,8 +3,10 @@
   python acceptance_report.py --out tests/gpu/results/vllm-0.21.0-acceptance.json \
       --train train.json --reference reference.json --run LABEL=PATH [--run LABEL=PATH ...] [--superseded LABEL=PATH]
 
-LABEL names what the run is in the result (e.g. dflash, target, dflash-strict, speed-target, speed-dflash,
-ablation-no-embed-scale); the report reads whichever phases each run holds. Judgements:
+LABEL names what the run is in the result (e.g. dflash, target, dflash-strict, mtp, mtp-strict, target-mtp,
+target-mtp-strict (the target alone of the MTP runs' machine), speed-target, speed-dflash, speed-mtp,
+ablation-no-embed-scale); the report reads whichever phases each run holds. --serve LABEL=PATH adds a
+serve_route.py result. Judgements:
   matches_reference  |vLLM acceptance length - reference| <= ACCEPTANCE_TOLERANCE x reference, for the series
                      and for every ablation the reference models (no_embed_scale, no_softcap, no_window_causality)
   greedy_equal       every request's tokens equal between the target alone and DFlash, in a pair of runs
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -84,17 +87,24 @@ def context_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def speed(target: dict[str, Any], dflash: dict[str, Any]) -> dict[str, Any]:
-    t, d = target.get("speed") or {}, dflash.get("speed") or {}
-    rows = {}
+def speed(target: dict[str, Any], drafters: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Tokens/s of each drafter's run against the target alone's, per concurrency (runs of one call)."""
+    t = target.get("speed") or {}
+    rows: dict[str, Any] = {}
     for conc in ("1", "8", "22"):
-        if conc in t and conc in d:
-            rows[conc] = {"target_tokens_per_s": t[conc]["tokens_per_s"],
-                          "dflash_tokens_per_s": d[conc]["tokens_per_s"],
-                          "ratio": round(d[conc]["tokens_per_s"] / t[conc]["tokens_per_s"], 2),
-                          "dflash_acceptance_length": d[conc]["spec"]["acceptance_length"],
-                          "requests": t[conc]["requests"], "max_tokens": t.get("max_tokens")}
-    return {"by_concurrency": rows, "device": dflash.get("device"), "same_machine_side_by_side": True}
+        if conc not in t:
+            continue
+        row: dict[str, Any] = {"target_tokens_per_s": t[conc]["tokens_per_s"], "requests": t[conc]["requests"],
+                               "max_tokens": t.get("max_tokens")}
+        for name, run in drafters.items():
+            d = (run.get("speed") or {}).get(conc)
+            if d:
+                row[f"{name}_tokens_per_s"] = d["tokens_per_s"]
+                row[f"{name}_ratio"] = round(d["tokens_per_s"] / t[conc]["tokens_per_s"], 2)
+                row[f"{name}_acceptance_length"] = d["spec"]["acceptance_length"]
+        rows[conc] = row
+    device = next((r.get("device") for r in drafters.values() if r.get("device")), target.get("device"))
+    return {"by_concurrency": rows, "device": device, "same_machine_side_by_side": True}
 
 
 def summary_of(run: dict[str, Any]) -> dict[str, Any]:
@@ -111,8 +121,21 @@ def summary_of(run: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def serve_summary(run: dict[str, Any]) -> dict[str, Any]:
+    """What serve_route.py found: the rendered script, its start, the requests, the acceptance from /metrics."""
+    out = {k: run.get(k) for k in ("ok", "recipe", "drafter", "render", "script", "start_s", "served_model",
+                                   "summary", "metrics_spec", "launch_script_notes", "exit_code")}
+    # the trained models' folder as MODELS (serve_route.py names it so; a result kept before it did, by shape)
+    out["render"] = [re.sub(r"/[^\s=]*/trained(?=/|$)", "MODELS", c) for c in out["render"] or []]
+    if not run.get("ok"):
+        out["error"] = run.get("error")
+    return out
+
+
 def build(train: dict[str, Any], ref: dict[str, Any], runs: dict[str, dict[str, Any]],
-          superseded: dict[str, dict[str, Any]]) -> dict[str, Any]:
+          superseded: dict[str, dict[str, Any]], train_mtp: dict[str, Any] | None = None,
+          ref_mtp: dict[str, Any] | None = None, serve: dict[str, dict[str, Any]] | None = None,
+          pin: str = "vllm-0.21.0") -> dict[str, Any]:
     rs = ref["summary"]
     training = {k: train.get(k) for k in ("seed", "device", "torch", "language", "target_params", "draft_params",
                                           "target_shape", "draft_shape")}
@@ -121,37 +144,55 @@ def build(train: dict[str, Any], ref: dict[str, Any], runs: dict[str, dict[str, 
                           "final_loss": tlast["loss"]}
     training["dflash"] = {"steps": train["dflash"]["steps"], "seconds": train["dflash"]["seconds"],
                           "final_loss": dlast["loss"], "final_token_acc": dlast["token_acc"]}
+    if train_mtp:
+        mlast = train_mtp["log"][-1]
+        training["mtp"] = {"steps": train_mtp["steps"], "seconds": train_mtp["seconds"], "final_loss": mlast["loss"],
+                           "final_token_acc_per_step": mlast["token_acc_per_step"], "shape": train_mtp.get("shape"),
+                           "params": train_mtp.get("params")}
+    reference = {k: {kk: v[kk] for kk in ("drafts", "accepted", "acceptance_length")} for k, v in rs.items()}
+    if ref_mtp:
+        reference["mtp"] = {kk: ref_mtp["summary"]["mtp"][kk] for kk in ("drafts", "accepted", "acceptance_length")}
     res: dict[str, Any] = {
-        "pin": "vllm-0.21.0", "num_speculative_tokens": ref.get("num_speculative_tokens"),
+        "pin": pin, "num_speculative_tokens": ref.get("num_speculative_tokens"),
+        "num_speculative_tokens_mtp": (ref_mtp or {}).get("num_speculative_tokens"),
         "training": training,
-        "reference": {k: {kk: v[kk] for kk in ("drafts", "accepted", "acceptance_length")} for k, v in rs.items()},
+        "reference": reference,
         "acceptance_tolerance": ACCEPTANCE_TOLERANCE,
         "runs": {label: summary_of(r) for label, r in runs.items()},
     }
     checks: dict[str, Any] = {}
 
     def against(label: str, variant: str) -> None:
-        if label not in runs or not runs[label].get("ok"):
+        if label not in runs or not runs[label].get("ok") or variant not in reference:
             return
         got = runs[label]["main"]["text_spec"]["acceptance_length"]
-        want = rs[variant]["acceptance_length"]
+        want = reference[variant]["acceptance_length"]
         checks[f"{label}_matches_reference"] = {"vllm": got, "reference": round(want, 4),
                                                 "ok": abs(got - want) <= ACCEPTANCE_TOLERANCE * want}
 
     against("dflash", "series")
+    against("mtp", "mtp")
     for label, variant in ABLATIONS.items():
         against(label, variant)
-    for strict in ("", "-strict"):
-        if f"target{strict}" in runs and f"dflash{strict}" in runs:
-            checks[f"greedy{strict or '-default'}"] = compare(outputs(runs[f"target{strict}"]),
-                                                              outputs(runs[f"dflash{strict}"]))
-        if f"dflash{strict}" in runs and (runs[f"dflash{strict}"].get("prefix") or {}).get("rows"):
-            res[f"prefix_cache{strict or '-default'}"] = prefix_rows(runs[f"dflash{strict}"],
-                                                                     runs.get(f"target{strict}"))
-    if "dflash" in runs:
-        res["acceptance_by_context"] = context_rows(runs["dflash"])
-    if "speed-target" in runs and "speed-dflash" in runs:
-        res["speed"] = speed(runs["speed-target"], runs["speed-dflash"])
+    for drafter, tag in (("dflash", ""), ("mtp", "-mtp")):
+        for strict in ("", "-strict"):
+            # the target alone of the same machine and call series: target-mtp[-strict] where the MTP runs came
+            # later than the DFlash ones, else target[-strict]
+            tgt = runs.get(f"target{tag}{strict}") or runs.get(f"target{strict}")
+            if tgt is not None and f"{drafter}{strict}" in runs:
+                checks[f"greedy{tag}{strict or '-default'}"] = compare(outputs(tgt), outputs(runs[f"{drafter}{strict}"]))
+            if f"{drafter}{strict}" in runs and (runs[f"{drafter}{strict}"].get("prefix") or {}).get("rows"):
+                res[f"prefix_cache{tag}{strict or '-default'}"] = prefix_rows(runs[f"{drafter}{strict}"], tgt)
+        if drafter in runs:
+            res[f"acceptance_by_context{tag}"] = context_rows(runs[drafter])
+    drafters = {d: runs[f"speed-{d}"] for d in ("dflash", "mtp") if f"speed-{d}" in runs}
+    if "speed-target" in runs and drafters:
+        res["speed"] = speed(runs["speed-target"], drafters)
+    if "speed-earlier-target" in runs and "speed-earlier-dflash" in runs:  # an earlier machine's pair, kept
+        res["speed_earlier"] = speed(runs["speed-earlier-target"], {"dflash": runs["speed-earlier-dflash"]})
+    if serve:
+        res["serve_route"] = {label: serve_summary(r) for label, r in serve.items()}
+        checks["serve_route"] = {"ok": all(r.get("ok") for r in serve.values()), "runs": sorted(serve)}
     res["checks"] = checks
     res["superseded"] = {label: summary_of(r) for label, r in superseded.items()}
     return res
@@ -170,15 +211,21 @@ def pairs(items: list[str]) -> dict[str, dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--pin", default="vllm-0.21.0", help="the pin whose wheel the runs used")
     ap.add_argument("--train", required=True)
     ap.add_argument("--reference", required=True)
+    ap.add_argument("--train-mtp", help="train-mtp.json of train_mtp.py")
+    ap.add_argument("--reference-mtp", help="reference-mtp.json of train_mtp.py")
     ap.add_argument("--run", action="append", default=[])
+    ap.add_argument("--serve", action="append", default=[], help="LABEL=PATH: a serve_route.py result")
     ap.add_argument("--superseded", action="append", default=[], help="LABEL=PATH: kept with the reason, not judged")
     ap.add_argument("--note", action="append", default=[], help="a line for the result's notes")
     ap.add_argument("--overlay", help="overlay.json of the prepare step: the overlaid wheel's version")
     ap.add_argument("--series", action="append", default=[], help="NAME=VERSION of a series the wheel carried")
     args = ap.parse_args(argv)
-    res = build(load(args.train), load(args.reference), pairs(args.run), pairs(args.superseded))
+    res = build(load(args.train), load(args.reference), pairs(args.run), pairs(args.superseded),
+                load(args.train_mtp) if args.train_mtp else None,
+                load(args.reference_mtp) if args.reference_mtp else None, pairs(args.serve), args.pin)
     if args.overlay:
         res["wheel"] = {"version": load(args.overlay)["version"],
                         "series": {k: int(v) for k, _, v in (x.partition("=") for x in args.series)},

@@ -5,6 +5,7 @@ acceptance by context length and tokens/s.
 
 VARIANT  target                   the trained target alone (the greedy reference)
          dflash                   target + the trained DFlash drafter, 15 speculative tokens, flash_attn
+         mtp                      target + the trained gemma4_assistant drafter (train_mtp.py), 4 tokens
          dflash-no-embed-scale    the same with one piece of dflash-batched-verification left out, in this process
          dflash-no-softcap        (the engine core runs in-process, VLLM_ENABLE_V1_MULTIPROCESSING=0, so the
          dflash-no-window         series' own functions can be swapped before the engine is built):
@@ -39,9 +40,10 @@ import engine_runs as er  # noqa: E402
 import tiny_lang  # noqa: E402
 from jsonio import write  # noqa: E402
 
-VARIANTS = ("target", "dflash", "dflash-no-embed-scale", "dflash-no-softcap", "dflash-no-window",
+VARIANTS = ("target", "dflash", "mtp", "dflash-no-embed-scale", "dflash-no-softcap", "dflash-no-window",
             "dflash-sliding-kv")
 NUM_SPEC = 15
+NUM_SPEC_MTP = 4
 MAX_NUM_SEQS = 22  # the recipe's
 STEP_BUDGET = 512
 MAX_MODEL_LEN = 4096
@@ -91,7 +93,10 @@ def engine_kwargs(variant: str, models: Path, meta: dict[str, Any], compilation:
         "limit_mm_per_prompt": {"image": 1, "video": 0}, "mm_processor_cache_gb": 0, "disable_log_stats": False,
         "hf_overrides": meta.get("target_hf_overrides") or {}, "max_num_batched_tokens": STEP_BUDGET,
     }
-    if variant != "target":
+    if variant == "mtp":
+        kw["speculative_config"] = {"method": "mtp", "model": str(models / "mtp"),
+                                    "num_speculative_tokens": NUM_SPEC_MTP}
+    elif variant != "target":
         kw["speculative_config"] = {"method": "dflash", "model": str(models / "dflash"),
                                     "num_speculative_tokens": NUM_SPEC, "attention_backend": "flash_attn"}
         kw["max_num_batched_tokens"] = STEP_BUDGET + (NUM_SPEC - 1) * MAX_NUM_SEQS
@@ -215,11 +220,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                    **er.NUMERICS_COMPILATION.get(er.NUMERICS, {})}
     result: dict[str, Any] = {"variant": args.variant, "dtype": er.DTYPE, "numerics": er.NUMERICS, "ok": False,
                               "phases": args.phases, "stage": "setup", "num_speculative_tokens":
-                              None if args.variant == "target" else NUM_SPEC}
+                              {"target": None, "mtp": NUM_SPEC_MTP}.get(args.variant, NUM_SPEC)}
     if er.NUMERICS.startswith("batch-invariant"):
         os.environ["VLLM_BATCH_INVARIANT"] = "1"
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the ablations patch this process's modules
-    if args.variant not in ("target", "dflash"):
+    if args.variant not in ("target", "dflash", "mtp"):
         # torch.compile's cache is keyed by the source, not by a swapped function: a cached graph of the whole
         # series would run instead of the ablation (a first pass measured no-embed-scale equal to the series)
         os.environ["VLLM_DISABLE_COMPILE_CACHE"] = "1"

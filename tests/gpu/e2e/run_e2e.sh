@@ -23,8 +23,15 @@
 #   train-bg       the same in the background (it outlives the call; keep the machine with calls back to back)
 #   train-wait     wait for train-bg (G4E2E_TRAIN_WAIT seconds, default 480)
 #   reference      the reference acceptance of $stage/trained (copied from a carried .device/trained if absent)
+#   train-mtp      train the gemma4_assistant MTP drafter on the trained target, and its reference (train_mtp.py)
 #   acc:VARIANT:PHASES  one engine start with the trained models (acceptance_runs.py; phases comma-separated):
 #                  results under $stage/acc/, brought back as acc.tgz
+#   bg:A+B+...     run steps A, B, ... in the background, in order (they outlive the call; keep the machine with
+#                  calls back to back); wait:A+B+... waits for them (G4E2E_TRAIN_WAIT seconds, default 480)
+#   serve-deps     install the server's dependency wheels (.device/serve-whl/, tests/gpu/e2e/serve-wheels.txt; carried
+#                  with any transfer: stash keeps them)
+#   serve:RECIPE:DRAFTER  render RECIPE's bash launch script with `g4build recipe render`, run it, talk to the
+#                  `vllm serve` it starts (serve_route.py; results in $stage/acc/serve-DRAFTER.json)
 #
 # G4E2E_NUMERICS=batch-invariant runs the engine steps under vLLM's VLLM_BATCH_INVARIANT=1 (results NAME-bi);
 # batch-invariant-casts adds Inductor's emulate_precision_casts (NAME-bi-casts), batch-invariant-eager the
@@ -60,22 +67,39 @@ trap publish EXIT
 trap 'exit 143' TERM INT
 
 step_stash() {
+  if [ -d "$repo/.device/serve-whl" ]; then mkdir -p "$stage/whl-serve" && cp "$repo"/.device/serve-whl/*.whl "$stage/whl-serve/"; fi
   "$py" "$here/parts.py" stash "$repo/.device/e2e" --stage "$stage/parts"
 }
 
-step_deps() {
-  local list=$here/device-wheels.txt missing=0 name sum
+step_serve_deps() {  # the server's wheels (uvicorn, aiohttp, mistral_common, ...), stashed by any transfer
+  install_listed "$(wheel_list serve-wheels)" "$stage/whl-serve" "$stage/deps-serve" "$stage/logs/serve-deps.log"
+}
+
+wheel_list() {  # BASENAME: the pin's own list (BASENAME-<pin>.txt) where there is one, else BASENAME.txt
+  if [ -f "$here/$1-$pin.txt" ]; then echo "$here/$1-$pin.txt"; else echo "$here/$1.txt"; fi
+}
+
+install_listed() {  # LIST DIR TARGET LOG: check every listed wheel's sha256, install exactly those
+  local list=$1 dir=$2 target=$3 log=$4 name sum missing=0
+  local -a files=()
   while read -r name sum; do
     case $name in ''|'#'*) continue ;; esac
-    if [ ! -f "$repo/.whl/$name" ]; then echo "missing dependency wheel: .whl/$name"; missing=1; continue; fi
-    if [ "$(sha256sum "$repo/.whl/$name" | cut -d' ' -f1)" != "$sum" ]; then
-      echo "dependency wheel .whl/$name: sha256 differs from device-wheels.txt"; missing=1
+    if [ ! -f "$dir/$name" ]; then echo "missing wheel: $dir/$name ($(basename "$list"))"; missing=1; continue; fi
+    if [ "$(sha256sum "$dir/$name" | cut -d' ' -f1)" != "$sum" ]; then
+      echo "wheel $name: sha256 differs from $(basename "$list")"; missing=1; continue
     fi
+    files+=("$dir/$name")
   done < "$list"
   [ "$missing" -eq 0 ] || return 4
-  "$py" -m pip install -q --no-deps --no-compile --target "$stage/deps" "$repo"/.whl/*.whl \
-    > "$stage/logs/deps.log" 2>&1 || { tail -20 "$stage/logs/deps.log"; return 9; }
-  say "dependencies installed: $(ls "$repo"/.whl/*.whl | wc -l) wheels"
+  rm -rf "$target.tmp"
+  "$py" -m pip install -q --no-deps --no-compile --target "$target.tmp" "${files[@]}" > "$log" 2>&1 \
+    || { tail -20 "$log"; return 9; }
+  rm -rf "$target" && mv "$target.tmp" "$target"
+  say "installed ${#files[@]} wheels of $(basename "$list") into $target"
+}
+
+step_deps() {
+  install_listed "$(wheel_list device-wheels)" "$repo/.whl" "$stage/deps" "$stage/logs/deps.log"
 }
 
 g4build() { PYTHONPATH=$stage/g4:$stage/deps "$py" -m g4build "$@"; }
@@ -209,6 +233,51 @@ step_reference() {  # the reference acceptance of the checkpoints in $stage/trai
   say "$(tail -1 "$stage/logs/reference.log" | cut -c1-400)"
 }
 
+step_train_mtp() {  # the MTP drafter on the trained target (from train or a carried .device/trained)
+  mkdir -p "$stage/acc"
+  [ -f "$stage/trained/target/model.safetensors" ] || { echo "no trained target (run train or reference)"; return 7; }
+  say "training the MTP drafter"
+  "$py" "$here/train_mtp.py" "$stage/trained" ${G4E2E_MTP_ARGS:-} > "$stage/logs/train-mtp.log" 2>&1 \
+    || { tail -30 "$stage/logs/train-mtp.log"; return 1; }
+  cp "$stage/trained/train-mtp.json" "$stage/trained/reference-mtp.json" "$stage/acc/"
+  rm -rf "$stage/acc/mtp-checkpoint" && cp -r "$stage/trained/mtp" "$stage/acc/mtp-checkpoint"  # 2 MB: brought back
+  say "$(tail -1 "$stage/logs/train-mtp.log" | cut -c1-300)"
+}
+
+step_bg() {  # STEPS ('+'-separated) in a session of their own, after one another; $OUT is not theirs
+  local steps=$1 tag=${1//+/-}
+  mkdir -p "$stage/acc"
+  rm -f "$stage/acc/bg-$tag.rc"
+  OUT='' setsid nohup bash -c "'$0' ${steps//+/ } > '$stage/logs/bg-$tag.log' 2>&1; echo \$? > '$stage/acc/bg-$tag.rc'" \
+    < /dev/null > /dev/null 2>&1 &
+  say "in the background: ${steps//+/ }"
+}
+
+step_wait() {  # STEPS as given to bg:
+  local tag=${1//+/-} waited=0 limit=${G4E2E_TRAIN_WAIT:-480}
+  while [ ! -f "$stage/acc/bg-$tag.rc" ] && [ $waited -lt "$limit" ]; do sleep 5; waited=$((waited + 5)); done
+  tail -6 "$stage/logs/bg-$tag.log" 2>/dev/null
+  [ -f "$stage/acc/bg-$tag.rc" ] || { echo "background steps $1 still running after $limit s"; return 1; }
+  return "$(cat "$stage/acc/bg-$tag.rc")"
+}
+
+serve_run() {  # RECIPE DRAFTER
+  local recipe=$1 drafter=$2 rc=0 start
+  [ -d "$stage/patched" ] || { echo "serve: overlaid wheel not installed (run prepare first)"; return 7; }
+  [ -d "$stage/deps-serve" ] || { echo "serve: server dependencies not installed (run serve-deps)"; return 7; }
+  [ -f "$stage/trained/$drafter/model.safetensors" ] || { echo "serve: no trained $drafter drafter"; return 7; }
+  mkdir -p "$stage/acc"
+  say "serve route: $recipe with the trained $drafter drafter"
+  start=$(date +%s)
+  rm -rf "$stage/serve-$drafter"
+  PYTHONPATH=$stage/patched:$stage/deps:$stage/deps-serve:$here timeout -k 30 "$run_limit" "$py" \
+    "$here/serve_route.py" --recipe "$recipe" --drafter "$drafter" --models "$stage/trained" \
+    --work "$stage/serve-$drafter" --json "$stage/acc/serve-$drafter.json" \
+    --g4build "env PYTHONPATH=$stage/g4:$stage/deps $py -m g4build" > "$stage/logs/serve-$drafter.log" 2>&1 || rc=$?
+  say "serve route $drafter exited $rc after $(( $(date +%s) - start )) s"
+  tail -4 "$stage/logs/serve-$drafter.log"
+}
+
 step_train_bg() {  # in its own session: it outlives this call while later calls keep the machine
   mkdir -p "$stage/acc"
   setsid nohup bash -c "'$0' train > '$stage/logs/train-bg.log' 2>&1; echo \$? > '$stage/acc/train.rc'" \
@@ -230,6 +299,9 @@ acc_run() {  # VARIANT PHASES: one engine start with the trained models on the o
   name=$variant$suffix
   [ -d "$stage/patched" ] || { echo "step $name: overlaid wheel not installed (run prepare first)"; return 7; }
   [ -f "$stage/trained/dflash/model.safetensors" ] || { echo "step $name: no trained models (run train)"; return 7; }
+  if [ "$variant" = mtp ] && [ ! -f "$stage/trained/mtp/model.safetensors" ]; then
+    echo "step $name: no trained MTP drafter (run train-mtp)"; return 7
+  fi
   say "acceptance run $name ($phases)"
   start=$(date +%s)
   PYTHONPATH=$stage/patched:$stage/deps:$here timeout -k 20 "$run_limit" "$py" "$here/acceptance_runs.py" \
@@ -252,7 +324,7 @@ step_report() {
   [ -z "${OUT:-}" ] || cp "$repo"/tests/gpu/results/vllm-0.21.0-*.json "$OUT"/
 }
 
-[ $# -gt 0 ] || { sed -n '2,35p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,40p' "$0"; exit 2; }
 status=0
 for s in "$@"; do
   case $s in
@@ -267,6 +339,11 @@ for s in "$@"; do
     train-bg) step_train_bg ;;
     reference) step_reference || { echo "step reference failed ($?)"; status=1; } ;;
     train-wait) step_train_wait || { echo "step train-wait failed ($?)"; status=1; } ;;
+    train-mtp) step_train_mtp || { echo "step train-mtp failed ($?)"; status=1; } ;;
+    bg:*) step_bg "${s#bg:}" ;;
+    wait:*) step_wait "${s#wait:}" || { echo "step $s failed ($?)"; status=1; } ;;
+    serve-deps) step_serve_deps || { echo "step serve-deps failed ($?)"; status=1; } ;;
+    serve:*:*) v=${s#serve:}; serve_run "${v%%:*}" "${v#*:}" ;;
     acc:*:*) v=${s#acc:}; acc_run "${v%%:*}" "${v#*:}" ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac
