@@ -5,7 +5,8 @@
 #   tests/gpu/e2e/run_e2e.sh STEP [STEP...]
 #
 # Steps (each can be its own call; state lives in $G4E2E_STAGE, default /tmp/g4e2e):
-#   stash          copy the wheel parts carried in .device/e2e/<n>/ into the stage (parts.py checks each)
+#   stash          copy the wheel parts carried in .device/e2e/<n>/ (G4E2E_PARTS names another folder) into the
+#                  stage (parts.py checks each)
 #   deps           install the carried dependency wheels (.whl/, listed in tests/gpu/e2e/device-wheels.txt)
 #   prepare        join the parts (sha256 against patches/pins.yaml), install g4build, install the pristine
 #                  wheel, make the overlaid wheel with `g4build overlay` + `g4build validate`, install it,
@@ -68,7 +69,7 @@ trap 'exit 143' TERM INT
 
 step_stash() {
   if [ -d "$repo/.device/serve-whl" ]; then mkdir -p "$stage/whl-serve" && cp "$repo"/.device/serve-whl/*.whl "$stage/whl-serve/"; fi
-  "$py" "$here/parts.py" stash "$repo/.device/e2e" --stage "$stage/parts"
+  "$py" "$here/parts.py" stash "$repo/${G4E2E_PARTS:-.device/e2e}" --stage "$stage/parts"
 }
 
 step_serve_deps() {  # the server's wheels (uvicorn, aiohttp, mistral_common, ...), stashed by any transfer
@@ -324,7 +325,7 @@ step_report() {
   [ -z "${OUT:-}" ] || cp "$repo"/tests/gpu/results/vllm-0.21.0-*.json "$OUT"/
 }
 
-[ $# -gt 0 ] || { sed -n '2,40p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,41p' "$0"; exit 2; }
 status=0
 for s in "$@"; do
   case $s in
