@@ -232,6 +232,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         os.environ.setdefault(k, "1")
     kw = engine_kwargs(args.variant, models, meta, compilation)
     result["engine_kwargs"] = dict(kw)
+    result["env"] = {k: v for k, v in sorted(os.environ.items()) if k.startswith("VLLM_")}  # e.g. the FA version
     log_path = args.json.with_suffix(".log")
     with er.Tee(log_path) as tee:
         llm = None

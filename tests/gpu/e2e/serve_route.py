@@ -208,6 +208,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     res["render"] = [c.replace(str(args.work), "WORK").replace(str(args.models), "MODELS")
                      for c in cmd[len(shlex.split(args.g4build)):]]
     res["script"] = {"name": script.name, "sha256": hashlib.sha256(script.read_bytes()).hexdigest()}
+    res["env"] = {k: v for k, v in sorted(os.environ.items()) if k.startswith("VLLM_")}  # set before the script
     env = dict(os.environ, PATH=f"{vllm_shim(args.work)}{os.pathsep}{os.environ.get('PATH', '')}")
     log = open(args.json.with_suffix(".log"), "w")  # noqa: SIM115 - the server writes into it until shut down
     res["stage"] = "start"
