@@ -93,6 +93,10 @@ def engine_kwargs(variant: str, models: Path, meta: dict[str, Any], compilation:
         "limit_mm_per_prompt": {"image": 1, "video": 0}, "mm_processor_cache_gb": 0, "disable_log_stats": False,
         "hf_overrides": meta.get("target_hf_overrides") or {}, "max_num_batched_tokens": STEP_BUDGET,
     }
+    if os.environ.get("G4E2E_TARGET_BACKEND"):
+        # vLLM 0.26.0+ puts a Gemma 4 target on FlashAttention 4 where the GPU could run it (H100: yes, SM120: no)
+        # and FA4 needs nvidia-cutlass-dsl; TRITON_ATTN is what such a target gets on SM120
+        kw["attention_backend"] = os.environ["G4E2E_TARGET_BACKEND"]
     if variant == "mtp":
         kw["speculative_config"] = {"method": "mtp", "model": str(models / "mtp"),
                                     "num_speculative_tokens": NUM_SPEC_MTP}
