@@ -274,7 +274,8 @@ serve_run() {  # RECIPE DRAFTER
   PYTHONPATH=$stage/patched:$stage/deps:$stage/deps-serve:$here timeout -k 30 "$run_limit" "$py" \
     "$here/serve_route.py" --recipe "$recipe" --drafter "$drafter" --models "$stage/trained" \
     --work "$stage/serve-$drafter" --json "$stage/acc/serve-$drafter.json" \
-    --g4build "env PYTHONPATH=$stage/g4:$stage/deps $py -m g4build" > "$stage/logs/serve-$drafter.log" 2>&1 || rc=$?
+    --g4build "env PYTHONPATH=$stage/g4:$stage/deps $py -m g4build" --set "pin=$pin" ${G4E2E_SERVE_SET:+--set "$G4E2E_SERVE_SET"} \
+    > "$stage/logs/serve-$drafter.log" 2>&1 || rc=$?
   say "serve route $drafter exited $rc after $(( $(date +%s) - start )) s"
   tail -4 "$stage/logs/serve-$drafter.log"
 }

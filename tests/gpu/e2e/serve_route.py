@@ -90,6 +90,9 @@ def render(args: argparse.Namespace, target: Path, meta: dict[str, Any]) -> tupl
         "args.max-model-len": "4096", "args.gpu-memory-utilization": "0.5",
         "args.chat-template": str(args.work / "chat.jinja"),
     }
+    for item in args.set:  # the run's own additions (e.g. pin=..., args.attention-backend=...)
+        key, _, value = item.partition("=")
+        sets[key] = value
     if meta.get("target_hf_overrides"):
         sets["args.hf-overrides"] = json.dumps(meta["target_hf_overrides"], separators=(",", ":"))
     cmd = [*shlex.split(args.g4build), "recipe", "render", args.recipe, "--shell", "bash", "--out", str(args.work)]
@@ -279,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, required=True)
     ap.add_argument("--g4build", required=True, help="the command that runs g4build (shell words)")
     ap.add_argument("--port", type=int, default=8011)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="one more recipe --set")
     ap.add_argument("--limit", type=int, default=420, help="seconds to wait for /health")
     args = ap.parse_args(argv)
     return 0 if run(args)["ok"] else 1
