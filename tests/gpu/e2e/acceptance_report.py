@@ -111,6 +111,15 @@ def summary_of(run: dict[str, Any]) -> dict[str, Any]:
     main = run.get("main") or {}
     out: dict[str, Any] = {"ok": run.get("ok"), "dtype": run.get("dtype"), "numerics": run.get("numerics"),
                            "engine_start_s": run.get("engine_start_s"), "ablation": run.get("ablation")}
+    resolved = run.get("resolved") or {}
+    for key in ("attention_backend", "spec_attention_backend"):
+        if resolved.get(key):
+            out[key] = resolved[key]
+    if (run.get("env") or {}).get("VLLM_FLASH_ATTN_VERSION"):
+        out["flash_attn_version"] = run["env"]["VLLM_FLASH_ATTN_VERSION"]
+    runner = [ln for ln in run.get("backends") or [] if "Model Runner" in ln]
+    if runner:
+        out["model_runner"] = runner[0].split("Using ")[-1]
     if main:
         out["text_acceptance_length"] = main["text_spec"]["acceptance_length"]
         out["text_drafts"] = main["text_spec"]["num_drafts"]

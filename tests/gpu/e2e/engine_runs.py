@@ -205,7 +205,7 @@ def log_facts(log: str) -> dict[str, Any]:
     keep_backend = re.compile(
         r"(Using \S+ (attention )?backend|Forcing TRITON_ATTN|heterogeneous head dimensions|"
         r"DFlash draft layers span|Gemma4 MTP: draft layer|disable_chunked_mm_input|aux(iliary)? layers|"
-        r"batch.invariant)",
+        r"batch.invariant|Model Runner)",
         re.I)
     keep_graph = re.compile(r"(cuda ?graph|cudagraph|Capturing|Graph capturing|torch\.compile|Compil)", re.I)
     backends, graphs = [], []

@@ -215,22 +215,58 @@ def test_report_judges(report: ModuleType) -> None:
     assert c["dflash_matches_reference"]["ok"] is True  # within 2%
     assert c["ablation-no-window_matches_reference"]["ok"] is False  # 2.5 against 2.0
     assert c["greedy-default"]["greedy_equal"] is True
+    assert "mtp_matches_reference" not in c  # no MTP reference: nothing to judge against
     cmp = report.compare(outs, {"a": [1, 2, 9], "b": [4, 5]})
     assert cmp["greedy_equal"] is False and cmp["differ"] == [{"id": "a", "first_difference": 2}]
 
 
-def test_kept_result_holds_its_claims() -> None:
-    res = json.loads(RESULT.read_text())
+@pytest.mark.parametrize("pin", ["vllm-0.21.0", "vllm-0.26.0"])
+def test_kept_result_holds_its_claims(pin: str) -> None:
+    path = RESULT.with_name(f"{pin}-acceptance.json")
+    res = json.loads(path.read_text())
+    assert res["pin"] == pin and res["wheel"]["version"].startswith(pin.split("-")[1] + "+g4.")
     checks = res["checks"]
     assert all(v["ok"] for k, v in checks.items() if k.endswith("_matches_reference"))
-    assert checks["greedy-strict"]["greedy_equal"] and checks["greedy-strict"]["requests"] >= 40
+    assert {"dflash_matches_reference", "mtp_matches_reference"} <= set(checks)
+    for drafter in ("", "-mtp"):
+        strict = checks[f"greedy{drafter}-strict"]
+        assert strict["greedy_equal"] and strict["requests"] >= 40
     assert res["runs"]["dflash"]["text_acceptance_length"] >= 3
+    assert res["runs"]["mtp"]["text_acceptance_length"] >= 2
     assert res["runs"]["dflash-strict"]["image_acceptance_length"] > 1  # image requests drafted and accepted
-    assert res["prefix_cache-strict"]["prefix_same"] and res["prefix_cache-default"]["prefix_same"]
+    assert res["runs"]["mtp-strict"]["image_acceptance_length"] > 1
+    assert res["prefix_cache-default"]["prefix_same"] and res["prefix_cache-mtp-default"]["prefix_same"]
     speed = res["speed"]["by_concurrency"]
-    assert set(speed) == {"1", "8", "22"} and speed["1"]["ratio"] > 1
+    assert set(speed) == {"1", "8", "22"} and speed["1"]["dflash_ratio"] > 1 and speed["1"]["mtp_ratio"] > 1
+    assert checks["serve_route"]["ok"] and set(res["serve_route"]) == {"dflash", "mtp"}
+    for serve in res["serve_route"].values():
+        assert serve["summary"]["text_equal_to_reference"] == serve["summary"]["compared"] > 0
+        assert serve["summary"]["image_ok"] == serve["summary"]["image_requests"] > 0
     # no machine path in what is kept: no string value is an absolute path
-    assert not re.search(r'"(/|[A-Za-z]:\\\\)[^"]', RESULT.read_text())
+    assert not re.search(r'"(/|[A-Za-z]:\\\\)[^"]', path.read_text())
+
+
+def test_report_judges_mtp_against_its_own_target_and_serve(report: ModuleType) -> None:
+    train = {"target": {"steps": 1, "seconds": 1, "log": [{"loss": 1.0}]},
+             "dflash": {"steps": 1, "seconds": 1, "log": [{"loss": 2.0, "token_acc": 0.5}]}}
+    ref = {"summary": {"series": {"drafts": 10, "accepted": 90, "acceptance_length": 10.0}}}
+    train_mtp = {"steps": 5, "seconds": 2, "log": [{"loss": 0.1, "token_acc_per_step": [1.0, 0.9]}]}
+    ref_mtp = {"summary": {"mtp": {"drafts": 10, "accepted": 30, "acceptance_length": 4.0}}, "num_speculative_tokens": 4}
+    outs = {"a": [1, 2, 3]}
+    runs = {"target": _run(1.0, {"a": [9, 9, 9]}), "dflash": _run(10.0, {"a": [9, 9, 9]}),
+            "target-mtp": _run(1.0, outs), "mtp": _run(3.0, outs)}
+    serve = {"mtp": {"ok": True, "render": ["--set", "speculative.model=/x/y/trained/mtp"], "summary": {}},
+             "dflash": {"ok": False, "error": "no answer", "render": []}}
+    res = report.build(train, ref, runs, {}, train_mtp, ref_mtp, serve, "vllm-0.26.0")
+    c = res["checks"]
+    assert res["pin"] == "vllm-0.26.0" and res["reference"]["mtp"]["acceptance_length"] == 4.0
+    assert c["mtp_matches_reference"] == {"vllm": 3.0, "reference": 4.0, "ok": False}
+    # the MTP runs are compared with the target alone of their own machine (target-mtp), not the DFlash runs'
+    assert c["greedy-mtp-default"]["greedy_equal"] is True and c["greedy-default"]["greedy_equal"] is True
+    assert c["serve_route"] == {"ok": False, "runs": ["dflash", "mtp"]}
+    assert res["serve_route"]["mtp"]["render"] == ["--set", "speculative.model=MODELS/mtp"]
+    assert res["serve_route"]["dflash"]["error"] == "no answer"
+    assert res["training"]["mtp"]["final_token_acc_per_step"] == [1.0, 0.9]
 
 
 def test_top2_gaps() -> None:
