@@ -189,7 +189,8 @@ def build(train: dict[str, Any], ref: dict[str, Any], runs: dict[str, dict[str, 
             # later than the DFlash ones, else target[-strict]
             tgt = runs.get(f"target{tag}{strict}") or runs.get(f"target{strict}")
             if tgt is not None and f"{drafter}{strict}" in runs:
-                checks[f"greedy{tag}{strict or '-default'}"] = compare(outputs(tgt), outputs(runs[f"{drafter}{strict}"]))
+                checks[f"greedy{tag}{strict or '-default'}"] = compare(outputs(tgt),
+                                                                       outputs(runs[f"{drafter}{strict}"]))
             if f"{drafter}{strict}" in runs and (runs[f"{drafter}{strict}"].get("prefix") or {}).get("rows"):
                 res[f"prefix_cache{tag}{strict or '-default'}"] = prefix_rows(runs[f"{drafter}{strict}"], tgt)
         if drafter in runs:

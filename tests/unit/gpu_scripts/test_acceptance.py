@@ -251,7 +251,8 @@ def test_report_judges_mtp_against_its_own_target_and_serve(report: ModuleType) 
              "dflash": {"steps": 1, "seconds": 1, "log": [{"loss": 2.0, "token_acc": 0.5}]}}
     ref = {"summary": {"series": {"drafts": 10, "accepted": 90, "acceptance_length": 10.0}}}
     train_mtp = {"steps": 5, "seconds": 2, "log": [{"loss": 0.1, "token_acc_per_step": [1.0, 0.9]}]}
-    ref_mtp = {"summary": {"mtp": {"drafts": 10, "accepted": 30, "acceptance_length": 4.0}}, "num_speculative_tokens": 4}
+    ref_mtp = {"summary": {"mtp": {"drafts": 10, "accepted": 30, "acceptance_length": 4.0}},
+               "num_speculative_tokens": 4}
     outs = {"a": [1, 2, 3]}
     runs = {"target": _run(1.0, {"a": [9, 9, 9]}), "dflash": _run(10.0, {"a": [9, 9, 9]}),
             "target-mtp": _run(1.0, outs), "mtp": _run(3.0, outs)}

@@ -123,7 +123,7 @@ def metrics_server() -> Iterator[str]:
             b"vllm:num_requests_running 1.0\n")
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+        def do_GET(self) -> None:
             self.send_response(200)
             self.end_headers()
             self.wfile.write(body)
