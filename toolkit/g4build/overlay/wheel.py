@@ -42,7 +42,6 @@ from g4build.overlay.sourcecheck import (
 from g4build.pins.model import Pin
 from g4build.series.model import Series, stack_digest, unmet_requirements
 from g4build.series.scratch import PatchFile, apply_patches, touched_paths
-from g4build.source.fetch import pristine_files
 from g4build.util.faults import fault
 from g4build.wheelfile.manifestfile import MANIFEST_NAME, dumps
 from g4build.wheelfile.safety import ZIP_OR_OS_ERRORS, ZIP_READ_ERRORS, check_limits, read_small
@@ -73,6 +72,8 @@ class OverlayPlan:
     def pristine_files(self, paths: Sequence[str]) -> dict[str, bytes]:
         if self.pristine is not None:
             return self.pristine(paths)
+        from g4build.source.fetch import pristine_files  # only a merge needs the sdist (and git): not every start
+
         return pristine_files(self.pin, paths)
 
     @property
