@@ -6,7 +6,8 @@ across cores); and `g4build validate` of the result. Ratios printed.
     python tests/benchmarks/bench_overlay.py [--tries N] [--unpack-pack] [--json]
 
 Each command runs as its own process (bytecode cached, as Python does by default) and its wall time is the best
-of N tries (default 5; a shared machine is noisy, so the best try is the one least disturbed); CPU seconds (the
+of N rounds, each round running every command in turn (default 5; a shared machine is noisy: the best try is the
+one least disturbed, and a change of load hits every command of a round alike); CPU seconds (the
 process and its children) are printed beside it, as they depend far less on the load. The same steps are also
 timed inside one Python process (no interpreter start, no imports): that is where the work itself shows.
 Needs the package index once (the wheel is fetched into g4build's cache); `--unpack-pack` adds `wheel unpack` +
@@ -73,6 +74,25 @@ def best(fn: Callable[[], object], tries: int, reset: Callable[[], object] | Non
         walls.append(time.perf_counter() - start)
         cpus.append(cpu_now() - cpu)
     return min(walls), min(cpus)
+
+
+Step = tuple[Callable[[], object], Callable[[], object] | None]  # what is timed, what runs untimed before it
+
+
+def interleaved(steps: dict[str, Step], tries: int) -> dict[str, tuple[float, float]]:
+    """Each step's best wall and CPU time over ``tries`` rounds, every round running every step in turn: a change
+    in the machine's load hits all of them alike, not the ones that happened to run then."""
+    walls: dict[str, list[float]] = {name: [] for name in steps}
+    cpus: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(tries):
+        for name, (fn, reset) in steps.items():
+            if reset:
+                reset()
+            cpu, start = cpu_now(), time.perf_counter()
+            fn()
+            walls[name].append(time.perf_counter() - start)
+            cpus[name].append(cpu_now() - cpu)
+    return {name: (min(walls[name]), min(cpus[name])) for name in steps}
 
 
 def run(argv: Sequence[str]) -> None:
@@ -144,16 +164,22 @@ def main() -> None:
         ENV.pop("PYTHONDONTWRITEBYTECODE", None)
         ENV["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
         run([*G4BUILD, "--version"])
-        p_python = best(lambda: run([sys.executable, "-c", "pass"]), tries)
-        p_start = best(lambda: run([*G4BUILD, "--version"]), tries)
-        p_cp = best(lambda: run(["cp", str(source), str(work / "copy.whl")]), tries, clear)
-        p_pinned = best(lambda: run([*G4BUILD, "overlay", "--pin", PIN, "--out", str(out), "--no-validate"]),
-                        tries, clear)
-        p_unpinned = best(lambda: run([*G4BUILD, "overlay", str(unpinned), "--pin", PIN, "--out", str(out),
-                                       "--no-validate"]), tries, clear)
-        (wheel,) = out.glob("*.whl")
-        p_validate = best(lambda: run([*G4BUILD, "validate", str(wheel), "--pin", PIN]), tries)
-        p_cp_2 = best(lambda: run(["cp", str(source), str(work / "copy.whl")]), tries, clear)  # noise check
+        def validate_result() -> None:
+            (wheel,) = out.glob("*.whl")  # the unpinned overlay's, just written
+            run([*G4BUILD, "validate", str(wheel), "--pin", PIN])
+
+        copy = ["cp", str(source), str(work / "copy.whl")]
+        processes = interleaved({
+            "python": (lambda: run([sys.executable, "-c", "pass"]), None),
+            "start": (lambda: run([*G4BUILD, "--version"]), None),
+            "cp": (lambda: run(copy), clear),
+            "pinned": (lambda: run([*G4BUILD, "overlay", "--pin", PIN, "--out", str(out), "--no-validate"]), clear),
+            "cp 2": (lambda: run(copy), clear),  # noise check
+            "unpinned": (lambda: run([*G4BUILD, "overlay", str(unpinned), "--pin", PIN, "--out", str(out),
+                                      "--no-validate"]), clear),
+            "validate": (validate_result, None),
+        }, tries)
+        p_python, p_start, p_cp, p_pinned, p_cp_2, p_unpinned, p_validate = processes.values()
 
         # the same work in this process
         t_cp = best(lambda: shutil.copyfile(source, work / "copy.whl"), tries, clear)
