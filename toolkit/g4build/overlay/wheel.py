@@ -426,6 +426,9 @@ def _write_members(
 
     for info, end in zip(ordered, ends, strict=True):
         name = info.filename
+        if name in touched and run:  # the patches may still be running: copy (and hash) what comes before first
+            writer.copy_verbatim(raw, run, run_end)
+            run = []
         changed = name in touched and name in patched().files
         if not changed and rename(name) == name:
             run.append(info)
