@@ -21,7 +21,7 @@ import os
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
@@ -308,7 +308,8 @@ def _overlay(
             return guarded(source.name, lambda: {n: read_small(zf, n, source.name)
                                                  for n in sorted(touched) if n in by_name})
 
-        helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g4build-patch")
+        helper = ThreadPoolExecutor(max_workers=2, thread_name_prefix="g4build-patch")
+        checking: list[Future[None]] = []  # the pinned wheel's structural checks, beside the patches and the copy
         if isinstance(src, Snapshot):  # validate's order: the structure, then the members (beside the writing)
             check_structure(source.name, zf, wheel, old_dist, dist)
             verification = Verification(source.name, src, zf, old_dist, dist)
@@ -321,14 +322,10 @@ def _overlay(
 
             patching = helper.submit(patch_files, read, replace(plan, pristine=verified_pristine),
                                      source.name)
-        else:  # the pin's bytes (proved at the end): checks and patches run while the copy streams
-            read = read_touched()
-
-            def checked_and_patched() -> Patched:
-                check_structure(source.name, zf, wheel, old_dist, dist)
-                return patch_files(read, plan, source.name)
-
-            patching = helper.submit(checked_and_patched)
+        else:  # the pin's bytes (proved at the end): checks and patches run while the copy streams, each on its
+            read = read_touched()  # own (the copy waits for the patches at the first member they touch)
+            patching = helper.submit(patch_files, read, plan, source.name)
+            checking.append(helper.submit(check_structure, source.name, zf, wheel, old_dist, dist))
         raw_metadata = guarded(source.name, lambda: read_small(zf, f"{old_dist}/METADATA", source.name))
         metadata = set_metadata_version(raw_metadata, new_version)
         created = datetime.datetime(*zf.getinfo(f"{old_dist}/RECORD").date_time)
@@ -346,6 +343,8 @@ def _overlay(
             return new_dist + name[len(old_dist):] if name.startswith(old_dist + "/") else name
 
         def extra() -> list[tuple[str, bytes]]:
+            for check_done in checking:
+                check_done.result()  # the structural checks passed
             for verification in verifying:
                 verification.wait()  # RECORD carries the source's rows: only once every member matched them
             rows = _record(dist.rows, patching.result(), rename, metadata=(f"{new_dist}/METADATA", metadata),
