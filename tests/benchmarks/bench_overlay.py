@@ -6,16 +6,24 @@ across cores); and `g4build validate` of the result. Ratios printed.
     python tests/benchmarks/bench_overlay.py [--tries N] [--unpack-pack] [--json]
 
 Each command runs as its own process (bytecode cached, as Python does by default) and its wall time is the best
-of N tries (default 5; a shared machine is noisy, so the best try is the one least disturbed); CPU seconds (the
+of N rounds, each round running every command in turn (default 5; a shared machine is noisy: the best try is the
+one least disturbed, and a change of load hits every command of a round alike); CPU seconds (the
 process and its children) are printed beside it, as they depend far less on the load. The same steps are also
 timed inside one Python process (no interpreter start, no imports): that is where the work itself shows.
 Needs the package index once (the wheel is fetched into g4build's cache); `--unpack-pack` adds `wheel unpack` +
 patch + `wheel pack` (once, slow).
 Goals: pinned overlay <= 3x cp, unpinned <= 10x cp on 2 cores, validate <= 2 s.
+
+Floors, measured in the same run: a bare interpreter's start (`python -c pass`), the CLI's start (`g4build
+--version`: typer, rich and the root group, no command's module), the sha256 of the whole wheel (what the pinned
+overlay cannot skip: the pin vouches only for bytes whose hash it has seen) and the inflating, CRC and sha256 of
+the largest member (one deflate stream: one core, whatever the number of cores), so a ratio can be told apart
+from what no code change can remove.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import resource
@@ -40,6 +48,7 @@ from g4build.pins.model import load_pins  # noqa: E402
 from g4build.series.model import load_all  # noqa: E402
 from g4build.series.scratch import apply_patches  # noqa: E402
 from g4build.validate.wheel import ValidateOptions, validate_wheel  # noqa: E402
+from g4build.wheelfile.safety import stream_member  # noqa: E402
 
 PIN = "vllm-0.21.0"
 TARGET = "vllm/v1/spec_decode/dflash.py"
@@ -67,10 +76,51 @@ def best(fn: Callable[[], object], tries: int, reset: Callable[[], object] | Non
     return min(walls), min(cpus)
 
 
+Step = tuple[Callable[[], object], Callable[[], object] | None]  # what is timed, what runs untimed before it
+
+
+def interleaved(steps: dict[str, Step], tries: int) -> dict[str, tuple[float, float]]:
+    """Each step's best wall and CPU time over ``tries`` rounds, every round running every step in turn: a change
+    in the machine's load hits all of them alike, not the ones that happened to run then."""
+    walls: dict[str, list[float]] = {name: [] for name in steps}
+    cpus: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(tries):
+        for name, (fn, reset) in steps.items():
+            if reset:
+                reset()
+            cpu, start = cpu_now(), time.perf_counter()
+            fn()
+            walls[name].append(time.perf_counter() - start)
+            cpus[name].append(cpu_now() - cpu)
+    return {name: (min(walls[name]), min(cpus[name])) for name in steps}
+
+
 def run(argv: Sequence[str]) -> None:
     done = subprocess.run(list(argv), capture_output=True, text=True, env=ENV)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr[-2000:]}")
+
+
+def sha256_of(path: Path) -> str:
+    """The whole file's sha256, read in 4 MiB chunks (as the pinned overlay reads it)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(4 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def largest_member(path: Path) -> None:
+    """Inflate, CRC-check and hash the wheel's largest member: one stream, one core."""
+    with zipfile.ZipFile(path) as zf:
+        stream_member(zf, max(zf.infolist(), key=lambda i: i.file_size))
+
+
+def every_member(path: Path) -> None:
+    """Inflate, CRC-check and hash every member, one after the other (the CPU that verification divides)."""
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            stream_member(zf, info)
 
 
 def series_for_pin(work: Path) -> None:
@@ -114,18 +164,28 @@ def main() -> None:
         ENV.pop("PYTHONDONTWRITEBYTECODE", None)
         ENV["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
         run([*G4BUILD, "--version"])
-        p_start = best(lambda: run([*G4BUILD, "--version"]), tries)
-        p_cp = best(lambda: run(["cp", str(source), str(work / "copy.whl")]), tries, clear)
-        p_pinned = best(lambda: run([*G4BUILD, "overlay", "--pin", PIN, "--out", str(out), "--no-validate"]),
-                        tries, clear)
-        p_unpinned = best(lambda: run([*G4BUILD, "overlay", str(unpinned), "--pin", PIN, "--out", str(out),
-                                       "--no-validate"]), tries, clear)
-        (wheel,) = out.glob("*.whl")
-        p_validate = best(lambda: run([*G4BUILD, "validate", str(wheel), "--pin", PIN]), tries)
-        p_cp_2 = best(lambda: run(["cp", str(source), str(work / "copy.whl")]), tries, clear)  # noise check
+        def validate_result() -> None:
+            (wheel,) = out.glob("*.whl")  # the unpinned overlay's, just written
+            run([*G4BUILD, "validate", str(wheel), "--pin", PIN])
+
+        copy = ["cp", str(source), str(work / "copy.whl")]
+        processes = interleaved({
+            "python": (lambda: run([sys.executable, "-c", "pass"]), None),
+            "start": (lambda: run([*G4BUILD, "--version"]), None),
+            "cp": (lambda: run(copy), clear),
+            "pinned": (lambda: run([*G4BUILD, "overlay", "--pin", PIN, "--out", str(out), "--no-validate"]), clear),
+            "cp 2": (lambda: run(copy), clear),  # noise check
+            "unpinned": (lambda: run([*G4BUILD, "overlay", str(unpinned), "--pin", PIN, "--out", str(out),
+                                      "--no-validate"]), clear),
+            "validate": (validate_result, None),
+        }, tries)
+        p_python, p_start, p_cp, p_pinned, p_cp_2, p_unpinned, p_validate = processes.values()
 
         # the same work in this process
         t_cp = best(lambda: shutil.copyfile(source, work / "copy.whl"), tries, clear)
+        t_sha = best(lambda: sha256_of(source), tries)
+        t_largest = best(lambda: largest_member(source), tries)
+        t_every = best(lambda: every_member(source), min(tries, 2))
         t_pinned = best(lambda: overlay_wheel(source, plan, out, require_pin=True), tries, clear)
         t_unpinned = best(lambda: overlay_wheel(unpinned, plan, out), tries, clear)
         workers = sourcecheck.workers
@@ -156,6 +216,7 @@ def main() -> None:
         return f"{t[0]:.3f} s wall, {t[1]:.3f} s CPU"
 
     figures.update({
+        "process: python -c pass": pair(p_python),
         "process: g4build --version (start, imports)": pair(p_start),
         "process: cp": pair(p_cp),
         "process: cp again (noise check)": pair(p_cp_2),
@@ -166,6 +227,13 @@ def main() -> None:
         "ratio pinned less start / cp": round((p_pinned[0] - p_start[0]) / cp, 1),
         "ratio unpinned / cp": round(p_unpinned[0] / cp, 1),
         "in process: copyfile": pair(t_cp),
+        "in process: sha256 of the wheel (floor)": pair(t_sha),
+        "in process: largest member inflated+hashed": pair(t_largest),
+        "floor pinned: start + sha256, / cp": round((p_start[0] + t_sha[0]) / cp, 1),
+        "in process: every member inflated+hashed": pair(t_every),
+        "floor unpinned: start + sha256/cores + max(largest, every/cores), / cp": round(
+            (p_start[0] + (t_sha[1] + max(t_largest[1] * (os.cpu_count() or 1), t_every[1])) / (os.cpu_count() or 1))
+            / cp, 1),
         "in process: overlay, pinned wheel": pair(t_pinned),
         "in process: overlay, unpinned copy": pair(t_unpinned),
         "in process: overlay, unpinned copy, 1 thread": pair(t_unpinned_1),

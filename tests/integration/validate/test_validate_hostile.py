@@ -165,3 +165,28 @@ def test_symlink_member_written_by_zipfile_reads_as_a_link(tmp_path: Path) -> No
     src = hostile_wheel(tmp_path, add={"vllm/link.py": b"x"}, attrs={"vllm/link.py": SYMLINK})
     with zipfile.ZipFile(src) as zf:
         assert zf.getinfo("vllm/link.py").external_attr >> 28 == 0xA
+
+
+def test_a_tampered_patched_member_is_refused_as_tampered_not_as_a_conflict_and_fetches_nothing(
+    tmp_path: Path, project: Path,
+) -> None:
+    # the members are verified while the new wheel is written: a patch that fails on a tampered member must
+    # still end in the members' refusal, and the three-way merge it falls back to (which fetches the pin's
+    # sdist) must not run for a wheel its own RECORD refutes
+    src = build_wheel(tmp_path / "in", tag="cp38-abi3-linux_x86_64")  # not the pin's file: verified member-wise
+    with zipfile.ZipFile(src) as zf:
+        items = [(info, zf.read(info)) for info in zf.infolist()]
+    with zipfile.ZipFile(src, "w", zipfile.ZIP_DEFLATED) as zf:
+        for info, data in items:  # RECORD keeps the genuine hash of the file the series patches
+            zf.writestr(info, data.replace(b"return x + 7", b"return x - 7") if info.filename ==
+                        "vllm/spec/dflash.py" else data)
+    asked: list[tuple[str, ...]] = []
+
+    def pristine(paths: object) -> dict[str, bytes]:
+        asked.append(tuple(paths))  # type: ignore[arg-type]
+        return {}
+
+    plan = plan_overlay(load_pins().get(PIN), load_all(), pristine=pristine)
+    with pytest.raises(ValidationError, match=r"refused to overlay.*vllm/spec/dflash.py: RECORD says"):
+        overlay_wheel(src, plan, tmp_path / "out")
+    assert asked == [] and not (tmp_path / "out").exists()

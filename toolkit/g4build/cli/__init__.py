@@ -1,7 +1,7 @@
 """The ``g4build`` command line: a thin typer layer over the pipeline stages.
 
-Each command group lives in its own module exposing ``register(app)``; this file only
-assembles them and turns ``G4BuildError`` into a message and its exit code.
+Each command group lives in its own module exposing ``register(app)``, imported only when one of its commands
+runs (``lazygroup``); this file only assembles them and turns ``G4BuildError`` into a message and its exit code.
 """
 
 from __future__ import annotations
@@ -16,21 +16,8 @@ import typer
 from rich.markup import escape
 
 from g4build import __version__
-from g4build.cli import (
-    ci,
-    deps,
-    doctor,
-    image,
-    index,
-    overlay,
-    patches,
-    pins,
-    recipe,
-    source,
-    validate,
-    wheel,
-)
 from g4build.cli._common import err_console, json_already_printed, reset_json_printed, set_plain
+from g4build.cli.lazygroup import LazyGroup
 from g4build.data import set_root_option
 from g4build.errors import G4BuildError
 
@@ -41,10 +28,8 @@ app = typer.Typer(
     add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    cls=LazyGroup,  # each command group's module imported when one of its commands runs (lazygroup.COMMANDS)
 )
-
-for _module in (pins, source, patches, deps, wheel, validate, overlay, index, recipe, ci, image, doctor):
-    _module.register(app)
 
 
 def _version_callback(value: bool) -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json, require_wheel_file
 from g4build.cli.outpaths import existing_folder, output_folder
-from g4build.cli.validate import show_report
 from g4build.errors import IntegrityError, UsageError, ValidationError
 from g4build.overlay.registry import cached_pin_wheel, fetch_pin_wheel, pin_wheel
 from g4build.overlay.venv import overlay_venv, undo_venv
@@ -19,7 +19,9 @@ from g4build.overlay.wheel import OverlayResult, overlay_wheel, plan_overlay
 from g4build.pins.index import Fetched
 from g4build.pins.model import Pin, load_pins
 from g4build.series.model import load_all
-from g4build.validate.wheel import ValidateOptions, ValidationReport, validate_wheel
+
+if TYPE_CHECKING:  # validate's modules are imported when the new wheel is validated (not with --no-validate)
+    from g4build.validate.wheel import ValidationReport
 
 
 def _fetch_with_progress(pin: Pin, *, quiet: bool) -> Fetched:
@@ -86,6 +88,9 @@ def overlay(
 
     def check(staged: Path) -> None:
         """Validate the finished wheel before it is renamed into --out: a failing one never appears there."""
+        from g4build.cli.validate import show_report
+        from g4build.validate.wheel import ValidateOptions, validate_wheel
+
         with console.status("validating", spinner="dots") if not as_json else nullcontext():
             report = validate_wheel(staged, ValidateOptions(pin=the_pin.name))
         if not as_json:

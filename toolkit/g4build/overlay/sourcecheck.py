@@ -3,18 +3,20 @@
 A source wheel's members are copied raw, so a tampered member would come out laundered, relabelled g4. Before
 anything is published, either the whole file's sha256 as read is the pin's (``sources.Streamed``: the pin vouches
 for every byte, RECORD's rows are the release's) or every member was inflated from a ``sources.Snapshot`` and held
-against its RECORD row (across cores) before anything was written. Both get validate's checks that need no
-inflating (``check_structure``).
+against its RECORD row (across cores; ``Verification``: beside the writing of the new wheel into its staging
+folder, whose RECORD waits for it). Both get validate's checks that need no inflating (``check_structure``).
 """
 
 from __future__ import annotations
 
 import os
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeAlias
 
+from g4build.errors import ValidationError
 from g4build.pins.model import FileRef, Pin
 from g4build.wheelfile.safety import (
     check_limits,
@@ -69,6 +71,29 @@ def verify_members(name: str, source: Snapshot, zf: zipfile.ZipFile, dist_info: 
     infos = [i for i in zf.infolist() if not i.is_dir()]
     source.hash_in_background()  # the whole file's sha256 (for the manifest) beside the members' own
     _refuse(name, record_problems(hash_members(source.data, infos, workers()), read.rows, dist_info))
+
+
+class Verification:
+    """``verify_members`` in a thread of its own, started now: the caller writes meanwhile, and asks ``wait``
+    before it writes a RECORD row carried from the source (or publishes anything)."""
+
+    def __init__(self, name: str, source: Snapshot, zf: zipfile.ZipFile, dist_info: str, read: DistInfo) -> None:
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g4build-verify")
+        self._done = pool.submit(verify_members, name, source, zf, dist_info, read)
+        pool.shutdown(wait=False)  # the thread ends with the verification
+
+    def wait(self) -> None:
+        """Return once every member matched its RECORD row; raise the refusal (ValidationError) otherwise."""
+        self._done.result()
+
+    def refusal_before(self, failure: BaseException) -> None:
+        """Something else failed meanwhile (a patch, a read, the writing): when the members fail their checks,
+        that refusal is the error to report (a tampered member, not the patch it broke), else nothing."""
+        try:
+            self._done.result()
+        except ValidationError as refused:
+            if refused is not failure:
+                raise refused from failure
 
 
 def _refuse(name: str, problems: list[str]) -> None:

@@ -5,7 +5,8 @@ stack does not apply with zero fuzz, file by file with a three-way merge against
 ``merge``); the new wheel copies every other member's compressed bytes as they are, renames the dist-info folder for the
 new version, rewrites METADATA's Version, adds build-manifest.json and regenerates RECORD. Since its members
 are copied raw under a new RECORD, the source wheel must be the pin's (sha256 of the whole file as read, checked
-before anything is published) or pass validate's checks member by member first (``sourcecheck``). Wheel and
+before anything is published) or pass validate's checks member by member (``sourcecheck``: the structural ones
+first, the members' while the new wheel is written, before its RECORD is). Wheel and
 manifest are written into a locked staging folder in the destination, checked there (``check``: the CLI
 validates) and only then renamed into place, so a refusal, a failed check, Ctrl-C or a kill leaves no wheel
 behind; a kill leaves the staging folder, which the next overlay into the folder removes.
@@ -15,12 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import os
 import tempfile
 import zipfile
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
@@ -32,17 +34,16 @@ from g4build.fsutil import staging_dir, sweep_staging
 from g4build.overlay.merge import APPLIED, FileOutcome, Pristine, merge_over
 from g4build.overlay.sourcecheck import (
     NotPinned,
+    Verification,
     WheelSource,
     check_structure,
     pin_ref,
     read_dist_info,
     sha256_as_read,
-    verify_members,
 )
 from g4build.pins.model import Pin
 from g4build.series.model import Series, stack_digest, unmet_requirements
 from g4build.series.scratch import PatchFile, apply_patches, touched_paths
-from g4build.source.fetch import pristine_files
 from g4build.util.faults import fault
 from g4build.wheelfile.manifestfile import MANIFEST_NAME, dumps
 from g4build.wheelfile.safety import ZIP_OR_OS_ERRORS, ZIP_READ_ERRORS, check_limits, read_small
@@ -73,6 +74,8 @@ class OverlayPlan:
     def pristine_files(self, paths: Sequence[str]) -> dict[str, bytes]:
         if self.pristine is not None:
             return self.pristine(paths)
+        from g4build.source.fetch import pristine_files  # only a merge needs the sdist (and git): not every start
+
         return pristine_files(self.pin, paths)
 
     @property
@@ -211,7 +214,8 @@ def overlay_wheel(
     A file named as one of the pin's wheels is first streamed: read once while it is copied, hashed on the way,
     and its members' RECORD rows carried over unverified only when the sha256 of the whole file as read is the
     pin's. Any other wheel (or one whose sha256 is not the pin's) is read into memory once and every member is
-    held against RECORD before anything is written from those same bytes. ``require_pin``: refuse (exit 4) a
+    held against RECORD (across cores, while the new wheel is written from those same bytes into the staging
+    folder) before the new RECORD is written and anything is published. ``require_pin``: refuse (exit 4) a
     wheel whose sha256 is not the pin's instead of verifying it member by member (the pin's registry wheel)."""
     wheel = WheelName.parse(source.name)
     if wheel.project != PROJECT:
@@ -258,6 +262,17 @@ def guarded(name: str, read: Callable[[], T]) -> T:
                               hint="download the wheel again (`g4build validate WHEEL` says the same)") from exc
 
 
+@contextlib.contextmanager
+def _refusal_first(verifying: list[Verification]) -> Iterator[None]:
+    """A failure while members are still being verified: the members' refusal, if any, is the error."""
+    try:
+        yield
+    except Exception as exc:
+        for verification in verifying:
+            verification.refusal_before(exc)
+        raise
+
+
 def _overlay(
     source: Path, src: WheelSource, plan: OverlayPlan, out_dir: Path, *, sha256: str | None,
     check: Callable[[Path], None] | None, removed: list[Path],
@@ -272,7 +287,8 @@ def _overlay(
     except ZIP_OR_OS_ERRORS as exc:  # not a zip, or cut short in transfer
         raise ValidationError(f"{source.name}: not a readable wheel ({exc})",
                               hint="download the wheel again (`g4build validate WHEEL` says the same)") from exc
-    with zf:
+    verifying: list[Verification] = []  # a snapshot's members, verified while the new wheel is written
+    with zf, _refusal_first(verifying):
         check_limits(zf.infolist(), source.name)  # first: it also refuses what the lines below cannot read
         infos = [i for i in zf.infolist() if not i.is_dir()]
         by_name = {i.filename: i for i in infos}
@@ -292,37 +308,48 @@ def _overlay(
             return guarded(source.name, lambda: {n: read_small(zf, n, source.name)
                                                  for n in sorted(touched) if n in by_name})
 
-        helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="g4build-patch")
-        if isinstance(src, Snapshot):  # every check before anything else, in validate's order
+        helper = ThreadPoolExecutor(max_workers=2, thread_name_prefix="g4build-patch")
+        checking: list[Future[None]] = []  # the pinned wheel's structural checks, beside the patches and the copy
+        if isinstance(src, Snapshot):  # validate's order: the structure, then the members (beside the writing)
             check_structure(source.name, zf, wheel, old_dist, dist)
-            verify_members(source.name, src, zf, old_dist, dist)
-            done = patch_files(read_touched(), plan, source.name)
-            patching = helper.submit(lambda: done)
-        else:  # the pin's bytes (proved at the end): checks and patches run while the copy streams
+            verification = Verification(source.name, src, zf, old_dist, dist)
+            verifying.append(verification)
             read = read_touched()
 
-            def checked_and_patched() -> Patched:
-                check_structure(source.name, zf, wheel, old_dist, dist)
-                return patch_files(read, plan, source.name)
+            def verified_pristine(paths: Sequence[str]) -> dict[str, bytes]:
+                verification.wait()  # a merge fetches the pin's sdist: not for a wheel its own RECORD refutes
+                return plan.pristine_files(paths)
 
-            patching = helper.submit(checked_and_patched)
+            patching = helper.submit(patch_files, read, replace(plan, pristine=verified_pristine),
+                                     source.name)
+        else:  # the pin's bytes (proved at the end): checks and patches run while the copy streams, each on its
+            read = read_touched()  # own (the copy waits for the patches at the first member they touch)
+            patching = helper.submit(patch_files, read, plan, source.name)
+            checking.append(helper.submit(check_structure, source.name, zf, wheel, old_dist, dist))
         raw_metadata = guarded(source.name, lambda: read_small(zf, f"{old_dist}/METADATA", source.name))
         metadata = set_metadata_version(raw_metadata, new_version)
-        # the same wheel overlaid twice gives the same bytes: the manifest's time is the source wheel's own;
-        # its sha256 is the one computed from the bytes read (a streamed source proves it before publishing)
-        manifest = plan.manifest({"source_wheel": {"file": source.name,
-                                                   "sha256": sha256 if isinstance(src, Streamed) else src.sha256},
-                                  "wheel": wheel.with_version(new_version)},
-                                 created=datetime.datetime(*zf.getinfo(f"{old_dist}/RECORD").date_time))
-        manifest_bytes = dumps(manifest)
+        created = datetime.datetime(*zf.getinfo(f"{old_dist}/RECORD").date_time)
+
+        @functools.cache
+        def manifest_bytes() -> bytes:
+            """Made when first written (a snapshot's sha256 is computed beside the verification). The same wheel
+            overlaid twice gives the same bytes: the manifest's time is the source wheel's own; its sha256 is the
+            one computed from the bytes read (a streamed source proves it before publishing)."""
+            return dumps(plan.manifest({"source_wheel": {"file": source.name, "sha256": sha256
+                                                         if isinstance(src, Streamed) else src.sha256},
+                                        "wheel": wheel.with_version(new_version)}, created=created))
 
         def rename(name: str) -> str:
             return new_dist + name[len(old_dist):] if name.startswith(old_dist + "/") else name
 
         def extra() -> list[tuple[str, bytes]]:
+            for check_done in checking:
+                check_done.result()  # the structural checks passed
+            for verification in verifying:
+                verification.wait()  # RECORD carries the source's rows: only once every member matched them
             rows = _record(dist.rows, patching.result(), rename, metadata=(f"{new_dist}/METADATA", metadata),
-                           manifest=(f"{new_dist}/{MANIFEST_NAME}", manifest_bytes), record=f"{new_dist}/RECORD")
-            return [(f"{new_dist}/{MANIFEST_NAME}", manifest_bytes), (f"{new_dist}/RECORD", format_record(rows))]
+                           manifest=(f"{new_dist}/{MANIFEST_NAME}", manifest_bytes()), record=f"{new_dist}/RECORD")
+            return [(f"{new_dist}/{MANIFEST_NAME}", manifest_bytes()), (f"{new_dist}/RECORD", format_record(rows))]
 
         target = out_dir / wheel.with_version(new_version)
         made_out = not out_dir.exists()
@@ -339,7 +366,7 @@ def _overlay(
                     if isinstance(src, Streamed) and src.finish() != sha256:
                         raise NotPinned(f"{source.name}: sha256 {src.finish()}, not the pin's {sha256}")
                     fault("after-wheel-write")
-                    (stage / MANIFEST_NAME).write_bytes(manifest_bytes)
+                    (stage / MANIFEST_NAME).write_bytes(manifest_bytes())
                     if check is not None:
                         check(stage / target.name)
                     fault("before-publish")
@@ -398,6 +425,9 @@ def _write_members(
 
     for info, end in zip(ordered, ends, strict=True):
         name = info.filename
+        if name in touched and run:  # the patches may still be running: copy (and hash) what comes before first
+            writer.copy_verbatim(raw, run, run_end)
+            run = []
         changed = name in touched and name in patched().files
         if not changed and rename(name) == name:
             run.append(info)

@@ -16,15 +16,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import requests
-import urllib3
 from filelock import FileLock, Timeout
 from platformdirs import user_cache_dir
 
 from g4build.errors import DownloadError, IntegrityError, LockTimeoutError, UsageError
 from g4build.pins.page import IndexFile, Page, parse_html, parse_json
 from g4build.util.safetext import file_name_problem
+
+if TYPE_CHECKING:  # requests (and urllib3) are imported where a page or a file is fetched: not at every start
+    import requests
 
 CHUNK = 1 << 20
 LOCK_TIMEOUT_S = 3600.0  # G4BUILD_LOCK_TIMEOUT (seconds) overrides it
@@ -98,6 +100,8 @@ PAGE_MAX_BYTES = 64 << 20  # the largest project pages are a few MB
 def _read_page(http: requests.Session, base: str, project: str) -> tuple[str, bytes]:
     """(Content-Type, body) of an index page, read within the page deadline: a server that trickles or stalls
     is cut off when it passes, whatever each read does; a page over PAGE_MAX_BYTES is refused."""
+    import requests
+
     limits = Limits(deadline_s=_env_seconds("G4BUILD_PAGE_DEADLINE", PAGE_DEADLINE_S), min_rate=0.0)
     end = time.monotonic() + limits.deadline_s
     page = f"{base}/{_normalize(project)}/"
@@ -134,7 +138,7 @@ def _read_page(http: requests.Session, base: str, project: str) -> tuple[str, by
                 "(G4BUILD_PAGE_DEADLINE)",
                 hint="the index or the network is too slow or stalls: try again, use a closer mirror "
                      "(PIP_INDEX_URL), or raise G4BUILD_PAGE_DEADLINE") from None
-        except requests.RequestException as exc:
+        except (requests.RequestException, _CutShort) as exc:
             if attempt == 4 or time.monotonic() + delay >= end:
                 raise DownloadError(f"could not read the package index page {page}: {exc}",
                                     hint="check your network or pip's index-url (PIP_INDEX_URL / pip config)") \
@@ -147,6 +151,8 @@ def _read_page(http: requests.Session, base: str, project: str) -> tuple[str, by
 def project_page(project: str, *, session: requests.Session | None = None) -> Page:
     """A project's files on the index (PEP 691 JSON, or PEP 503 HTML) with their sha256, and the entries set
     aside as unsafe (``page``)."""
+    import requests
+
     base = index_url()
     page = f"{base}/{_normalize(project)}/"
     ctype, body = _read_page(session or requests.Session(), base, project)
@@ -223,8 +229,9 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-class _CutShort(requests.RequestException):
-    """The stream ended or stalled before the whole file arrived (retried like any broken connection)."""
+class _CutShort(Exception):
+    """The stream ended or stalled before the whole file arrived (retried like any broken connection, which
+    requests' RequestException is)."""
 
 
 class _TooSlow(_CutShort):
@@ -264,6 +271,8 @@ class _DeadlinePassed(Exception):
 
 def _chunks(resp: requests.Response, limits: Limits, end: float) -> Iterator[bytes]:
     """The body as it arrives, a read at a time, checking the overall deadline and the rate between reads."""
+    import urllib3
+
     raw = resp.raw
     # read1 returns what has arrived (urllib3 >= 2.3): a trickling server cannot hold one read for long
     read = getattr(raw, "read1", None) or raw.read
@@ -295,6 +304,8 @@ def _stream_to(
     limits: Limits, end: float,
 ) -> _Arrived:
     """One attempt: stream ``url`` into ``part``; return the sha256 and length of what arrived."""
+    import requests
+
     h = hashlib.sha256()
     left = end - time.monotonic()
     if left <= 0:
@@ -341,6 +352,8 @@ def download(
     download is known to be whole: its length matched Content-Length (or the index's ``size``), or, with no
     length to go by, two attempts brought the very same bytes. Only a verified file is renamed into place.
     """
+    import requests
+
     limits = limits or Limits.from_env()
     size = size if isinstance(size, int) and size > 0 else None  # the index's size is only a hint
     want = sha256.lower()
@@ -367,7 +380,7 @@ def download(
                                 "and they do not hash right")
             except _DeadlinePassed:
                 raise _deadline_error(url, limits) from None
-            except requests.RequestException as exc:
+            except (requests.RequestException, _CutShort) as exc:
                 part.unlink(missing_ok=True)
                 if time.monotonic() >= end:
                     raise _deadline_error(url, limits) from exc

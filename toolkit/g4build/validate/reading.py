@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from g4build.series.model import load_all
+from g4build.series.model import Series, load_all
 from g4build.validate import cudatools
 from g4build.validate.fatbin import FatbinFormatError, LibraryArchs, is_native, read_library_archs
 from g4build.wheelfile.manifestfile import MANIFEST_NAME, loads
@@ -63,6 +63,7 @@ class Contents:
     duplicates: tuple[str, ...] = ()  # member names stored more than once (one would shadow the other)
     wheel_file: bytes | None = None  # the dist-info WHEEL file
     unsafe: tuple[str, ...] = ()  # safety.member_problems: links, names Windows or case-insensitive FS mangle
+    series: tuple[Series, ...] = ()  # this checkout's series, read once when the wheel has a manifest
 
 
 def dist_info_of(names: list[str]) -> str | None:
@@ -70,14 +71,14 @@ def dist_info_of(names: list[str]) -> str | None:
     return tops[0] if len(tops) == 1 else None
 
 
-def fingerprint_paths(manifest: dict[str, Any] | None) -> set[str]:
+def fingerprint_paths(manifest: dict[str, Any] | None, series: tuple[Series, ...]) -> set[str]:
     if not manifest:
         return set()
     pin = manifest.get("pin")
     pin_name = str(pin.get("name", "")) if isinstance(pin, dict) else ""
     wanted = {str(s.get("name")) for s in manifest["series"]}
     paths: set[str] = set()
-    for s in load_all():
+    for s in series:
         variant = s.variant(pin_name)
         if s.name in wanted and variant is not None:
             paths.update(variant.fingerprints)
@@ -97,7 +98,8 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
     manifest = None
     if dist and f"{dist}/{MANIFEST_NAME}" in small:
         manifest = loads(small[f"{dist}/{MANIFEST_NAME}"], path.name)
-    keep = keep | fingerprint_paths(manifest) | {n for n in names if is_fa4_cute(n)}
+    series = tuple(load_all()) if manifest else ()  # read once: the checks of the series use them too
+    keep = keep | fingerprint_paths(manifest, series) | {n for n in names if is_fa4_cute(n)}
     local = threading.local()
     tmp = tempfile.TemporaryDirectory(prefix="g4build-validate-")
 
@@ -162,4 +164,5 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
         duplicates=tuple(stored_twice(names)),
         wheel_file=small.get(f"{dist}/WHEEL"),
         unsafe=tuple(unsafe),
+        series=series,
     )

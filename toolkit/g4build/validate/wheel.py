@@ -14,7 +14,6 @@ from packaging.version import InvalidVersion, Version
 
 from g4build.errors import ValidationError
 from g4build.pins.model import load_pins
-from g4build.series.model import load_all
 from g4build.validate import cudatools
 from g4build.validate.check import Check
 from g4build.validate.fatbin import Arch
@@ -155,7 +154,7 @@ def check_series(c: Contents, pin_name: str | None) -> Check:
     claimed_pin = str(c.manifest.get("pin", {}).get("name", ""))
     if pin_name and claimed_pin != pin_name:
         return Check(name="series", ok=False, detail=f"the wheel was made for pin {claimed_pin}, not {pin_name}")
-    known = {s.name: s for s in load_all()}
+    known = {s.name: s for s in c.series}
     problems, seen = [], []
     for entry in c.manifest["series"]:
         name = str(entry.get("name"))
