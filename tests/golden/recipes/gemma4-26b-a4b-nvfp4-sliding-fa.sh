@@ -25,7 +25,6 @@
 set -euo pipefail
 
 export VLLM_ALLOW_LONG_MAX_MODEL_LEN='1'
-export TORCH_MATMUL_PRECISION='high'
 export PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True'
 export VLLM_USE_FLASHINFER_MOE_FP4='0'
 export VLLM_TEST_FORCE_FP8_MARLIN='0'

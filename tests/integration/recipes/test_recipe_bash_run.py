@@ -11,7 +11,6 @@ from tests.integration.recipes.conftest import REPO, Stubs, g4build, make_wheel
 
 KNOWN_GOOD_ENV = {
     "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1",
-    "TORCH_MATMUL_PRECISION": "high",
     "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
     "VLLM_USE_FLASHINFER_MOE_FP4": "0",
     "VLLM_TEST_FORCE_FP8_MARLIN": "0",

@@ -308,8 +308,8 @@ def rule_flashinfer(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     """Without FlashInfer the launch turns its switches off (statically for a wheel known to lack it, else by a
     check at start); a backend named flashinfer cannot be turned off, so that is an error where it is absent."""
     info = flashinfer_presence(ctx)
-    switches = off_switches(recipe.env)
-    changes = ", ".join(f"{s.name}={s.value}" for s in switches)
+    switches = off_switches(recipe.env, recipe.args)
+    changes = ", ".join(s.label for s in switches)
     wheel = ctx.wheel.file if ctx.wheel is not None else ""
     if info.presence == "absent":
         out = [Finding(rule="flashinfer", severity="error",
@@ -324,7 +324,7 @@ def rule_flashinfer(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     where = f"{wheel} ({info.why})" if info.presence == "present" else "the serving environment (not known here)"
     if not switches:
         return [Finding(rule="flashinfer", severity="info", message=f"FlashInfer: {info.presence}; the recipe "
-                        "opens no FlashInfer path that an environment variable closes")]
+                        "opens no FlashInfer path that an environment variable or option closes")]
     return [Finding(rule="flashinfer", severity="info",
                     message=f"FlashInfer: {info.presence} in {where}; the launch script checks at start that "
                             f"flashinfer is importable and, where it is not, sets {changes}")]

@@ -91,23 +91,32 @@ def _no_nul(values: Sequence[str], what: str) -> None:
             raise RecipeError(f"{what} {value!r} contains a NUL character, which no program can receive")
 
 
+def option_value_index(argv: Sequence[str], option: str) -> int:
+    """Where the value of ``--option`` sits in ``argv`` (as ``serve_argv`` writes a one-word value)."""
+    return list(argv).index(f"--{option}") + 1
+
+
 def plan_launch(recipe: Recipe, *, wheel: WheelRef | None = None, overrides: Sequence[str] = (),
                 flashinfer: FlashInferInfo | None = None) -> LaunchPlan:
     argv = serve_argv(recipe)
     env = env_items(recipe)
     presence = flashinfer.presence if flashinfer is not None else "unknown"
-    switches = off_switches(recipe.env)
+    switches = off_switches(recipe.env, recipe.args)
     if presence == "absent" and switches:
-        asked = sorted({s.name for s in switches} & {k.removeprefix("env.") for k in
-                                                     (o.partition("=")[0] for o in overrides)})
+        given = {k.partition("=")[0] for k in overrides}
+        asked = sorted(s.name for s in switches if (f"args.{s.name}" if s.option else f"env.{s.name}") in given)
         if asked:
+            where = next(s for s in switches if s.name == asked[0])
             raise RecipeError(
-                f"--set env.{asked[0]} opens a FlashInfer path, but the wheel does not bring FlashInfer "
-                f"({flashinfer.why if flashinfer else ''})",
+                f"--set {'args' if where.option else 'env'}.{asked[0]} opens a FlashInfer path, but the wheel does "
+                f"not bring FlashInfer ({flashinfer.why if flashinfer else ''})",
                 hint="leave it unset (the script turns it off), or use a wheel built with FlashInfer "
                      "(g4build wheel --flashinfer-wheel on Windows)")
-        off = {s.name: s.value for s in switches}
+        off = {s.name: s.value for s in switches if not s.option}
         env = [(name, off.pop(name, value)) for name, value in env] + list(off.items())
+        for s in switches:
+            if s.option:
+                argv[option_value_index(argv, s.name)] = s.value
     _no_nul(argv, "argument")
     _no_nul([v for _, v in env], "environment value")
     if wheel is not None:
@@ -157,7 +166,7 @@ def flashinfer_lines(plan: LaunchPlan) -> list[str]:
     """What the header says about FlashInfer (nothing when the recipe opens no FlashInfer path)."""
     if not plan.flashinfer_off:
         return []
-    changes = [f"  {s.name}={s.value}: {s.why}" for s in plan.flashinfer_off]
+    changes = [f"  {s.label}: {s.why}" for s in plan.flashinfer_off]
     if plan.flashinfer == "absent":
         return ["FlashInfer: the wheel does not bring it, so every FlashInfer path of the recipe is off:",
                 *changes, *comment_lines(f"(why absent: {plan.flashinfer_why})")]

@@ -28,7 +28,6 @@ $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version 3.0
 
 $env:VLLM_ALLOW_LONG_MAX_MODEL_LEN = '1'
-$env:TORCH_MATMUL_PRECISION = 'high'
 $env:PYTORCH_CUDA_ALLOC_CONF = 'expandable_segments:True'
 $env:VLLM_USE_FLASHINFER_MOE_FP4 = '0'
 $env:VLLM_TEST_FORCE_FP8_MARLIN = '0'
