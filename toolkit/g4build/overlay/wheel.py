@@ -40,6 +40,7 @@ from g4build.overlay.sourcecheck import (
     verify_members,
 )
 from g4build.pins.model import Pin
+from g4build.pins.serving import requires_dist
 from g4build.series.model import Series, stack_digest, unmet_requirements
 from g4build.series.scratch import PatchFile, apply_patches, touched_paths
 from g4build.source.fetch import pristine_files
@@ -53,6 +54,7 @@ from g4build.wheelfile.wheelfile import (
     dist_info_name,
     extend_local_label,
     format_record,
+    narrow_requires_dist,
     record_hash,
     set_metadata_version,
 )
@@ -307,7 +309,8 @@ def _overlay(
 
             patching = helper.submit(checked_and_patched)
         raw_metadata = guarded(source.name, lambda: read_small(zf, f"{old_dist}/METADATA", source.name))
-        metadata = set_metadata_version(raw_metadata, new_version)
+        # the pin's recorded serving ranges (transformers for Gemma 4) narrow what pip may install beside it
+        metadata = narrow_requires_dist(set_metadata_version(raw_metadata, new_version), requires_dist(plan.pin))
         # the same wheel overlaid twice gives the same bytes: the manifest's time is the source wheel's own;
         # its sha256 is the one computed from the bytes read (a streamed source proves it before publishing)
         manifest = plan.manifest({"source_wheel": {"file": source.name,

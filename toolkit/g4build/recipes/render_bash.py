@@ -79,6 +79,19 @@ def render_bash(plan: LaunchPlan) -> str:
                 "fi",
             ]
         out.append("")
+    if plan.environment_check is not None:
+        out += [
+            "# The environment this vLLM works in (see the header): stop with a clear message, not a model-load",
+            "# traceback minutes later.",
+            "if command -v python3 >/dev/null 2>&1; then",
+            "  environment_rc=0",
+            f"  python3 -c {bash_quote(plan.environment_check)} || environment_rc=$?",
+            '  if [[ "${environment_rc}" -eq 3 ]]; then',
+            "    exit 1",
+            "  fi",
+            "fi",
+            "",
+        ]
     if plan.probe_flashinfer:
         changes = ", ".join(s.label for s in plan.flashinfer_off)
         out += [

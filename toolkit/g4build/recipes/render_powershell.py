@@ -115,7 +115,7 @@ def render_powershell(plan: LaunchPlan) -> str:
         "}",
         "",
     ]
-    if plan.wheel is not None or plan.probe_flashinfer:
+    if plan.wheel is not None or plan.probe_flashinfer or plan.environment_check is not None:
         out += _python_lines(installs=plan.wheel is not None)
     if plan.wheel is not None:
         out.append(f"$wheel = {_path(plan.wheel.beside_script, plan.wheel.path)}")
@@ -140,6 +140,16 @@ def render_powershell(plan: LaunchPlan) -> str:
                 "}",
                 "",
             ]
+    if plan.environment_check is not None:
+        out += [
+            "# The environment this vLLM works in (see the header): stop with a clear message, not a model-load",
+            "# traceback minutes later.",
+            "if ($python) {",
+            f"    & $python -c {ps_quote(plan.environment_check)}",
+            "    if ($LASTEXITCODE -eq 3) { exit 1 }",
+            "}",
+            "",
+        ]
     if plan.probe_flashinfer:
         note = ps_quote("note: FlashInfer is not installed: serving without it ("
                      + ", ".join(s.label for s in plan.flashinfer_off) + ")")

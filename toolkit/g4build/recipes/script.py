@@ -18,6 +18,8 @@ from typing import Literal
 
 from g4build import __version__
 from g4build.errors import RecipeError, UsageError
+from g4build.pins.model import Pin
+from g4build.pins.serving import check_program, expected
 from g4build.recipes.argv import env_items, serve_argv
 from g4build.recipes.flashinfer import FlashInferInfo, Presence, Switch, off_switches
 from g4build.recipes.model import Recipe
@@ -70,6 +72,10 @@ class LaunchPlan:
     flashinfer: Presence = "unknown"  # absent: ``env`` already has the switches off; else checked at start
     flashinfer_why: str = ""
     flashinfer_off: tuple[Switch, ...] = ()  # what closes the recipe's FlashInfer paths
+    # The pin's serving environment: a program that stops the launch where transformers is outside the pin's
+    # range (pins.serving), and what it checks, for the header; None: no pin to check against
+    environment_check: str | None = None
+    environment: tuple[str, ...] = ()
 
     @property
     def probe_flashinfer(self) -> bool:
@@ -97,7 +103,7 @@ def option_value_index(argv: Sequence[str], option: str) -> int:
 
 
 def plan_launch(recipe: Recipe, *, wheel: WheelRef | None = None, overrides: Sequence[str] = (),
-                flashinfer: FlashInferInfo | None = None) -> LaunchPlan:
+                flashinfer: FlashInferInfo | None = None, pin: Pin | None = None) -> LaunchPlan:
     argv = serve_argv(recipe)
     env = env_items(recipe)
     presence = flashinfer.presence if flashinfer is not None else "unknown"
@@ -134,6 +140,9 @@ def plan_launch(recipe: Recipe, *, wheel: WheelRef | None = None, overrides: Seq
         flashinfer=presence,
         flashinfer_why=flashinfer.why if flashinfer is not None else "",
         flashinfer_off=switches,
+        environment_check=check_program(pin) if pin is not None else None,
+        environment=tuple(f"{e.project}{e.spec}" + ("" if e.required else " (where installed)")
+                          for e in (expected(pin) if pin is not None else ())),
     )
 
 
@@ -156,6 +165,9 @@ def header_lines(plan: LaunchPlan, shell: Shell) -> list[str]:
         lines += ["", *comment_lines(plan.description)]
     if plan.notes:
         lines += ["", "Notes:", *comment_lines(plan.notes)]
+    if plan.environment:
+        lines += ["", f"Before serving, checks the environment vLLM works in (g4build pin data): "
+                      f"{', '.join(plan.environment)}; a transformers outside its range stops here."]
     if fi := flashinfer_lines(plan):
         lines += ["", *fi]
     # every line once more: no text from a wheel or its manifest may end a comment, whichever field it came by
