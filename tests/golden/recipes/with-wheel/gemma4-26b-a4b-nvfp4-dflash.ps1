@@ -6,8 +6,9 @@
 #
 # Notes:
 # Do not add --quantization modelopt: vLLM detects the modelopt NVFP4 checkpoint itself, and forcing it
-# breaks the drafter path. Leave the MoE backend on auto (Marlin): Gemma 4's GELU_TANH is rejected by the
-# CUTLASS and FlashInfer MoE kernels. Point model and speculative.model at your copies, e.g.
+# breaks the drafter path. On vllm-0.21.0 leave the MoE backend on auto (Marlin): Gemma 4's GELU_TANH is
+# rejected by its CUTLASS and FlashInfer MoE kernels (later pins accept it; rendered for them, the recipe's
+# VLLM_USE_FLASHINFER_MOE_FP4=0 becomes --moe-backend marlin). Point model and speculative.model at your copies, e.g.
 # --set model=D:/models/gemma-4-26B-A4B-it-NVFP4 --set speculative.model=D:/models/gemma4-dflash-0.2b
 #
 # Before serving, checks the environment vLLM works in (g4build pin data): transformers>=5.5.1,<5.15, torch==2.11.0, flashinfer-python==0.6.8.post1 (where installed); a transformers outside its range stops here.
