@@ -71,6 +71,7 @@ def test_the_recorded_bound_is_where_the_release_stops_reading_gemma4(pin: str, 
     assert outside["error"] == "AmbiguousGlobalPerLayerAttributeError", outside
 
 
+@pytest.mark.heavy  # a third tree probe (~20 s on two cores): the contrast, not the recorded bound
 def test_a_release_that_reads_per_layer_configs_has_no_such_bound(tmp_path: Path) -> None:
     recorded = load_pins().get("vllm-0.29.0").transformers
     assert recorded is not None and BOUND in SpecifierSet(recorded)
