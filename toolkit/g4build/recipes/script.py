@@ -1,9 +1,10 @@
 """What a launch script does, independent of the shell: one plan, two renderers.
 
 A script sets the recipe's env, checks that ``nvidia-smi`` is present and lists a GPU, optionally installs
-a wheel (and the FlashInfer wheels its build recorded), closes the FlashInfer paths where FlashInfer is missing
-(see ``flashinfer``: fixed in the env for a wheel known to lack it, else by a check at start), then starts
-``vllm`` with ``serve_argv(recipe)`` exactly.
+a wheel (and the FlashInfer wheels its build recorded), checks the pin's serving environment (``pins.serving``:
+a transformers outside the pin's range stops it with both versions named), closes the FlashInfer paths where
+FlashInfer is missing (see ``flashinfer``: fixed in the env or argv for a wheel known to lack it, else by a
+check at start), then starts ``vllm`` with ``serve_argv(recipe)`` exactly.
 """
 
 from __future__ import annotations
