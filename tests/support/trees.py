@@ -7,9 +7,10 @@ import hashlib
 import os
 import shutil
 import subprocess
+import zipfile
 from pathlib import Path
 
-from g4build.pins.index import cache_lock, cache_root, fetch_verified
+from g4build.pins.index import cache_lock, cache_root, fetch_verified, project_files
 from g4build.pins.model import load_pins
 from g4build.series.model import load_all
 from g4build.source.fetch import safe_extract_tar
@@ -54,6 +55,24 @@ def patched_tree(pin_name: str, series_names: list[str] | None = None) -> Path:
             for p in s.patches_for(pin_name):
                 subprocess.run(["git", "apply", "--whitespace=nowarn", str(p.path)], cwd=tmp, check=True)
         (tmp / ".g4build-test-tree").write_text(key)
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp.rename(dest)
+    return dest
+
+
+def unpacked_wheel(project: str, name: str) -> Path:
+    """A registry wheel (sha256 from the index), unpacked once per machine."""
+    dest = cache_root() / "test-trees" / "wheels" / name.removesuffix(".whl")
+    with cache_lock(dest):
+        if (dest / ".unpacked").is_file():
+            return dest
+        entry = next(x for x in project_files(project) if x.filename == name)
+        wheel = fetch_verified(project, name, entry.sha256, cache_dir=cache_root() / "wheels")
+        tmp = dest.with_name(dest.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        with zipfile.ZipFile(wheel.path) as zf:
+            zf.extractall(tmp)
+        (tmp / ".unpacked").write_text(entry.sha256)
         shutil.rmtree(dest, ignore_errors=True)
         tmp.rename(dest)
     return dest

@@ -9,6 +9,8 @@
 # that knows it (`g4build recipe check` asks the transformers it can import). Reported: acceptance length
 # 3.68 of 4, 2.34x sequential speedup. Keep the MoE backend on auto (Marlin).
 #
+# Before serving, checks the environment vLLM works in (g4build pin data): transformers>=5.5.1,<5.15, torch==2.11.0, flashinfer-python==0.6.8.post1 (where installed); a transformers outside its range stops here.
+#
 # FlashInfer: where `import flashinfer` finds nothing at start (a wheel built without FlashInfer,
 # as on Windows), the script sets these instead of letting vLLM fail:
 #   VLLM_USE_FLASHINFER_SAMPLER=0: vLLM's default sampler is FlashInfer's, imported at engine start
@@ -21,7 +23,6 @@
 set -euo pipefail
 
 export VLLM_ALLOW_LONG_MAX_MODEL_LEN='1'
-export TORCH_MATMUL_PRECISION='high'
 export PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True'
 export VLLM_USE_FLASHINFER_MOE_FP4='0'
 export VLLM_TEST_FORCE_FP8_MARLIN='0'
@@ -43,6 +44,47 @@ if caps="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader)"; then
     *12.0*) ;;
     *) echo "warning: this recipe is for sm120 (compute capability 12.0); nvidia-smi reports: ${caps//$'\n'/ }" >&2 ;;
   esac
+fi
+
+# The environment this vLLM works in (see the header): stop with a clear message, not a model-load
+# traceback minutes later.
+if command -v python3 >/dev/null 2>&1; then
+  environment_rc=0
+  python3 -c 'import importlib.metadata as m, json, sys
+WANT = [('\''transformers'\'', '\''>=5.5.1,<5.15'\'', True, True, '\''vLLM 0.21.0 reads the configs of the published Gemma 4 checkpoints with these transformers only (g4build pin data)'\''), ('\''torch'\'', '\''==2.11.0'\'', True, False, '\''vLLM 0.21.0 is built against torch 2.11.0'\''), ('\''flashinfer-python'\'', '\''==0.6.8.post1'\'', False, False, '\''vLLM 0.21.0 is tested with FlashInfer 0.6.8.post1'\'')]
+try:
+    from packaging.specifiers import SpecifierSet
+except ImportError:
+    SpecifierSet = None
+rows = []
+for project, spec, required, fatal, why in WANT:
+    try:
+        found = m.version(project)
+    except m.PackageNotFoundError:
+        found = None
+    if found is None:
+        ok = not required
+    else:
+        ok = None if SpecifierSet is None else SpecifierSet(spec).contains(found, prereleases=True)
+    rows.append((project, spec, required, fatal, why, found, ok))
+if sys.argv[1:] == ['\''--json'\'']:
+    print(json.dumps([dict(zip('\''project spec required fatal why found ok'\''.split(), row)) for row in rows]))
+    sys.exit(0)
+stop = False
+for project, spec, required, fatal, why, found, ok in rows:
+    if ok is not False:
+        continue
+    have = '\''is not installed'\'' if found is None else found + '\'' is installed'\''
+    level = '\''error'\'' if fatal else '\''warning'\''
+    print('\''%s: %s %s here, expected %s%s: %s'\'' % (level, project, have, project, spec, why), file=sys.stderr)
+    if fatal:
+        stop = True
+        print('\''hint: pip install %r (in this environment), then start again'\'' % (project + spec), file=sys.stderr)
+sys.exit(3 if stop else 0)
+' || environment_rc=$?
+  if [[ "${environment_rc}" -eq 3 ]]; then
+    exit 1
+  fi
 fi
 
 # FlashInfer: where it is not installed, close the paths that would import it (see the header).

@@ -16,6 +16,7 @@ from tests.support.wheelsfactory import (
     git_patch,
     make_project,
     member_raw,
+    record_hash,
     run_g4build,
 )
 
@@ -43,7 +44,12 @@ def test_overlay_patches_members_and_copies_the_rest_raw(tmp_path: Path, project
     with zipfile.ZipFile(result.wheel) as zf:
         names = zf.namelist()
         assert "vllm/obsolete.py" not in names and not any(n.startswith("vllm-0.21.0+cu132.dist-info") for n in names)
-        assert f"Version: {new_version}" in zf.read(f"{dist}/METADATA").decode()
+        metadata = zf.read(f"{dist}/METADATA")
+        assert f"Version: {new_version}" in metadata.decode()
+        # the pin's recorded transformers range (Gemma 4) narrows what pip installs beside it; RECORD agrees
+        assert "Requires-Dist: transformers>=5.5.1,<5.15" in metadata.decode().splitlines()
+        record = {row.split(",")[0]: row.split(",")[1] for row in zf.read(f"{dist}/RECORD").decode().splitlines()}
+        assert record[f"{dist}/METADATA"] == record_hash(metadata)
         assert "G4 fix: step 7" in zf.read("vllm/spec/dflash.py").decode()
         assert zf.read("vllm/spec/utils.py").decode().startswith("LIMIT = 16")
         inner = loads(zf.read(f"{dist}/build-manifest.json"), "t")

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from tests.integration.recipes.conftest import REPO, Stubs, g4build, make_wheel
 
+from g4build.pins.model import load_pins
+from g4build.pins.serving import check_program
+
 KNOWN_GOOD_ENV = {
     "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1",
-    "TORCH_MATMUL_PRECISION": "high",
     "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
     "VLLM_USE_FLASHINFER_MOE_FP4": "0",
     "VLLM_TEST_FORCE_FP8_MARLIN": "0",
@@ -46,12 +48,13 @@ def test_dflash_recipe_runs_vllm_with_the_exact_command(tmp_path: Path, stubs: S
     result = stubs.run(render(tmp_path, "gemma4-26b-a4b-nvfp4-dflash"))
     assert result.returncode == 0, result.stderr
     calls = stubs.calls()
-    assert [c["prog"] for c in calls] == ["nvidia-smi", "nvidia-smi", "python3", "vllm"]
+    assert [c["prog"] for c in calls] == ["nvidia-smi", "nvidia-smi", "python3", "python3", "vllm"]
     assert calls[0]["argv"] == ["-L"]
     assert calls[1]["argv"] == ["--query-gpu=compute_cap", "--format=csv,noheader"]
-    assert calls[2]["argv"][0] == "-c" and "find_spec('flashinfer')" in calls[2]["argv"][1]  # exits 0: present
+    assert calls[2]["argv"] == ["-c", check_program(load_pins().get("vllm-0.21.0"))]  # the pin's environment
+    assert calls[3]["argv"][0] == "-c" and "find_spec('flashinfer')" in calls[3]["argv"][1]  # exits 0: present
     assert "warning" not in result.stderr
-    vllm = calls[3]
+    vllm = calls[4]
     assert vllm["argv"] == [
         "serve", "./models/gemma-4-26B-A4B-it-NVFP4", *KNOWN_GOOD_ARGS,
         "--speculative-config",
@@ -147,8 +150,8 @@ def test_wheel_beside_the_script_is_installed_first(tmp_path: Path, stubs: Stubs
     assert result.returncode == 0, result.stderr
     run = stubs.run(out / "gemma4-26b-a4b-nvfp4-baseline.sh")
     assert run.returncode == 0, run.stderr
-    # is this build installed already (no: the stub says 0), pip, then the FlashInfer check
-    assert stubs.programs() == ["nvidia-smi", "python3", "python3", "python3", "vllm"]
+    # is this build installed already (no: the stub says 0), pip, the pin's environment, the FlashInfer check
+    assert stubs.programs() == ["nvidia-smi", "python3", "python3", "python3", "python3", "vllm"]
     [pip] = [c for c in stubs.calls() if c["prog"] == "python3" and c["argv"][0] == "-m"]
     assert pip["argv"] == ["-m", "pip", "install", str(wheel)]
 
@@ -195,7 +198,7 @@ def test_another_gpu_only_warns(tmp_path: Path, stubs: Stubs) -> None:
     result = stubs.run(script)
     assert result.returncode == 0, result.stderr
     assert "warning: this recipe is for sm120 (compute capability 12.0); nvidia-smi reports: 9.0" in result.stderr
-    assert stubs.programs() == ["nvidia-smi", "python3", "vllm"]
+    assert stubs.programs() == ["nvidia-smi", "python3", "python3", "vllm"]
 
 
 def test_vllm_exit_status_is_the_scripts(tmp_path: Path, stubs: Stubs) -> None:
@@ -214,3 +217,28 @@ def test_script_has_the_generated_header(tmp_path: Path) -> None:
                         "Do not edit: re-render with")
     assert "# Rendered with --set for: args.max-model-len" in lines
     assert "set -euo pipefail" in lines
+
+
+@pytest.mark.parametrize(("transformers", "serves"), [("5.17.0", False), ("5.14.0", True)])
+def test_a_transformers_the_pin_cannot_read_stops_before_vllm(tmp_path: Path, stubs: Stubs, transformers: str,
+                                                             serves: bool) -> None:
+    """python3 runs the script's environment check for real against a site folder holding ``transformers``."""
+    site = tmp_path / "site"
+    for project, version in (("transformers", transformers), ("torch", "2.11.0+cu130")):
+        info = site / f"{project}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n")
+    stubs.add("python3", "if sys.argv[1:2] == ['-c'] and 'importlib.metadata as m' in sys.argv[2]:\n"
+                         "    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+    result = stubs.run(render(tmp_path, "gemma4-26b-a4b-nvfp4-baseline"), env={"PYTHONPATH": str(site)})
+    if serves:
+        assert result.returncode == 0 and result.stderr == "", result.stderr
+        assert stubs.programs()[-1] == "vllm"
+        return
+    assert result.returncode == 1
+    assert stubs.programs() == ["nvidia-smi", "python3"]  # no FlashInfer check, no vllm
+    assert result.stderr.splitlines() == [
+        "error: transformers 5.17.0 is installed here, expected transformers>=5.5.1,<5.15: vLLM 0.21.0 reads the "
+        "configs of the published Gemma 4 checkpoints with these transformers only (g4build pin data)",
+        "hint: pip install 'transformers>=5.5.1,<5.15' (in this environment), then start again",
+    ]

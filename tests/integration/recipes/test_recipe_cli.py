@@ -135,8 +135,8 @@ def test_render_for_wheel_installs_the_wheel_beside_it(home_with_series: Path, t
     assert "Join-Path -Path $PSScriptRoot -ChildPath 'vllm-0.21.0+cu130.g4.abcdef0123" in ps1
     result = stubs.run(dist / f"{name}.sh")
     assert result.returncode == 0, result.stderr
-    # is this build installed (no), pip, then the FlashInfer check
-    assert stubs.programs() == ["nvidia-smi", "python3", "python3", "python3", "vllm"]
+    # is this build installed (no), pip, the pin's environment, then the FlashInfer check
+    assert stubs.programs() == ["nvidia-smi", "python3", "python3", "python3", "python3", "vllm"]
     [pip] = [c for c in stubs.calls() if c["prog"] == "python3" and c["argv"][0] == "-m"]
     assert pip["argv"] == ["-m", "pip", "install", str(wheel)]
 

@@ -5,6 +5,7 @@ drafter size beside Gemma 4 26B-A4B (25 sliding + 5 full layers)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,35 @@ def test_check_refuses_split_drafters_and_warns_on_small_ones() -> None:
         (severity, message), = _findings(n)
         assert severity == "warning" and f"{groups} groups instead of 7" in message, message
     assert _findings(6, "vllm-0.33.0") == []  # later pins group (or refuse) drafters themselves
+
+
+def _write_config(folder: Path, config: dict[str, object]) -> Path:
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize(("layers", "code", "said"), [(5, 0, None), (6, 11, "split over 2 KV cache groups"),
+                                                     (2, 0, "17 groups instead of 7")])
+def test_recipe_check_reads_the_drafters_config_for_it(tmp_path: Path, layers: int, code: int,
+                                                        said: str | None) -> None:
+    """End to end: `recipe check --model-dir --draft-dir` reads both config.json files (a 26B-A4B-shaped target,
+    the published drafters' [S,...,S,F] layout) and says what the 0.21.0 grouping does with the drafter."""
+    from tests.integration.recipes.conftest import g4build
+
+    pattern = (["sliding_attention"] * 5 + ["full_attention"]) * 5
+    target = _write_config(tmp_path / "target", {
+        "architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+        "text_config": {"num_hidden_layers": 30, "layer_types": pattern, "num_key_value_heads": 8,
+                        "num_global_key_value_heads": 2, "attention_k_eq_v": True, "head_dim": 256,
+                        "global_head_dim": 512, "sliding_window": 1024}})
+    drafter = _write_config(tmp_path / "drafter", {
+        "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "num_hidden_layers": layers,
+        "layer_types": ["sliding_attention"] * (layers - 1) + ["full_attention"], "num_key_value_heads": 8,
+        "head_dim": 128, "sliding_window": 2048})
+    done = g4build("recipe", "check", "gemma4-26b-a4b-nvfp4-dflash", "--model-dir", str(target), "--draft-dir",
+                   str(drafter), "--json")
+    assert done.returncode == code, done.stdout + done.stderr
+    found = [f for f in json.loads(done.stdout)["findings"] if f["rule"] == "draft-groups"]
+    assert [f["message"] for f in found if said and said in f["message"]] == [f["message"] for f in found]
+    assert len(found) == (0 if said is None else 1)

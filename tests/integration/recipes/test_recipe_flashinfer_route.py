@@ -18,9 +18,10 @@ from tests.support.trees import sdist_tree
 
 from g4build.emit.manifest import make_manifest
 from g4build.pins.model import load_pins
+from g4build.pins.serving import check_program
 from g4build.recipes.flashinfer import OPT_IN
 from g4build.recipes.script import SHELLS, installed_program, probe_program
-from g4build.util.shellquote import ps_quote
+from g4build.util.shellquote import ps_quote, windows_word
 
 RECIPE = "gemma4-26b-a4b-nvfp4-baseline"  # NVFP4 (flashinfer-cutlass GEMM) + FlashInfer sampler, needs no series
 WIN_WHEEL = "vllm-0.21.0+cu130.g4.0123456789-cp312-cp312-win_amd64.whl"
@@ -58,8 +59,8 @@ def test_script_for_a_wheel_without_flashinfer_has_it_off(tmp_path: Path, stubs:
     assert done.returncode == 0, done.stderr
     result = stubs.run(out / f"{RECIPE}.sh")
     assert result.returncode == 0, result.stderr
-    # is this build installed (no), pip: no FlashInfer check at start
-    assert stubs.programs() == ["nvidia-smi", "python3", "python3", "vllm"]
+    # is this build installed (no), pip, the pin's environment: no FlashInfer check at start
+    assert stubs.programs() == ["nvidia-smi", "python3", "python3", "python3", "vllm"]
     assert not any("find_spec('flashinfer')" in " ".join(c["argv"]) for c in stubs.calls())
     assert _vllm_env(stubs) == OFF
     refused = g4build("recipe", "render", RECIPE, "--shell", "bash", "--wheel", str(wheel),
@@ -68,8 +69,9 @@ def test_script_for_a_wheel_without_flashinfer_has_it_off(tmp_path: Path, stubs:
 
 
 def _real_probe(stubs: Stubs) -> None:
-    """python3 runs the script's check program for real (without site-packages, where no flashinfer is)."""
-    stubs.add("python3", "if sys.argv[1:2] == ['-c']:\n"
+    """python3 runs the script's FlashInfer check program for real (without site-packages, where no flashinfer is);
+    the pin's environment check answers 0 (it has tests of its own)."""
+    stubs.add("python3", "if sys.argv[1:2] == ['-c'] and \"find_spec('flashinfer')\" in sys.argv[2]:\n"
                          "    os.execv(sys.executable, [sys.executable, '-S', *sys.argv[1:]])")
 
 
@@ -97,7 +99,8 @@ def test_powershell_check_at_start_and_fixed_env(tmp_path: Path) -> None:
     ps = PsScript((tmp_path / "a" / f"{RECIPE}.ps1").read_bytes())
     assert not ps.root.has_error and ps.errors() == []
     assert {k: ps.env()[k] for k in ON} == ON and ps.env(conditional=True) == OFF
-    [probe] = [n for n in walk(ps.root) if n.type == "command" and n.text.decode().startswith("& $python -c ")]
+    [_environment, probe] = [n for n in walk(ps.root)
+                             if n.type == "command" and n.text.decode().startswith("& $python -c ")]
     [program] = [n for n in walk(probe) if n.type == "string_literal"]
     assert ps._value(program) == probe_program()  # the exact program, under PowerShell's quoting
     wheel = make_wheel(tmp_path / "b" / WIN_WHEEL, metadata=WIN_METADATA)
@@ -106,9 +109,11 @@ def test_powershell_check_at_start_and_fixed_env(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     fixed = PsScript((tmp_path / "b" / f"{RECIPE}.ps1").read_bytes())
     assert {k: fixed.env()[k] for k in OFF} == OFF and fixed.env(conditional=True) == {}
-    # no FlashInfer check at start (the one `-c` program left asks whether this build is installed already)
+    # no FlashInfer check at start (the `-c` programs left ask whether this build is installed already, and check
+    # the pin's environment)
     assert [c for c in fixed.commands() if c.startswith("& $python -c ")] == [
-        f"& $python -c {ps_quote(installed_program(WIN_WHEEL.split('-')[1]))}"]
+        f"& $python -c {ps_quote(installed_program(WIN_WHEEL.split('-')[1]))}",
+        f"& $python -c {ps_quote(check_program(load_pins().get('vllm-0.21.0')))}"]
 
 
 def test_flashinfer_wheels_recorded_by_the_build_are_installed_with_it(tmp_path: Path, stubs: Stubs) -> None:
@@ -184,3 +189,50 @@ def test_the_registry_wheel_brings_flashinfer() -> None:
     assert info is not None and info.presence == "present"
     assert info.why == "it requires flashinfer-python==0.6.8.post1: pip installs FlashInfer with it"
     assert sys.version_info >= (3, 10)
+
+
+LATER = "vllm-0.33.0"  # reads no VLLM_NVFP4_GEMM_BACKEND: the recipe's GEMM choice becomes --linear-backend there
+
+
+def _linear_backend(stubs: Stubs) -> str:
+    [vllm] = [c for c in stubs.calls() if c["prog"] == "vllm"]
+    return str(vllm["argv"][vllm["argv"].index("--linear-backend") + 1])
+
+
+@pytest.mark.network  # the pin's envs.py, from its sdist (cached after the first run)
+def test_on_a_later_pin_the_check_at_start_switches_the_linear_backend(tmp_path: Path, stubs: Stubs) -> None:
+    done = g4build("recipe", "render", RECIPE, "--shell", "bash", "--out", str(tmp_path / "out"),
+                   "--set", f"pin={LATER}")
+    assert done.returncode == 0, done.stderr
+    script = tmp_path / "out" / f"{RECIPE}.sh"
+    _real_probe(stubs)
+    missing = stubs.run(script)
+    assert missing.returncode == 0, missing.stderr
+    assert _linear_backend(stubs) == "cutlass"
+    assert "(VLLM_USE_FLASHINFER_SAMPLER=0, --linear-backend cutlass)" in missing.stderr
+    [vllm] = [c for c in stubs.calls() if c["prog"] == "vllm"]
+    assert "VLLM_NVFP4_GEMM_BACKEND" not in vllm["env"] and vllm["env"]["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
+    stubs.record.unlink()
+    fake = tmp_path / "site" / "flashinfer"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    there = stubs.run(script, env={"PYTHONPATH": str(fake.parent)})
+    assert there.returncode == 0, there.stderr
+    assert _linear_backend(stubs) == "flashinfer_cutlass" and "note: FlashInfer" not in there.stderr
+
+
+@pytest.mark.network
+def test_on_a_later_pin_powershell_switches_both_argument_arrays(tmp_path: Path) -> None:
+    done = g4build("recipe", "render", RECIPE, "--shell", "powershell", "--out", str(tmp_path / "a"),
+                   "--set", f"pin={LATER}")
+    assert done.returncode == 0, done.stderr
+    ps = PsScript((tmp_path / "a" / f"{RECIPE}.ps1").read_bytes())
+    assert not ps.root.has_error and ps.errors() == []
+    args = ps.array("$vllmArgs")
+    at = args.index("--linear-backend") + 1
+    assert args[at] == "flashinfer_cutlass" and args[args.index("--moe-backend") + 1] == "marlin"
+    switched = {n.children[0].text.decode(): ps._value(next(s for s in walk(n.children[-1])
+                                                           if s.type == "string_literal"))
+                for n in walk(ps.root) if n.type == "assignment_expression" and "[" in n.children[0].text.decode()}
+    assert switched == {f"$vllmArgs[{at}]": "cutlass", f"$vllmArgsLegacy[{at}]": windows_word("cutlass")}
+    assert "VLLM_NVFP4_GEMM_BACKEND" not in {**ps.env(), **ps.env(conditional=True)}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from g4build.pins.model import load_pins
 from g4build.recipes import SHELLS, load_recipe, recipe_names, render, script_filename, write_script
 from g4build.recipes.flashinfer import FlashInferInfo
 from g4build.recipes.script import WheelRef
@@ -43,7 +44,8 @@ def cases() -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize(("name", "shell", "variant"), cases())
 def test_rendered_script_matches_golden(tmp_path: Path, name: str, shell: str, variant: str) -> None:
     wheel, flashinfer = VARIANTS[variant]
-    text = render(load_recipe(name), shell, wheel=wheel, flashinfer=flashinfer)
+    recipe = load_recipe(name)  # with its pin, as `recipe render` passes it: the script checks that environment
+    text = render(recipe, shell, wheel=wheel, flashinfer=flashinfer, pin=load_pins().get(recipe.pin))
     fresh = write_script(text, tmp_path / script_filename(name, shell), shell)
     golden = GOLDEN / variant / script_filename(name, shell)
     if UPDATE:

@@ -165,3 +165,18 @@ def test_wheel_install_uses_the_script_folder(tmp_path: Path) -> None:
     assert text.index("if ($env:VIRTUAL_ENV) {") < guard < text.index("& $python -m pip install $wheel")
     assert "no virtual environment is active" in text[guard:text.index("& $python -m pip")]
     assert "exit 1" in text[guard:text.index("& $python -m pip")]
+
+
+def test_the_pins_environment_is_checked_before_serving(tmp_path: Path) -> None:
+    from g4build.pins.model import load_pins
+    from g4build.pins.serving import check_program
+
+    ps = render_ps(tmp_path, "gemma4-26b-a4b-nvfp4-baseline")
+    assert not ps.root.has_error and ps.errors() == []
+    [check] = [n for n in walk(ps.root) if n.type == "command" and n.text.decode().startswith("& $python -c ")
+               and "importlib.metadata as m" in n.text.decode()]
+    [program] = [n for n in walk(check) if n.type == "string_literal"]
+    assert ps._value(program) == check_program(load_pins().get("vllm-0.21.0"))  # exactly, under PS quoting
+    assert "if ($LASTEXITCODE -eq 3) { exit 1 }" in ps.root.text.decode()
+    commands = ps.commands()
+    assert commands.index(check.text.decode()) < commands.index("& vllm @argv")

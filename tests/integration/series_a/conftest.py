@@ -6,19 +6,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 from tests.support.tree_probe import BOOT_SITECUSTOMIZE
-from tests.support.trees import patched_tree, sdist_tree
-
-from g4build.pins.index import cache_lock, cache_root, fetch_verified, project_files
+from tests.support.trees import patched_tree, sdist_tree, unpacked_wheel
 
 HERE = Path(__file__).parent
 PINS = ["vllm-0.21.0", "vllm-0.26.0", "vllm-0.29.0", "vllm-0.33.0"]
@@ -157,24 +153,6 @@ WHEELS_FOR_PIN = {"vllm-0.26.0": (("transformers", "transformers-5.5.4-py3-none-
                                   ("huggingface-hub", "huggingface_hub-1.33.0-py3-none-any.whl"),
                                   ("tokenizers", "tokenizers-0.22.2-cp39-abi3-manylinux_2_17_x86_64."
                                                  "manylinux2014_x86_64.whl"))}
-
-
-def unpacked_wheel(project: str, name: str) -> Path:
-    """A registry wheel (sha256 from the index), unpacked once per machine."""
-    dest = cache_root() / "test-trees" / "wheels" / name.removesuffix(".whl")
-    with cache_lock(dest):
-        if (dest / ".unpacked").is_file():
-            return dest
-        entry = next(x for x in project_files(project) if x.filename == name)
-        wheel = fetch_verified(project, name, entry.sha256, cache_dir=cache_root() / "wheels")
-        tmp = dest.with_name(dest.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        with zipfile.ZipFile(wheel.path) as zf:
-            zf.extractall(tmp)
-        (tmp / ".unpacked").write_text(entry.sha256)
-        shutil.rmtree(dest, ignore_errors=True)
-        tmp.rename(dest)
-    return dest
 
 
 def run_probe(

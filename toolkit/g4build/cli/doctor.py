@@ -32,15 +32,17 @@ _STYLE = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "fail": "[bold red]fa
 
 def doctor(
     python: str | None = typer.Option(None, "--python", help="The Python you build with (default: this one)."),
-    pin: str | None = typer.Option(None, "--pin", help="Compare torch with this pin's (default: the default pin)."),
+    pin: str | None = typer.Option(
+        None, "--pin", help="Compare torch and transformers with this pin's (default: the default pin)."),
     path: str = typer.Option(".", "--path", help="Where the build will run (free disk is measured there)."),
     json_out: bool = JSON_OPTION,
 ) -> None:
-    """Check this machine before a long build: GPU, driver, CUDA, MSVC, Python, torch, RAM, disk, Docker."""
+    """Check this machine before a long build: GPU, driver, CUDA, MSVC, Python, torch, transformers, RAM, disk,
+    Docker."""
     workdir = _existing_folder(path)
-    pin_torch = load_pins().get(pin).torch
+    chosen = load_pins().get(pin)
     with err_console.status("checking") as live:
-        report = run_doctor(SystemProbe(), python=python, pin_torch=pin_torch, workdir=workdir,
+        report = run_doctor(SystemProbe(), python=python, pin_torch=chosen.torch, pin=chosen, workdir=workdir,
                             step=lambda name: live.update(f"checking {name}"))
     if json_out:
         print_json(report.to_dict())

@@ -181,7 +181,7 @@ def render_cmd(
     if out is not None:  # checked before any script is made; the wheel's reference keeps --out as typed
         output_file(out / script_filename(r.name, chosen), "--out")
     ref = with_flashinfer_wheels(wheel_ref(wheel, out), wheel, info)
-    text = render(r, chosen, wheel=ref, sets=sets, flashinfer=info)
+    text = render(r, chosen, wheel=ref, sets=sets, flashinfer=info, pin=ctx.pin)
     if out is None:
         typer.echo(text, nl=False)
         return

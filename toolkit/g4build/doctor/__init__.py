@@ -22,6 +22,8 @@ from g4build.doctor.checks import (
 )
 from g4build.doctor.compilercache import check_compiler_cache
 from g4build.doctor.docker import check_docker
+from g4build.doctor.serving import check_serving
+from g4build.pins.model import Pin
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +53,7 @@ def run_doctor(
     *,
     python: str | None = None,
     pin_torch: str | None = None,
+    pin: Pin | None = None,
     workdir: str = ".",
     step: Callable[[str], None] | None = None,
 ) -> DoctorReport:
@@ -72,6 +75,8 @@ def run_doctor(
         findings += check_long_paths(probe)
     say("Python and torch")
     findings += check_python_and_torch(probe, python or sys.executable, pin_torch)
+    if pin is not None:  # the environment the pin's vLLM serves in (what the launch scripts check too)
+        findings += check_serving(probe, python or sys.executable, pin)
     say("memory and disk")
     findings += check_memory(probe, wsl)
     findings += check_disk(probe, workdir)

@@ -15,6 +15,7 @@ from g4build.emit.manifest_info import build_extra
 from g4build.emit.stamp import stamp
 from g4build.errors import UsageError
 from g4build.pins.model import Pin
+from g4build.pins.serving import requires_dist
 from g4build.series.deps import build_series_for
 
 
@@ -34,5 +35,7 @@ def write_build_manifest(
     manifest = make_manifest(pin, series, route="build", extra=extra, base_os=base_os_of(pin, os_name),
                              build=build)
     # with cuda the wheel's version is known: only that wheel is stamped, not older ones in out
-    touched = stamp(out, manifest, version=wheel_version(pin, series, cuda, os_name, build) if cuda else None)
+    # and the pin's serving ranges (transformers for Gemma 4) narrow its Requires-Dist, as an overlay's do
+    touched = stamp(out, manifest, version=wheel_version(pin, series, cuda, os_name, build) if cuda else None,
+                    requires=requires_dist(pin))
     return manifest, touched

@@ -42,6 +42,7 @@ from g4build.overlay.sourcecheck import (
     sha256_as_read,
 )
 from g4build.pins.model import Pin
+from g4build.pins.serving import requires_dist
 from g4build.series.model import Series, stack_digest, unmet_requirements
 from g4build.series.scratch import PatchFile, apply_patches, touched_paths
 from g4build.util.faults import fault
@@ -54,6 +55,7 @@ from g4build.wheelfile.wheelfile import (
     dist_info_name,
     extend_local_label,
     format_record,
+    narrow_requires_dist,
     record_hash,
     set_metadata_version,
 )
@@ -327,7 +329,8 @@ def _overlay(
             patching = helper.submit(patch_files, read, plan, source.name)
             checking.append(helper.submit(check_structure, source.name, zf, wheel, old_dist, dist))
         raw_metadata = guarded(source.name, lambda: read_small(zf, f"{old_dist}/METADATA", source.name))
-        metadata = set_metadata_version(raw_metadata, new_version)
+        # the pin's recorded serving ranges (transformers for Gemma 4) narrow what pip may install beside it
+        metadata = narrow_requires_dist(set_metadata_version(raw_metadata, new_version), requires_dist(plan.pin))
         created = datetime.datetime(*zf.getinfo(f"{old_dist}/RECORD").date_time)
 
         @functools.cache

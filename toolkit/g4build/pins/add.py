@@ -33,6 +33,7 @@ from g4build.pins.model import (
     PinSet,
     cuda_problem,
     remote_problem,
+    specifier_problem,
     version_problem,
 )
 from g4build.pins.page import IndexFile
@@ -232,6 +233,7 @@ def read_release(release: str, given: Given, pinset: PinSet) -> Proposal:
                                odd.get("flashinfer-python", "requirements/cuda.txt pins no flashinfer-python=="))
             cuda = _pick("cuda", "--cuda", _cuda(sd), given.cuda, sources, unread,
                          "neither docker/versions.json nor docker/Dockerfile records CUDA_VERSION")
+            transformers = _transformers(sd, sources, unread)
     except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
         raise UnsafeArchiveError(f"{got.path.name}: not a readable tar archive: {exc}",
                                  hint="expected a .tar.gz sdist: delete the cached file and run again") from exc
@@ -239,7 +241,7 @@ def read_release(release: str, given: Given, pinset: PinSet) -> Proposal:
     unread["bases"] = "per-OS fork bases are not part of the upstream release; add one by hand where an OS needs it"
     pin = Pin(name=name, version=str(version), upstream=GitRef(remote=remote, commit=commit),
               sdist=FileRef(file=sdist.filename, sha256=sdist.sha256.lower()), torch=torch, cuda=cuda,
-              flashinfer=flashinfer, wheels=wheels)
+              flashinfer=flashinfer, wheels=wheels, transformers=transformers)
     return Proposal(pin=pin, sources=sources, unread=unread, skipped=skipped)
 
 
@@ -271,6 +273,24 @@ def _req(sd: _Sdist, project: str, unreadable: dict[str, str]) -> tuple[str, str
         unreadable[project] = f"requirements/cuda.txt pins {project}=={value!r}, which has {why}"
         return None
     return value, f"sdist requirements/cuda.txt ({project}=={value})"
+
+
+def _transformers(sd: _Sdist, sources: dict[str, str], unread: dict[str, str]) -> str | None:
+    """The release's own transformers range (requirements/common.txt), as pins.yaml holds one: maintainers narrow
+    it by hand where a model needs that (pins.yaml says why)."""
+    for line in (sd.read("requirements/common.txt") or "").splitlines():
+        line = line.split("#", 1)[0].split(";", 1)[0].strip()
+        m = re.match(r"^transformers(?![A-Za-z0-9._-])\s*(\S.*)?$", line, re.I)
+        if m is None:
+            continue
+        spec = re.sub(r"\s+", "", m.group(1) or "")
+        if spec and specifier_problem(spec) is None:
+            sources["transformers"] = f"sdist requirements/common.txt (transformers {spec})"
+            return spec
+        unread["transformers"] = f"requirements/common.txt gives transformers no version range ({line!r})"
+        return None
+    unread["transformers"] = "requirements/common.txt names no transformers"
+    return None
 
 
 def _commit(short: str | None, given: str | None, sources: dict[str, str], unread: dict[str, str]) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from g4build.data import load_yaml_mapping, patches_dir, require
@@ -22,6 +23,8 @@ _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 # separator: the value is rendered into scripts and Python programs)
 _VERSION_CHARS = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+!_-]*")
 CUDA_RE = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
+# A version range as pins hold it (PEP 440 specifiers), in the characters of one: it is rendered into scripts
+_SPECIFIER_CHARS = re.compile(r"[0-9A-Za-z.,<>=!~*+ -]+")
 # A git remote: a URL or a path, never an option (a leading '-'), never a space, quote or control character
 _REMOTE = re.compile(r"[A-Za-z0-9_./~@][A-Za-z0-9_./:~@%+=-]*")
 
@@ -93,6 +96,9 @@ class Pin:
     flashinfer: str
     wheels: dict[str, FileRef] = field(default_factory=dict)
     bases: dict[str, Base] = field(default_factory=dict)  # per-OS base tree, e.g. "windows"
+    # The transformers versions this release loads the published Gemma 4 checkpoints with (PEP 440 specifiers,
+    # narrower than the release's own requirement where it cannot); None: the release's own requirement
+    transformers: str | None = None
 
     @property
     def parsed_version(self) -> Version:
@@ -111,6 +117,7 @@ class Pin:
             "flashinfer": self.flashinfer,
             "wheels": {k: {"file": v.file, "sha256": v.sha256} for k, v in self.wheels.items()},
             "bases": {k: v.to_dict() for k, v in self.bases.items()},
+            "transformers": self.transformers,
         }
 
 
@@ -198,6 +205,28 @@ def _version_text(raw: Any, key: str, where: str) -> str:
     return value
 
 
+def specifier_problem(value: str) -> str | None:
+    """Why ``value`` is not a version range a pin may hold (PEP 440 specifiers), or None."""
+    if not _SPECIFIER_CHARS.fullmatch(value) or len(value) > 200:
+        return "characters outside a version range's (letters, digits, ' .,<>=!~*+-')"
+    try:
+        spec = SpecifierSet(value)
+    except InvalidSpecifier:
+        return "no version range (PEP 440 specifiers, e.g. >=5.5.1,<5.15)"
+    return None if len(spec) else "no specifier at all"
+
+
+def _specifier_text(raw: Any, key: str, where: str) -> str | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or specifier_problem(value):
+        why = specifier_problem(value) if isinstance(value, str) else f"a {type(value).__name__}"
+        raise ConfigError(f"{where}.{key}: expected a quoted version range, found {value!r}: it has {why}",
+                          hint=f'e.g. {key}: ">=5.5.1,<5.15"')
+    return value.strip()
+
+
 def _name(key: Any, where: str) -> str:
     if not isinstance(key, str) or not PIN_NAME_RE.fullmatch(key):
         raise ConfigError(f"{where}: {key!r} is not a valid name: expected lower case letters, digits, '.', '-', '_'",
@@ -224,6 +253,7 @@ def _pin(name: str, raw: Any, where: str) -> Pin:
         flashinfer=_version_text(raw, "flashinfer", where),
         wheels={k: _file_ref(v, f"{where}.wheels.{k}") for k, v in wheels_raw.items()},
         bases={_name(k, f"{where}.bases"): _base(v, f"{where}.bases.{k}") for k, v in bases_raw.items()},
+        transformers=_specifier_text(raw, "transformers", where),
     )
 
 

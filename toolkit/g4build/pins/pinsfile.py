@@ -44,6 +44,8 @@ def render_entry(pin: Pin, indent: str = "  ") -> str:
         f"{i2}cuda: {scalar(pin.cuda, quote=True)}",
         f"{i2}flashinfer: {scalar(pin.flashinfer, quote=True)}",
     ]
+    if pin.transformers:
+        lines.append(f"{i2}transformers: {scalar(pin.transformers, quote=True)}")
     if pin.wheels:
         lines.append(f"{i2}wheels:")
         for key, ref in pin.wheels.items():

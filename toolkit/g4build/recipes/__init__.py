@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from g4build.errors import ConfigError, RecipeError, UsageError
+from g4build.pins.model import Pin
 from g4build.recipes.context import gather_context
 from g4build.recipes.env_names import fit_env_to_pin
 from g4build.recipes.flashinfer import FlashInferInfo
@@ -77,10 +78,11 @@ def render_plan(plan: LaunchPlan, shell: str) -> str:
 
 
 def render(recipe: Recipe, shell: str, *, wheel: WheelRef | None = None, sets: Sequence[str] = (),
-           flashinfer: FlashInferInfo | None = None) -> str:
+           flashinfer: FlashInferInfo | None = None, pin: Pin | None = None) -> str:
     """The script text; ``sets`` only names the overridden keys in the header (apply them with load_recipe);
-    ``flashinfer``: what the wheel says about FlashInfer (absent: its switches are set off in the script)."""
-    return render_plan(plan_launch(recipe, wheel=wheel, overrides=sets, flashinfer=flashinfer), shell)
+    ``flashinfer``: what the wheel says about FlashInfer (absent: its switches are set off in the script);
+    ``pin``: the release whose serving environment the script checks before serving."""
+    return render_plan(plan_launch(recipe, wheel=wheel, overrides=sets, flashinfer=flashinfer, pin=pin), shell)
 
 
 def with_flashinfer_wheels(ref: WheelRef | None, wheel: Path | None, info: FlashInferInfo | None) -> WheelRef | None:
@@ -108,4 +110,4 @@ def render_for_wheel(recipe: Recipe | str, shell: str, wheel_path: Path) -> str:
     raise_on_errors(chosen, check(chosen, ctx))
     info = ctx.wheel.flashinfer if ctx.wheel is not None else None
     ref = with_flashinfer_wheels(WheelRef(path=wheel_path.name, beside_script=True), wheel_path, info)
-    return render(chosen, shell, wheel=ref, flashinfer=info)
+    return render(chosen, shell, wheel=ref, flashinfer=info, pin=ctx.pin)

@@ -11,7 +11,9 @@ from g4build.pins.model import load_pins
 from g4build.recipes.checkpoint import CheckpointInfo, read_checkpoint
 from g4build.recipes.flashinfer import wheel_flashinfer
 from g4build.recipes.model import Recipe
+from g4build.recipes.renamed_env import load_renamed
 from g4build.recipes.rules import CheckContext, WheelInfo
+from g4build.recipes.vllm_args import pinned_table
 from g4build.recipes.vllm_envs import pinned_envs
 from g4build.series.model import load_all
 from g4build.wheelfile.manifestfile import MANIFEST_NAME, MAX_BYTES, loads
@@ -92,6 +94,7 @@ def gather_context(
     drafter = read_checkpoint(draft) if draft is not None else None
     asked = ask_transformers and recipe.method == "mtp"
     types = transformers_model_types() if asked else None
+    table = pinned_table(pin) if pin is not None else None
     return CheckContext(
         pin=pin,
         known_pins=tuple(pins.pins),
@@ -102,4 +105,6 @@ def gather_context(
         transformers_model_types=types,
         transformers_asked=asked,
         vllm_envs=pinned_envs(pin) if pin is not None else None,
+        vllm_options=frozenset(table["args"]) if table is not None and isinstance(table.get("args"), dict) else None,
+        renamed_env=load_renamed(),
     )

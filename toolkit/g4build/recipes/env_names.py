@@ -1,8 +1,9 @@
 """The rule for the environment variables a recipe sets, against the pinned vLLM's own ``envs.py``: vLLM reads only
 the names listed there and merely logs "Unknown vLLM environment variable" for another ``VLLM_`` name, so a variable
-a release renamed or dropped (0.29.0 and 0.33.0 dropped VLLM_USE_FLASHINFER_MOE_FP4, VLLM_TEST_FORCE_FP8_MARLIN and
-VLLM_NVFP4_GEMM_BACKEND; 0.33.0 chooses kernels with --moe-backend / --linear-backend) silently changes nothing.
-Pure, like every rule: the names come in the context (None when the pin's sdist is not in the cache)."""
+a release renamed or dropped (0.26.0 dropped VLLM_USE_FLASHINFER_MOE_FP4 and VLLM_NVFP4_GEMM_BACKEND, 0.29.0 also
+VLLM_TEST_FORCE_FP8_MARLIN; they choose kernels with --moe-backend / --linear-backend) silently changes nothing.
+Pure, like every rule: the names come in the context (None when the pin's sdist is not in the cache). Rendering
+for such a pin writes the recipe's own variables in the pin's spelling (``renamed_env``) first."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Iterable
 
 from g4build.recipes.findings import CheckContext, Finding
 from g4build.recipes.model import Recipe
+from g4build.recipes.renamed_env import Respelled, respell, respelling_hint
 
 VLLM_PREFIX = "VLLM_"
 
@@ -26,23 +28,53 @@ def user_env_names(sets: Iterable[str]) -> frozenset[str]:
     return frozenset(out)
 
 
+def _respelled_finding(ctx: CheckContext, found: Respelled, kept: object) -> Finding:
+    pin = f"vLLM {ctx.pin.version if ctx.pin else '?'}"
+    if found.option is None or found.value is None:
+        return Finding(rule="env-names", severity="info",
+                       message=f"env {found.env}={found.was}: left out: {pin} does not read it, and {found.why}")
+    if kept is not None and str(kept) != found.value:
+        return Finding(rule="env-names", severity="warning",
+                       message=f"env {found.env}={found.was}: left out: {pin} spells it --{found.option} "
+                               f"{found.value}, but the recipe's args.{found.option} is {kept!r}, which stays",
+                       hint=f"drop one of the two; {found.why}")
+    return Finding(rule="env-names", severity="info",
+                   message=f"env {found.env}={found.was}: rendered as --{found.option} {found.value} for {pin}, "
+                           f"which does not read the variable ({found.why})")
+
+
 def fit_env_to_pin(recipe: Recipe, ctx: CheckContext, user_names: frozenset[str] = frozenset()) -> tuple[
         Recipe, list[Finding]]:
-    """The recipe without the ``VLLM_`` variables its own file sets that the pin's vLLM does not read (a recipe is
-    written for several pins: 0.29.0 and 0.33.0 dropped three of 0.21.0's), with a warning naming each. A name the
-    user set with ``--set env.NAME=`` stays, and rule_env_names refuses it."""
+    """The recipe in its pin's spelling: a ``VLLM_`` variable of the recipe's own file that the pin's vLLM does not
+    read becomes the serve option renamed-env.yaml names for it (0.26.0 and later took 0.21.0's kernel choices
+    into --linear-backend / --moe-backend), with an info each; one without a same-meaning spelling there is
+    left out with a warning, unless the file knows the variable (then it stays, and rule_env_names refuses it:
+    that value has no spelling on the pin). A name the user set with ``--set env.NAME=`` stays, and is refused."""
     if ctx.pin is None or ctx.vllm_envs is None:
         return recipe, []
-    dropped = sorted(n for n in recipe.env
-                     if n.startswith(VLLM_PREFIX) and n not in ctx.vllm_envs and n not in user_names)
-    if not dropped:
-        return recipe, []
-    env = {k: v for k, v in recipe.env.items() if k not in dropped}
-    findings = [Finding(rule="env-names", severity="warning",
-                        message=f"env {n}: left out of the script: vLLM {ctx.pin.version} ({ctx.pin.name}) does not "
-                                "read it (the recipe sets it for the pins that do)",
-                        hint="the pin's own serve options may cover it (vllm serve --help)") for n in dropped]
-    return dataclasses.replace(recipe, env=env), findings
+    env, args = dict(recipe.env), dict(recipe.args)
+    findings = []
+    for name in sorted(recipe.env):
+        if not name.startswith(VLLM_PREFIX) or name in ctx.vllm_envs or name in user_names:
+            continue
+        found = respell(name, recipe.env[name], ctx.renamed_env, ctx.vllm_options)
+        if found is None and name in ctx.renamed_env:
+            continue  # a value with no spelling on this pin: rule_env_names says so
+        del env[name]
+        if found is None:
+            findings.append(Finding(rule="env-names", severity="warning",
+                                    message=f"env {name}: left out of the script: vLLM {ctx.pin.version} "
+                                            f"({ctx.pin.name}) does not read it (the recipe sets it for the pins "
+                                            "that do)",
+                                    hint="the pin's own serve options may cover it (vllm serve --help)"))
+            continue
+        kept = args.get(found.option) if found.option else None
+        findings.append(_respelled_finding(ctx, found, kept))
+        if found.option is not None and found.value is not None and kept is None:
+            args[found.option] = found.value
+    if env == recipe.env:
+        return recipe, findings
+    return dataclasses.replace(recipe, env=env, args=args), findings
 
 
 def rule_env_names(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
@@ -64,5 +96,6 @@ def rule_env_names(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
                                    "its envs.py); it would log 'Unknown vLLM environment variable' and change "
                                    "nothing",
                            hint=(f"did you mean {' or '.join(close)}? " if close else "")
+                                + respelling_hint(name, ctx.renamed_env, ctx.vllm_options)
                                 + "drop it for this pin, or use the pin's own option for it (vllm serve --help)"))
     return out

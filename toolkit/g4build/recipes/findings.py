@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -10,6 +10,7 @@ from g4build.pins.model import Pin
 from g4build.recipes.checkpoint import CheckpointInfo
 from g4build.recipes.flashinfer import FlashInferInfo
 from g4build.recipes.model import Recipe
+from g4build.recipes.renamed_env import Renamed
 from g4build.series.model import Series
 
 Severity = Literal["error", "warning", "info"]
@@ -50,6 +51,8 @@ class CheckContext:
     transformers_model_types: frozenset[str] | None = None  # None: no transformers to ask here
     transformers_asked: bool = False  # False: the caller did not look (rendering), so say nothing firm
     vllm_envs: frozenset[str] | None = None  # the pin's envs.py names; None: its sdist is not here
+    vllm_options: frozenset[str] | None = None  # the pin's serve options (its argument table); None: not here
+    renamed_env: Mapping[str, Renamed] = field(default_factory=dict)  # recipes/vllm-args/renamed-env.yaml
 
 
 Rule = Callable[[Recipe, CheckContext], list[Finding]]

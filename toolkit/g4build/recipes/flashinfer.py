@@ -37,6 +37,7 @@ from g4build.util.safetext import file_name_problem
 PROJECT = "flashinfer-python"  # the package that provides ``import flashinfer``
 SAMPLER = "VLLM_USE_FLASHINFER_SAMPLER"
 NVFP4_GEMM = "VLLM_NVFP4_GEMM_BACKEND"
+LINEAR_BACKEND = "linear-backend"  # the serve option later pins read instead of NVFP4_GEMM (renamed-env.yaml)
 OPT_IN = ("VLLM_USE_FLASHINFER_MOE_FP4", "VLLM_USE_FLASHINFER_MOE_FP8", "VLLM_USE_FLASHINFER_MOE_FP16",
           "VLLM_USE_FLASHINFER_MOE_INT4", "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8",
           "VLLM_USE_FLASHINFER_MOE_MXFP4_BF16", "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8_CUTLASS",
@@ -52,10 +53,16 @@ class Switch:
     value: str  # what turns the FlashInfer path off
     was: str | None  # the recipe's value (None: unset, vLLM's default applies)
     why: str
+    option: bool = False  # a serve option (``--name value`` in the argv), not an environment variable
+
+    @property
+    def label(self) -> str:
+        return f"--{self.name} {self.value}" if self.option else f"{self.name}={self.value}"
 
 
-def off_switches(env: Mapping[str, str]) -> tuple[Switch, ...]:
-    """The environment changes that close every FlashInfer path ``env`` leaves open, in a stable order."""
+def off_switches(env: Mapping[str, str], args: Mapping[str, Any] | None = None) -> tuple[Switch, ...]:
+    """The environment (and serve option) changes that close every FlashInfer path ``env`` and ``args`` leave open
+    but can close, in a stable order."""
     out = []
     sampler = env.get(SAMPLER)
     if sampler is None or sampler.strip().lower() in _TRUE:
@@ -65,6 +72,10 @@ def off_switches(env: Mapping[str, str]) -> tuple[Switch, ...]:
     if gemm is not None and gemm.strip().lower().startswith("flashinfer"):
         out.append(Switch(name=NVFP4_GEMM, value="cutlass", was=gemm,
                           why="forces FlashInfer's NVFP4 GEMM; cutlass is vLLM's own"))
+    linear = (args or {}).get(LINEAR_BACKEND)
+    if isinstance(linear, str) and linear.strip().lower().startswith("flashinfer"):
+        out.append(Switch(name=LINEAR_BACKEND, value="cutlass", was=linear, option=True,
+                          why="forces FlashInfer's linear GEMMs; cutlass is vLLM's own"))
     out += [Switch(name=name, value="0", was=env[name], why="1 chooses FlashInfer kernels")
             for name in OPT_IN if env.get(name, "").strip().lower() in _TRUE]
     return tuple(out)

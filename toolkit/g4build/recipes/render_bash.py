@@ -8,7 +8,14 @@ Inside single quotes bash expands nothing: ``$``, backticks, ``;``, ``"``, newli
 
 from __future__ import annotations
 
-from g4build.recipes.script import LaunchPlan, header_lines, installed_program, probe_program, wheel_version
+from g4build.recipes.script import (
+    LaunchPlan,
+    header_lines,
+    installed_program,
+    option_value_index,
+    probe_program,
+    wheel_version,
+)
 from g4build.util.shellquote import bash_quote
 
 
@@ -72,8 +79,21 @@ def render_bash(plan: LaunchPlan) -> str:
                 "fi",
             ]
         out.append("")
+    if plan.environment_check is not None:
+        out += [
+            "# The environment this vLLM works in (see the header): stop with a clear message, not a model-load",
+            "# traceback minutes later.",
+            "if command -v python3 >/dev/null 2>&1; then",
+            "  environment_rc=0",
+            f"  python3 -c {bash_quote(plan.environment_check)} || environment_rc=$?",
+            '  if [[ "${environment_rc}" -eq 3 ]]; then',
+            "    exit 1",
+            "  fi",
+            "fi",
+            "",
+        ]
     if plan.probe_flashinfer:
-        changes = ", ".join(f"{s.name}={s.value}" for s in plan.flashinfer_off)
+        changes = ", ".join(s.label for s in plan.flashinfer_off)
         out += [
             "# FlashInfer: where it is not installed, close the paths that would import it (see the header).",
             "if command -v python3 >/dev/null 2>&1; then",
@@ -81,12 +101,18 @@ def render_bash(plan: LaunchPlan) -> str:
             f"  python3 -c {bash_quote(probe_program())} || flashinfer_rc=$?",
             '  if [[ "${flashinfer_rc}" -eq 3 ]]; then',
             f"    echo {bash_quote('note: FlashInfer is not installed: serving without it (' + changes + ')')} >&2",
-            *(f"    export {sw.name}={bash_quote(sw.value)}" for sw in plan.flashinfer_off),
+            *(f"    export {sw.name}={bash_quote(sw.value)}" for sw in plan.flashinfer_off if not sw.option),
             "  fi",
             "fi",
             "",
         ]
     out.append("vllm_args=(")
     out += [f"  {bash_quote(word)}" for word in plan.argv]
-    out += [")", 'exec vllm "${vllm_args[@]}"', ""]
+    out.append(")")
+    options = [sw for sw in plan.flashinfer_off if sw.option] if plan.probe_flashinfer else []
+    if options:  # a serve option the probe above found pointing at a missing FlashInfer
+        out += ['if [[ "${flashinfer_rc:-0}" -eq 3 ]]; then',
+                *(f"  vllm_args[{option_value_index(plan.argv, sw.name)}]={bash_quote(sw.value)}" for sw in options),
+                "fi"]
+    out += ['exec vllm "${vllm_args[@]}"', ""]
     return "\n".join(out)

@@ -16,7 +16,14 @@ parser (CommandLineToArgvW / the C runtime, or .NET on Unix) turns it back into 
 
 from __future__ import annotations
 
-from g4build.recipes.script import LaunchPlan, header_lines, installed_program, probe_program, wheel_version
+from g4build.recipes.script import (
+    LaunchPlan,
+    header_lines,
+    installed_program,
+    option_value_index,
+    probe_program,
+    wheel_version,
+)
 from g4build.util.shellquote import ps_quote, windows_word
 
 HOW_ARGUMENTS_PASS = [
@@ -108,7 +115,7 @@ def render_powershell(plan: LaunchPlan) -> str:
         "}",
         "",
     ]
-    if plan.wheel is not None or plan.probe_flashinfer:
+    if plan.wheel is not None or plan.probe_flashinfer or plan.environment_check is not None:
         out += _python_lines(installs=plan.wheel is not None)
     if plan.wheel is not None:
         out.append(f"$wheel = {_path(plan.wheel.beside_script, plan.wheel.path)}")
@@ -133,22 +140,43 @@ def render_powershell(plan: LaunchPlan) -> str:
                 "}",
                 "",
             ]
+    if plan.environment_check is not None:
+        out += [
+            "# The environment this vLLM works in (see the header): stop with a clear message, not a model-load",
+            "# traceback minutes later.",
+            "if ($python) {",
+            f"    & $python -c {ps_quote(plan.environment_check)}",
+            "    if ($LASTEXITCODE -eq 3) { exit 1 }",
+            "}",
+            "",
+        ]
     if plan.probe_flashinfer:
         note = ps_quote("note: FlashInfer is not installed: serving without it ("
-                     + ", ".join(f"{s.name}={s.value}" for s in plan.flashinfer_off) + ")")
+                     + ", ".join(s.label for s in plan.flashinfer_off) + ")")
+        options = [sw for sw in plan.flashinfer_off if sw.option]
         out += [
             "# FlashInfer: where it is not installed, close the paths that would import it (see the header).",
+            *(["$flashinferMissing = $false"] if options else []),
             "if ($python) {",
             f"    & $python -c {ps_quote(probe_program())}",
             "    if ($LASTEXITCODE -eq 3) {",
             f"        [Console]::Error.WriteLine({note})",
-            *(f"        $env:{sw.name} = {ps_quote(sw.value)}" for sw in plan.flashinfer_off),
+            *(["        $flashinferMissing = $true"] if options else []),
+            *(f"        $env:{sw.name} = {ps_quote(sw.value)}" for sw in plan.flashinfer_off if not sw.option),
             "    }",
             "}",
             "",
         ]
     out += _array("vllmArgs", [ps_quote(w) for w in plan.argv])
     out += _array("vllmArgsLegacy", [ps_quote(windows_word(w)) for w in plan.argv])
+    options = [sw for sw in plan.flashinfer_off if sw.option] if plan.probe_flashinfer else []
+    if options:  # a serve option the probe above found pointing at a missing FlashInfer
+        out.append("if ($flashinferMissing) {")
+        for sw in options:
+            at = option_value_index(plan.argv, sw.name)
+            out += [f"    $vllmArgs[{at}] = {ps_quote(sw.value)}",
+                    f"    $vllmArgsLegacy[{at}] = {ps_quote(windows_word(sw.value))}"]
+        out.append("}")
     out += [
         "if (Get-Variable -Name 'PSNativeCommandArgumentPassing' -ErrorAction SilentlyContinue) {",
         "    $PSNativeCommandArgumentPassing = 'Standard'",

@@ -72,8 +72,13 @@ def _bad_moe_backend(value: Any) -> bool:
     return isinstance(value, str) and value.lower().startswith(MOE_BACKENDS_REJECTING_GELU_TANH)
 
 
+# The releases whose CUTLASS and FlashInfer NVFP4 MoE kernels reject GELU_TANH (read from their trees: from 0.26.0
+# both accept it, tests/integration/recipes/test_recipe_moe_gelu_tanh.py); None (no pin) is judged as 0.21.0.
+GELU_TANH_REJECTED = ("0.21.0",)
+
+
 def rule_moe_backend(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
-    if not _is_gemma4(recipe, ctx):
+    if not _is_gemma4(recipe, ctx) or (ctx.pin is not None and ctx.pin.version not in GELU_TANH_REJECTED):
         return []
     out = []
     why = "Gemma 4's MoE uses GELU_TANH, which the CUTLASS and FlashInfer MoE kernels reject"
@@ -308,8 +313,8 @@ def rule_flashinfer(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     """Without FlashInfer the launch turns its switches off (statically for a wheel known to lack it, else by a
     check at start); a backend named flashinfer cannot be turned off, so that is an error where it is absent."""
     info = flashinfer_presence(ctx)
-    switches = off_switches(recipe.env)
-    changes = ", ".join(f"{s.name}={s.value}" for s in switches)
+    switches = off_switches(recipe.env, recipe.args)
+    changes = ", ".join(s.label for s in switches)
     wheel = ctx.wheel.file if ctx.wheel is not None else ""
     if info.presence == "absent":
         out = [Finding(rule="flashinfer", severity="error",
@@ -324,7 +329,7 @@ def rule_flashinfer(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     where = f"{wheel} ({info.why})" if info.presence == "present" else "the serving environment (not known here)"
     if not switches:
         return [Finding(rule="flashinfer", severity="info", message=f"FlashInfer: {info.presence}; the recipe "
-                        "opens no FlashInfer path that an environment variable closes")]
+                        "opens no FlashInfer path that an environment variable or option closes")]
     return [Finding(rule="flashinfer", severity="info",
                     message=f"FlashInfer: {info.presence} in {where}; the launch script checks at start that "
                             f"flashinfer is importable and, where it is not, sets {changes}")]

@@ -1,9 +1,10 @@
 """What a launch script does, independent of the shell: one plan, two renderers.
 
 A script sets the recipe's env, checks that ``nvidia-smi`` is present and lists a GPU, optionally installs
-a wheel (and the FlashInfer wheels its build recorded), closes the FlashInfer paths where FlashInfer is missing
-(see ``flashinfer``: fixed in the env for a wheel known to lack it, else by a check at start), then starts
-``vllm`` with ``serve_argv(recipe)`` exactly.
+a wheel (and the FlashInfer wheels its build recorded), checks the pin's serving environment (``pins.serving``:
+a transformers outside the pin's range stops it with both versions named), closes the FlashInfer paths where
+FlashInfer is missing (see ``flashinfer``: fixed in the env or argv for a wheel known to lack it, else by a
+check at start), then starts ``vllm`` with ``serve_argv(recipe)`` exactly.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Literal
 
 from g4build import __version__
 from g4build.errors import RecipeError, UsageError
+from g4build.pins.model import Pin
+from g4build.pins.serving import check_program, expected
 from g4build.recipes.argv import env_items, serve_argv
 from g4build.recipes.flashinfer import FlashInferInfo, Presence, Switch, off_switches
 from g4build.recipes.model import Recipe
@@ -70,6 +73,10 @@ class LaunchPlan:
     flashinfer: Presence = "unknown"  # absent: ``env`` already has the switches off; else checked at start
     flashinfer_why: str = ""
     flashinfer_off: tuple[Switch, ...] = ()  # what closes the recipe's FlashInfer paths
+    # The pin's serving environment: a program that stops the launch where transformers is outside the pin's
+    # range (pins.serving), and what it checks, for the header; None: no pin to check against
+    environment_check: str | None = None
+    environment: tuple[str, ...] = ()
 
     @property
     def probe_flashinfer(self) -> bool:
@@ -91,23 +98,32 @@ def _no_nul(values: Sequence[str], what: str) -> None:
             raise RecipeError(f"{what} {value!r} contains a NUL character, which no program can receive")
 
 
+def option_value_index(argv: Sequence[str], option: str) -> int:
+    """Where the value of ``--option`` sits in ``argv`` (as ``serve_argv`` writes a one-word value)."""
+    return list(argv).index(f"--{option}") + 1
+
+
 def plan_launch(recipe: Recipe, *, wheel: WheelRef | None = None, overrides: Sequence[str] = (),
-                flashinfer: FlashInferInfo | None = None) -> LaunchPlan:
+                flashinfer: FlashInferInfo | None = None, pin: Pin | None = None) -> LaunchPlan:
     argv = serve_argv(recipe)
     env = env_items(recipe)
     presence = flashinfer.presence if flashinfer is not None else "unknown"
-    switches = off_switches(recipe.env)
+    switches = off_switches(recipe.env, recipe.args)
     if presence == "absent" and switches:
-        asked = sorted({s.name for s in switches} & {k.removeprefix("env.") for k in
-                                                     (o.partition("=")[0] for o in overrides)})
+        given = {k.partition("=")[0] for k in overrides}
+        asked = sorted(s.name for s in switches if (f"args.{s.name}" if s.option else f"env.{s.name}") in given)
         if asked:
+            where = next(s for s in switches if s.name == asked[0])
             raise RecipeError(
-                f"--set env.{asked[0]} opens a FlashInfer path, but the wheel does not bring FlashInfer "
-                f"({flashinfer.why if flashinfer else ''})",
+                f"--set {'args' if where.option else 'env'}.{asked[0]} opens a FlashInfer path, but the wheel does "
+                f"not bring FlashInfer ({flashinfer.why if flashinfer else ''})",
                 hint="leave it unset (the script turns it off), or use a wheel built with FlashInfer "
                      "(g4build wheel --flashinfer-wheel on Windows)")
-        off = {s.name: s.value for s in switches}
+        off = {s.name: s.value for s in switches if not s.option}
         env = [(name, off.pop(name, value)) for name, value in env] + list(off.items())
+        for s in switches:
+            if s.option:
+                argv[option_value_index(argv, s.name)] = s.value
     _no_nul(argv, "argument")
     _no_nul([v for _, v in env], "environment value")
     if wheel is not None:
@@ -125,6 +141,9 @@ def plan_launch(recipe: Recipe, *, wheel: WheelRef | None = None, overrides: Seq
         flashinfer=presence,
         flashinfer_why=flashinfer.why if flashinfer is not None else "",
         flashinfer_off=switches,
+        environment_check=check_program(pin) if pin is not None else None,
+        environment=tuple(f"{e.project}{e.spec}" + ("" if e.required else " (where installed)")
+                          for e in (expected(pin) if pin is not None else ())),
     )
 
 
@@ -147,6 +166,9 @@ def header_lines(plan: LaunchPlan, shell: Shell) -> list[str]:
         lines += ["", *comment_lines(plan.description)]
     if plan.notes:
         lines += ["", "Notes:", *comment_lines(plan.notes)]
+    if plan.environment:
+        lines += ["", f"Before serving, checks the environment vLLM works in (g4build pin data): "
+                      f"{', '.join(plan.environment)}; a transformers outside its range stops here."]
     if fi := flashinfer_lines(plan):
         lines += ["", *fi]
     # every line once more: no text from a wheel or its manifest may end a comment, whichever field it came by
@@ -157,7 +179,7 @@ def flashinfer_lines(plan: LaunchPlan) -> list[str]:
     """What the header says about FlashInfer (nothing when the recipe opens no FlashInfer path)."""
     if not plan.flashinfer_off:
         return []
-    changes = [f"  {s.name}={s.value}: {s.why}" for s in plan.flashinfer_off]
+    changes = [f"  {s.label}: {s.why}" for s in plan.flashinfer_off]
     if plan.flashinfer == "absent":
         return ["FlashInfer: the wheel does not bring it, so every FlashInfer path of the recipe is off:",
                 *changes, *comment_lines(f"(why absent: {plan.flashinfer_why})")]

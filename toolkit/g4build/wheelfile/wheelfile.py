@@ -7,8 +7,11 @@ import csv
 import hashlib
 import io
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
@@ -133,6 +136,46 @@ def set_metadata_version(raw: bytes, version: str) -> bytes:
             lines[i] = b"Version: " + version.encode() + end
             return b"\n".join(lines)
     raise ValidationError("METADATA has no Version header")
+
+
+def _narrowed(text: str, bounds: Mapping[str, str]) -> str | None:
+    """A Requires-Dist value with its project's bound added (None: not a bounded project, or not parseable)."""
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        return None
+    bound = bounds.get(canonicalize_name(req.name))
+    if bound is None:
+        return None
+    req.specifier = SpecifierSet(",".join(s for s in (str(req.specifier), bound) if s))
+    return str(req)
+
+
+def narrow_requires_dist(raw: bytes, bounds: Mapping[str, str]) -> bytes:
+    """METADATA whose ``Requires-Dist`` for each project in ``bounds`` (name -> PEP 440 specifiers) also carries
+    that bound (both must hold: pip intersects them); a project it does not require yet gets its own line after
+    the last header. Every other byte is kept."""
+    wanted: dict[str, str] = {str(canonicalize_name(k)): v for k, v in bounds.items() if v}
+    if not wanted:
+        return raw
+    lines = raw.split(b"\n")
+    seen: set[str] = set()
+    end = len(lines)
+    for i, line in enumerate(lines):
+        if not line.strip():
+            end = i
+            break
+        key, sep, value = line.partition(b":")
+        if not sep or key.strip().lower() != b"requires-dist":
+            continue
+        cr = b"\r" if value.endswith(b"\r") else b""
+        text = value.strip().decode("utf-8", "replace")
+        narrowed = _narrowed(text, wanted)
+        if narrowed is not None:
+            seen.add(canonicalize_name(Requirement(text).name))
+            lines[i] = b"Requires-Dist: " + narrowed.encode() + cr
+    added = [f"Requires-Dist: {name}{spec}".encode() for name, spec in wanted.items() if name not in seen]
+    return b"\n".join(lines[:end] + added + lines[end:])
 
 
 def extend_local_label(version: Version, digest: str) -> str:

@@ -7,9 +7,12 @@
 #
 # Notes:
 # Do not add --quantization modelopt: vLLM detects the modelopt NVFP4 checkpoint itself, and forcing it
-# breaks the drafter path. Leave the MoE backend on auto (Marlin): Gemma 4's GELU_TANH is rejected by the
-# CUTLASS and FlashInfer MoE kernels. Point model and speculative.model at your copies, e.g.
+# breaks the drafter path. On vllm-0.21.0 leave the MoE backend on auto (Marlin): Gemma 4's GELU_TANH is
+# rejected by its CUTLASS and FlashInfer MoE kernels (later pins accept it; rendered for them, the recipe's
+# VLLM_USE_FLASHINFER_MOE_FP4=0 becomes --moe-backend marlin). Point model and speculative.model at your copies, e.g.
 # --set model=D:/models/gemma-4-26B-A4B-it-NVFP4 --set speculative.model=D:/models/gemma4-dflash-0.2b
+#
+# Before serving, checks the environment vLLM works in (g4build pin data): transformers>=5.5.1,<5.15, torch==2.11.0, flashinfer-python==0.6.8.post1 (where installed); a transformers outside its range stops here.
 #
 # FlashInfer: where `import flashinfer` finds nothing at start (a wheel built without FlashInfer,
 # as on Windows), the script sets these instead of letting vLLM fail:
@@ -29,7 +32,6 @@ $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version 3.0
 
 $env:VLLM_ALLOW_LONG_MAX_MODEL_LEN = '1'
-$env:TORCH_MATMUL_PRECISION = 'high'
 $env:PYTORCH_CUDA_ALLOC_CONF = 'expandable_segments:True'
 $env:VLLM_USE_FLASHINFER_MOE_FP4 = '0'
 $env:VLLM_TEST_FORCE_FP8_MARLIN = '0'
@@ -78,6 +80,44 @@ if ($LASTEXITCODE -eq 3) {
 } else {
     & $python -m pip install $wheel @flashinferWheels
     if ($LASTEXITCODE -ne 0) { exit $LASTEXITCODE }
+}
+
+# The environment this vLLM works in (see the header): stop with a clear message, not a model-load
+# traceback minutes later.
+if ($python) {
+    & $python -c 'import importlib.metadata as m, json, sys
+WANT = [(''transformers'', ''>=5.5.1,<5.15'', True, True, ''vLLM 0.21.0 reads the configs of the published Gemma 4 checkpoints with these transformers only (g4build pin data)''), (''torch'', ''==2.11.0'', True, False, ''vLLM 0.21.0 is built against torch 2.11.0''), (''flashinfer-python'', ''==0.6.8.post1'', False, False, ''vLLM 0.21.0 is tested with FlashInfer 0.6.8.post1'')]
+try:
+    from packaging.specifiers import SpecifierSet
+except ImportError:
+    SpecifierSet = None
+rows = []
+for project, spec, required, fatal, why in WANT:
+    try:
+        found = m.version(project)
+    except m.PackageNotFoundError:
+        found = None
+    if found is None:
+        ok = not required
+    else:
+        ok = None if SpecifierSet is None else SpecifierSet(spec).contains(found, prereleases=True)
+    rows.append((project, spec, required, fatal, why, found, ok))
+if sys.argv[1:] == [''--json'']:
+    print(json.dumps([dict(zip(''project spec required fatal why found ok''.split(), row)) for row in rows]))
+    sys.exit(0)
+stop = False
+for project, spec, required, fatal, why, found, ok in rows:
+    if ok is not False:
+        continue
+    have = ''is not installed'' if found is None else found + '' is installed''
+    level = ''error'' if fatal else ''warning''
+    print(''%s: %s %s here, expected %s%s: %s'' % (level, project, have, project, spec, why), file=sys.stderr)
+    if fatal:
+        stop = True
+        print(''hint: pip install %r (in this environment), then start again'' % (project + spec), file=sys.stderr)
+sys.exit(3 if stop else 0)
+'
+    if ($LASTEXITCODE -eq 3) { exit 1 }
 }
 
 # FlashInfer: where it is not installed, close the paths that would import it (see the header).
