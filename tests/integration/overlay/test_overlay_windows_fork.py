@@ -10,7 +10,11 @@ pristine source), and the overlay runs through the real CLI, which validates bef
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -18,6 +22,7 @@ import pytest
 from tests.support.trees import sdist_tree
 from tests.support.wheelsfactory import build_wheel, run_g4build
 
+import g4build
 from g4build.data import patches_dir
 from g4build.overlay.wheel import plan_overlay, touched_by
 from g4build.pins.model import load_pins
@@ -102,3 +107,32 @@ def test_fork_change_on_a_hunks_line_is_refused_naming_the_file(tmp_path: Path) 
             "fuzz; a three-way merge with vllm-0.21.0's own file conflicts: 1 conflicting hunk(s)") in err
     assert f"{CUDA}:" not in err.split("are left")[1]  # the file that merges is not named as left
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_the_overlay_route_named_for_a_pin_without_a_windows_base_runs_as_written(tmp_path: Path) -> None:
+    """vllm-0.26.0 has no Windows base (the fork's 0.26.0 release commit is not pinned): `wheel --os windows`
+    names the overlay of the fork's wheel as a route that works. That command, copied from the message and run
+    beside a fork-style 0.26.0 wheel, overlays the 0.26.0 series and validates."""
+    pin = "vllm-0.26.0"
+    refused = run_g4build("wheel", "--arch", "sm120", "--os", "windows", "--pin", pin, "--dry-run")
+    assert refused.returncode == 2
+    [route] = [r for r in re.findall(r"`(g4build overlay [^`]+)`", " ".join(refused.stderr.split()))]
+    pristine = sdist_tree(pin)
+    files: dict[str, str | bytes] = {rel: (pristine / rel).read_bytes()
+                                     for rel in sorted(touched_by(plan_overlay(load_pins().get(pin), load_all())))
+                                     if (pristine / rel).is_file()}
+    files["vllm/__init__.py"] = (pristine / "vllm/__init__.py").read_bytes()
+    files[CUDA] = _edit((pristine / CUDA).read_bytes(), CUDA_OLD, CUDA_NEW)  # a Windows edit beside a hunk
+    files[WORKER] = _edit((pristine / WORKER).read_bytes(), "import os\n", "import os\nimport sys  # fork\n")
+    wheel_name = shlex.split(route)[2]
+    src = build_wheel(tmp_path, files, version="0.26.0+cu132", tag=TAG)
+    assert src.name == wheel_name
+    done = subprocess.run([sys.executable, "-m", "g4build", *shlex.split(route)[1:], "--out", "out", "--json"],
+                          cwd=tmp_path, capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONPATH": str(Path(g4build.__file__).resolve().parents[1])})
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["validation"]["ok"] is True
+    assert {f["path"]: f["how"] for f in out["files"]}[CUDA] == "merged"
+    with zipfile.ZipFile(tmp_path / out["wheel"]) as zf:
+        assert CUDA_NEW in zf.read(CUDA).decode() and b"import sys  # fork" in zf.read(WORKER)

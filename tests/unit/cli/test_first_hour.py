@@ -248,3 +248,15 @@ def test_a_pin_without_a_windows_base_names_the_routes_that_work() -> None:
     wsl = next(r for r in routes if "--os wsl" in r)
     assert g4(*shlex.split(wsl)[1:], "--dry-run").returncode == 0  # the suggested build plans as written
     assert "bases.windows to vllm-0.26.0 in patches/pins.yaml" in said and "full commit of its 0.26.0 release" in said
+
+
+def test_source_fetch_of_a_missing_windows_base_names_the_same_routes(tmp_path: Path) -> None:
+    done = g4("source", "fetch", "--pin", "vllm-0.26.0", "--os", "windows", "--dest", str(tmp_path / "src"))
+    assert done.returncode == 2
+    said = " ".join(done.stderr.split())
+    assert "pin vllm-0.26.0 names no windows base" in said and "no verified fork tree" in said
+    routes = re.findall(r"`(g4build [^`]+)`", said)
+    assert any(r.startswith("g4build overlay vllm-0.26.0+cu132-cp312-cp312-win_amd64.whl") for r in routes)
+    wsl = next(r for r in routes if "--os wsl" in r)
+    assert g4(*shlex.split(wsl)[1:], "--dry-run").returncode == 0
+    assert not (tmp_path / "src").exists()

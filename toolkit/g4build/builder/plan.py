@@ -17,6 +17,7 @@ from typing import Any
 from g4build.builder.arch import ArchInfo, check_cuda, check_os_arch, cuda_arch_list, flashinfer_arch_list
 from g4build.builder.flashinfer import FlashInferWheel
 from g4build.errors import ConfigError, UsageError
+from g4build.pins.baseroutes import no_base_routes
 from g4build.pins.model import Pin, cuda_problem, version_problem
 from g4build.series.deps import BuildSeries
 from g4build.series.model import Series, local_label
@@ -201,13 +202,7 @@ def check_target(target: Target, pin: Pin, *, flashinfer: bool = True) -> None:
             f"pin {pin.name} names no Windows base: upstream's setup.py builds nothing on win32, so a native Windows "
             f"build starts from a Windows fork's tree, and patches/pins.yaml records none for vLLM {pin.version} "
             "(a fork commit is pinned only once it is verified)",
-            hint=f"routes that work today: overlay a Windows fork's {pin.version} wheel, no compile "
-                 f"(`g4build overlay vllm-{pin.version}+cu132-cp312-cp312-win_amd64.whl --pin {pin.name}`); build "
-                 f"in WSL (`g4build wheel --arch {target.arch.name} --os wsl --pin {pin.name}`); or build natively "
-                 "from a pin that has a Windows base (`g4build pins show NAME` lists its bases). To build this pin "
-                 f"natively, add bases.windows to {pin.name} in patches/pins.yaml: the fork's remote and the full "
-                 f"commit of its {pin.version} release (a release is used as it is: no onto/keep_pin), then "
-                 f"`g4build source fetch --pin {pin.name} --os windows` clones and verifies it",
+            hint=no_base_routes(pin, "windows", target.arch.name),
         )
     # FlashInfer's ahead-of-time build is Linux-only; on Windows (or with --no-flashinfer) it is not in the plan.
     check_cuda(target.arch, target.cuda, flashinfer=flashinfer and target.os != "windows")

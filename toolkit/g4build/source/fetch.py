@@ -23,6 +23,7 @@ import git
 
 from g4build.errors import IntegrityError, SourceError, UnsafeArchiveError, UsageError
 from g4build.fsutil import remove_tree
+from g4build.pins.baseroutes import no_base_routes
 from g4build.pins.index import Fetched, ProgressHook, cache_lock, cache_root, fetch_verified
 from g4build.pins.model import GitRef, Pin
 from g4build.source import forkport, gittree
@@ -356,8 +357,9 @@ def _fetch_base(pin: Pin, how: str, os_name: str, *, dest: Path | None, remote: 
                 progress: ProgressHook | None) -> SourceResult:
     base = pin.bases.get(os_name)
     if base is None:
-        raise UsageError(f"pin {pin.name} names no {os_name} base (patches/pins.yaml: pins.{pin.name}.bases)",
-                         hint="drop --os for the upstream tree, or add a base for that OS to the pin")
+        raise UsageError(f"pin {pin.name} names no {os_name} base (patches/pins.yaml: pins.{pin.name}.bases): "
+                         "there is no verified fork tree to fetch for that OS",
+                         hint=no_base_routes(pin, os_name))
     if base.onto:
         if how != "sdist":
             raise UsageError(f"the {os_name} base of {pin.name} is forward-ported onto the pin's sdist; "
