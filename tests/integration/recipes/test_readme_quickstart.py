@@ -56,7 +56,8 @@ def test_the_bash_quickstart_renders_and_serves_as_written(tmp_path: Path, stubs
     render = line("bash", "g4build recipe render")
     pin = re.search(r"--set pin=(\S+)", render)
     assert pin is not None
-    overlaid(work / "dist", pin.group(1), "vllm-0.33.0+g4.0123456789-cp38-abi3-manylinux_2_28_x86_64.whl")
+    version = pin.group(1).removeprefix("vllm-")
+    overlaid(work / "dist", pin.group(1), f"vllm-{version}+g4.0123456789-cp38-abi3-manylinux_2_28_x86_64.whl")
     done = subprocess.run(["bash", "-c", render], cwd=work, env=g4_env(home), capture_output=True, text=True,
                           check=False)
     assert done.returncode == 0, done.stderr
@@ -72,7 +73,7 @@ def test_the_bash_quickstart_renders_and_serves_as_written(tmp_path: Path, stubs
     pip = [c["argv"] for c in stubs.calls() if c["prog"] == "python3" and c["argv"][:1] == ["-m"]]
     (installed,) = pip
     assert installed[:3] == ["-m", "pip", "install"]  # the wheel beside the script's folder (they move together)
-    assert Path(installed[3]).resolve() == (work / "dist" / "vllm-0.33.0+g4.0123456789-cp38-abi3-"
+    assert Path(installed[3]).resolve() == (work / "dist" / f"vllm-{version}+g4.0123456789-cp38-abi3-"
                                             "manylinux_2_28_x86_64.whl").resolve()
 
 
