@@ -219,10 +219,12 @@ def test_script_has_the_generated_header(tmp_path: Path) -> None:
     assert "set -euo pipefail" in lines
 
 
-@pytest.mark.parametrize(("transformers", "serves"), [("5.17.0", False), ("5.14.0", True)])
+@pytest.mark.parametrize(("transformers", "allow", "serves"),
+                         [("5.17.0", "", False), ("5.17.0", "0", False), ("5.14.0", "", True), ("5.17.0", "1", True)])
 def test_a_transformers_the_pin_cannot_read_stops_before_vllm(tmp_path: Path, stubs: Stubs, transformers: str,
-                                                             serves: bool) -> None:
-    """python3 runs the script's environment check for real against a site folder holding ``transformers``."""
+                                                             allow: str, serves: bool) -> None:
+    """python3 runs the script's environment check for real against a site folder holding ``transformers``;
+    G4BUILD_ALLOW_ENVIRONMENT=1 (and only 1) serves anyway, saying so."""
     site = tmp_path / "site"
     for project, version in (("transformers", transformers), ("torch", "2.11.0+cu130")):
         info = site / f"{project}-{version}.dist-info"
@@ -230,10 +232,17 @@ def test_a_transformers_the_pin_cannot_read_stops_before_vllm(tmp_path: Path, st
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n")
     stubs.add("python3", "if sys.argv[1:2] == ['-c'] and 'importlib.metadata as m' in sys.argv[2]:\n"
                          "    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
-    result = stubs.run(render(tmp_path, "gemma4-26b-a4b-nvfp4-baseline"), env={"PYTHONPATH": str(site)})
+    env = {"PYTHONPATH": str(site), **({"G4BUILD_ALLOW_ENVIRONMENT": allow} if allow else {})}
+    result = stubs.run(render(tmp_path, "gemma4-26b-a4b-nvfp4-baseline"), env=env)
     if serves:
-        assert result.returncode == 0 and result.stderr == "", result.stderr
+        assert result.returncode == 0, result.stderr
         assert stubs.programs()[-1] == "vllm"
+        if transformers == "5.14.0":
+            assert result.stderr == ""
+        else:  # the check still says what is wrong, then that it serves anyway
+            assert result.stderr.splitlines()[0].startswith("error: transformers 5.17.0 is installed here")
+            assert result.stderr.splitlines()[-1] == ("note: G4BUILD_ALLOW_ENVIRONMENT=1: serving outside the "
+                                                      "environment this vLLM was checked with")
         return
     assert result.returncode == 1
     assert stubs.programs() == ["nvidia-smi", "python3"]  # no FlashInfer check, no vllm
@@ -241,4 +250,6 @@ def test_a_transformers_the_pin_cannot_read_stops_before_vllm(tmp_path: Path, st
         "error: transformers 5.17.0 is installed here, expected transformers>=5.5.1,<5.15: vLLM 0.21.0 reads the "
         "configs of the published Gemma 4 checkpoints with these transformers only (g4build pin data)",
         "hint: pip install 'transformers>=5.5.1,<5.15' (in this environment), then start again",
+        "hint: where the checkpoint's config was adapted to this transformers, G4BUILD_ALLOW_ENVIRONMENT=1 serves "
+        "anyway",
     ]

@@ -9,6 +9,8 @@ Inside single quotes bash expands nothing: ``$``, backticks, ``;``, ``"``, newli
 from __future__ import annotations
 
 from g4build.recipes.script import (
+    ALLOW_HINT,
+    ALLOW_NOTE,
     LaunchPlan,
     header_lines,
     installed_program,
@@ -87,7 +89,11 @@ def render_bash(plan: LaunchPlan) -> str:
             "  environment_rc=0",
             f"  python3 -c {bash_quote(plan.environment_check)} || environment_rc=$?",
             '  if [[ "${environment_rc}" -eq 3 ]]; then',
-            "    exit 1",
+            '    if [[ "${G4BUILD_ALLOW_ENVIRONMENT:-}" != 1 ]]; then',
+            f"      echo {bash_quote(ALLOW_HINT)} >&2",
+            "      exit 1",
+            "    fi",
+            f"    echo {bash_quote(ALLOW_NOTE)} >&2",
             "  fi",
             "fi",
             "",

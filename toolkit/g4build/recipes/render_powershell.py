@@ -17,6 +17,8 @@ parser (CommandLineToArgvW / the C runtime, or .NET on Unix) turns it back into 
 from __future__ import annotations
 
 from g4build.recipes.script import (
+    ALLOW_HINT,
+    ALLOW_NOTE,
     LaunchPlan,
     header_lines,
     installed_program,
@@ -146,7 +148,13 @@ def render_powershell(plan: LaunchPlan) -> str:
             "# traceback minutes later.",
             "if ($python) {",
             f"    & $python -c {ps_quote(plan.environment_check)}",
-            "    if ($LASTEXITCODE -eq 3) { exit 1 }",
+            "    if ($LASTEXITCODE -eq 3) {",
+            "        if ($env:G4BUILD_ALLOW_ENVIRONMENT -ne '1') {",
+            f"            [Console]::Error.WriteLine({ps_quote(ALLOW_HINT)})",
+            "            exit 1",
+            "        }",
+            f"        [Console]::Error.WriteLine({ps_quote(ALLOW_NOTE)})",
+            "    }",
             "}",
             "",
         ]

@@ -42,6 +42,13 @@ def shell_name(value: str) -> Shell:
     return found
 
 
+# The environment check's way out, for checkpoints whose configs were adapted to another transformers (e.g. a
+# Gemma 4 config with `per_layer_config: null` and global_head_dim put back through --hf-overrides)
+ALLOW_HINT = ("hint: where the checkpoint's config was adapted to this transformers, G4BUILD_ALLOW_ENVIRONMENT=1 "
+              "serves anyway")
+ALLOW_NOTE = "note: G4BUILD_ALLOW_ENVIRONMENT=1: serving outside the environment this vLLM was checked with"
+
+
 @dataclass(frozen=True, kw_only=True)
 class WheelRef:
     """The wheel a script installs: a file name beside the script, or a path used as given."""
@@ -168,7 +175,8 @@ def header_lines(plan: LaunchPlan, shell: Shell) -> list[str]:
         lines += ["", "Notes:", *comment_lines(plan.notes)]
     if plan.environment:
         lines += ["", f"Before serving, checks the environment vLLM works in (g4build pin data): "
-                      f"{', '.join(plan.environment)}; a transformers outside its range stops here."]
+                      f"{', '.join(plan.environment)}; a transformers outside its range stops here, unless "
+                      "G4BUILD_ALLOW_ENVIRONMENT=1 (for checkpoints whose configs were adapted to it)."]
     if fi := flashinfer_lines(plan):
         lines += ["", *fi]
     # every line once more: no text from a wheel or its manifest may end a comment, whichever field it came by

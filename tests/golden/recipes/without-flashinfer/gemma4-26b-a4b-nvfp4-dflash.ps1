@@ -11,7 +11,7 @@
 # VLLM_USE_FLASHINFER_MOE_FP4=0 becomes --moe-backend marlin). Point model and speculative.model at your copies, e.g.
 # --set model=D:/models/gemma-4-26B-A4B-it-NVFP4 --set speculative.model=D:/models/gemma4-dflash-0.2b
 #
-# Before serving, checks the environment vLLM works in (g4build pin data): transformers>=5.5.1,<5.15, torch==2.11.0, flashinfer-python==0.6.8.post1 (where installed); a transformers outside its range stops here.
+# Before serving, checks the environment vLLM works in (g4build pin data): transformers>=5.5.1,<5.15, torch==2.11.0, flashinfer-python==0.6.8.post1 (where installed); a transformers outside its range stops here, unless G4BUILD_ALLOW_ENVIRONMENT=1 (for checkpoints whose configs were adapted to it).
 #
 # FlashInfer: the wheel does not bring it, so every FlashInfer path of the recipe is off:
 #   VLLM_USE_FLASHINFER_SAMPLER=0: vLLM's default sampler is FlashInfer's, imported at engine start
@@ -112,7 +112,13 @@ for project, spec, required, fatal, why, found, ok in rows:
         print(''hint: pip install %r (in this environment), then start again'' % (project + spec), file=sys.stderr)
 sys.exit(3 if stop else 0)
 '
-    if ($LASTEXITCODE -eq 3) { exit 1 }
+    if ($LASTEXITCODE -eq 3) {
+        if ($env:G4BUILD_ALLOW_ENVIRONMENT -ne '1') {
+            [Console]::Error.WriteLine('hint: where the checkpoint''s config was adapted to this transformers, G4BUILD_ALLOW_ENVIRONMENT=1 serves anyway')
+            exit 1
+        }
+        [Console]::Error.WriteLine('note: G4BUILD_ALLOW_ENVIRONMENT=1: serving outside the environment this vLLM was checked with')
+    }
 }
 
 $vllmArgs = @(
