@@ -270,11 +270,14 @@ serve_run() {  # RECIPE DRAFTER
   mkdir -p "$stage/acc"
   say "serve route: $recipe with the trained $drafter drafter"
   start=$(date +%s)
+  local -a extra=()
+  local kv
+  for kv in ${G4E2E_SERVE_SET:-}; do extra+=(--set "$kv"); done  # space-separated KEY=VALUE recipe settings
   rm -rf "$stage/serve-$drafter"
   PYTHONPATH=$stage/patched:$stage/deps:$stage/deps-serve:$here timeout -k 30 "$run_limit" "$py" \
     "$here/serve_route.py" --recipe "$recipe" --drafter "$drafter" --models "$stage/trained" \
     --work "$stage/serve-$drafter" --json "$stage/acc/serve-$drafter.json" \
-    --g4build "env PYTHONPATH=$stage/g4:$stage/deps $py -m g4build" --set "pin=$pin" ${G4E2E_SERVE_SET:+--set "$G4E2E_SERVE_SET"} \
+    --g4build "env PYTHONPATH=$stage/g4:$stage/deps $py -m g4build" --set "pin=$pin" "${extra[@]}" \
     > "$stage/logs/serve-$drafter.log" 2>&1 || rc=$?
   say "serve route $drafter exited $rc after $(( $(date +%s) - start )) s"
   tail -4 "$stage/logs/serve-$drafter.log"
