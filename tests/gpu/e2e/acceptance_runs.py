@@ -128,16 +128,13 @@ class Counters:
         return d
 
 
-def text_of(ids: list[int]) -> str:
-    return " ".join(f"w{i}" for i in ids if i >= tiny_lang.FIRST_WORD)
-
-
 def image_prompts() -> list[dict[str, Any]]:
     out = []
     for i, p in enumerate(tiny_lang.eval_prompts(seed=777)[:4]):
         ids = list(p["token_ids"])[1:]  # type: ignore[arg-type]
         cut = 10 + 40 * i
-        out.append({"id": f"img{i}", "text": f"{text_of(ids[:cut])} <|image|> {text_of(ids[cut:])}",
+        text = f"{tiny_lang.text_of(ids[:cut])} <|image|> {tiny_lang.text_of(ids[cut:])}"
+        out.append({"id": f"img{i}", "text": text,
                     "image": [96 + 32 * i, 128], "max_tokens": 64})
     return out
 

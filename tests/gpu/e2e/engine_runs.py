@@ -119,10 +119,15 @@ def _image(width: int, height: int, salt: int) -> Any:
     return img
 
 
+def request_image(req: dict[str, Any]) -> Any:
+    """The image of a request with one ({"image": [w, h]}), seeded by its id: the same in every run and route."""
+    w, h = req["image"]
+    return _image(w, h, sum(map(ord, req["id"])))
+
+
 def to_vllm_prompt(req: dict[str, Any]) -> Any:
     if "image" in req:
-        w, h = req["image"]
-        return {"prompt": req["text"], "multi_modal_data": {"image": _image(w, h, sum(map(ord, req["id"])))}}
+        return {"prompt": req["text"], "multi_modal_data": {"image": request_image(req)}}
     return {"prompt_token_ids": list(req["token_ids"])}
 
 

@@ -21,8 +21,8 @@
 #                  names a repetition of a pair, NAME-rN)
 #   sliding-fa-report  tests/gpu/results/vllm-0.21.0-sliding-fa.json from those runs (sliding_fa_report.py)
 #   train          train the tiny target and its DFlash drafter, reference acceptance (train_models.py)
-#   train-bg       the same in the background (it outlives the call; keep the machine with calls back to back)
-#   train-wait     wait for train-bg (G4E2E_TRAIN_WAIT seconds, default 480)
+#   train-bg       the same in the background: bg:train (it outlives the call; keep the machine with calls back to back)
+#   train-wait     wait for train-bg: wait:train (G4E2E_TRAIN_WAIT seconds, default 480)
 #   reference      the reference acceptance of $stage/trained (copied from a carried .device/trained if absent)
 #   train-mtp      train the gemma4_assistant MTP drafter on the trained target, and its reference (train_mtp.py)
 #   acc:VARIANT:PHASES  one engine start with the trained models (acceptance_runs.py; phases comma-separated):
@@ -283,20 +283,6 @@ serve_run() {  # RECIPE DRAFTER
   tail -4 "$stage/logs/serve-$drafter.log"
 }
 
-step_train_bg() {  # in its own session: it outlives this call while later calls keep the machine
-  mkdir -p "$stage/acc"
-  setsid nohup bash -c "'$0' train > '$stage/logs/train-bg.log' 2>&1; echo \$? > '$stage/acc/train.rc'" \
-    < /dev/null > /dev/null 2>&1 &
-  say "training started in the background"
-}
-
-step_train_wait() {  # wait for train-bg, up to G4E2E_TRAIN_WAIT seconds (default 480)
-  local waited=0 limit=${G4E2E_TRAIN_WAIT:-480}
-  while [ ! -f "$stage/acc/train.rc" ] && [ $waited -lt "$limit" ]; do sleep 5; waited=$((waited + 5)); done
-  tail -4 "$stage/logs/train.log" 2>/dev/null
-  [ -f "$stage/acc/train.rc" ] || { echo "training still running after $limit s"; return 1; }
-  return "$(cat "$stage/acc/train.rc")"
-}
 
 acc_run() {  # VARIANT PHASES: one engine start with the trained models on the overlaid wheel
   local variant=$1 phases=$2 name start rc=0 suffix
@@ -341,9 +327,9 @@ for s in "$@"; do
     dflash) engine_run dflash patched dflash ;;
     mtp) engine_run mtp patched mtp ;;
     train) step_train || { echo "step train failed ($?)"; status=1; } ;;
-    train-bg) step_train_bg ;;
+    train-bg) step_bg train ;;  # = bg:train
     reference) step_reference || { echo "step reference failed ($?)"; status=1; } ;;
-    train-wait) step_train_wait || { echo "step train-wait failed ($?)"; status=1; } ;;
+    train-wait) step_wait train || { echo "step train-wait failed ($?)"; status=1; } ;;  # = wait:train
     train-mtp) step_train_mtp || { echo "step train-mtp failed ($?)"; status=1; } ;;
     bg:*) step_bg "${s#bg:}" ;;
     wait:*) step_wait "${s#wait:}" || { echo "step $s failed ($?)"; status=1; } ;;

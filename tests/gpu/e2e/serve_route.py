@@ -44,6 +44,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import acceptance_runs  # noqa: E402
+import engine_runs as er  # noqa: E402
 import tiny_lang  # noqa: E402
 from jsonio import write  # noqa: E402
 
@@ -140,19 +142,11 @@ def metrics(base: str) -> dict[str, float]:
     return out
 
 
-def png_data_url(width: int, height: int, seed: int) -> str:
-    from PIL import Image
-
-    img = Image.new("RGB", (width, height))
-    img.putdata([((x * 7 + seed) % 256, (y * 5 + seed) % 256, (x * y + seed) % 256)
-                 for y in range(height) for x in range(width)])
+def png_data_url(req: dict[str, Any]) -> str:
+    """The request's image (engine_runs.request_image: the offline runs' own) as a PNG data URL."""
     buf = io.BytesIO()
-    img.save(buf, format="PNG")
+    er.request_image(req).save(buf, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
-def text_of(ids: list[int]) -> str:
-    return " ".join(f"w{i}" for i in ids if i >= tiny_lang.FIRST_WORD)
 
 
 def talk(base: str, name: str, reference: dict[str, Any]) -> dict[str, Any]:
@@ -178,16 +172,14 @@ def talk(base: str, name: str, reference: dict[str, Any]) -> dict[str, Any]:
         text_rows = list(pool.map(complete, prompts))
     text_s = round(time.perf_counter() - t0, 2)
     image_rows = []
-    for i, p in enumerate(tiny_lang.eval_prompts(seed=777)[:2]):
-        ids = list(p["token_ids"])[1:]
-        cut = 10 + 40 * i
-        content = [{"type": "text", "text": text_of(ids[:cut])},
-                   {"type": "image_url", "image_url": {"url": png_data_url(96 + 32 * i, 128, i)}},
-                   {"type": "text", "text": " " + text_of(ids[cut:])}]
-        body = {"model": name, "messages": [{"role": "user", "content": content}], "max_tokens": 64,
-                "temperature": 0.0, "ignore_eos": True}
+    for req in acceptance_runs.image_prompts()[:2]:  # the offline runs' image requests, the image between words
+        before, after = req["text"].split(" <|image|> ")
+        content = [{"type": "text", "text": before}, {"type": "image_url", "image_url": {"url": png_data_url(req)}},
+                   {"type": "text", "text": " " + after}]
+        body = {"model": name, "messages": [{"role": "user", "content": content}],
+                "max_tokens": int(req["max_tokens"]), "temperature": 0.0, "ignore_eos": True}
         status, text = http("POST", base + "/v1/chat/completions", body, timeout=300)
-        row = {"id": f"img{i}", "status": status}
+        row = {"id": req["id"], "status": status}
         if status == 200:
             d = json.loads(text)
             row["completion_tokens"] = d["usage"]["completion_tokens"]

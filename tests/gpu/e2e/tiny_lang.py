@@ -116,3 +116,8 @@ def long_context_prompts(seed: int = 8765) -> list[dict[str, object]]:
             doc = _ending_in_copy(rng, n)
             out.append({"id": f"L{n}-{j}", "context": n, "token_ids": doc, "max_tokens": 96})
     return out
+
+
+def text_of(ids: list[int]) -> str:
+    """Words as the tiny tokenizer spells them (w<id>), whitespace-separated; ids below the words left out."""
+    return " ".join(f"w{i}" for i in ids if i >= FIRST_WORD)

@@ -151,7 +151,9 @@ class TargetLayer(nn.Module):
         out = torch.einsum("...ei,ehi->...eh", act, self.experts_down)
         return (out * weights[..., None]).sum(-2)
 
-    def forward(self, h: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor,
+                kv_out: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
+        """The layer; kv_out, when given, receives the (k, v) it attends with: what vLLM caches for it."""
         s, hd = self.s, self.hd
         b, t, _ = h.shape
         x = self.input_layernorm(h)
@@ -159,6 +161,8 @@ class TargetLayer(nn.Module):
         k = self.k_norm(self.k_proj(x).view(b, t, s.kv_heads, hd)).transpose(1, 2)
         v = rms(self.v_proj(x).view(b, t, s.kv_heads, hd), None).transpose(1, 2)
         q, k = rope(q, pos, self.freqs), rope(k, pos, self.freqs)
+        if kv_out is not None:
+            kv_out.append((k, v))
         a = attend(q, k, v, mask, 1.0).transpose(1, 2).reshape(b, t, s.heads * hd)
         h = self.post_attention_layernorm(self.o_proj(a)) + h
         residual = h
@@ -194,18 +198,30 @@ class Target(nn.Module):
 
     def forward(self, tokens: torch.Tensor, aux_ids: tuple[int, ...] = ()) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Soft-capped logits [B,T,V] (float32) and the auxiliary states named by aux_ids."""
+        logits, aux, _, _ = self.states(tokens, aux_ids)
+        return logits, aux
+
+    def states(self, tokens: torch.Tensor, aux_ids: tuple[int, ...] = (), kv_ids: tuple[int, ...] = ()) -> tuple[
+            torch.Tensor, list[torch.Tensor], dict[int, tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+        """forward's logits and auxiliary states, the (k, v) of the layers named by kv_ids (what an MTP drafter
+        shares) and the final-normed hidden states [B,T,H] (what vLLM hands an MTP drafter)."""
         s = self.s
         t = tokens.shape[1]
         pos = torch.arange(t, device=tokens.device)
         h = self.embed_tokens(tokens) * torch.tensor(s.hidden ** 0.5, dtype=self.embed_tokens.weight.dtype)
         masks = {SLIDING: causal_mask(t, s.window, tokens.device), FULL: causal_mask(t, None, tokens.device)}
         aux = [h] if 0 in aux_ids else []
+        kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         for i, layer in enumerate(self.layers):
-            h = layer(h, pos, masks[layer.kind])
+            got: list[tuple[torch.Tensor, torch.Tensor]] = []
+            h = layer(h, pos, masks[layer.kind], got if i in kv_ids else None)
+            if got:
+                kv[i] = got[0]
             if i + 1 in aux_ids:
                 aux.append(h)
-        logits = F.linear(self.norm(h), self.embed_tokens.weight).float()
-        return torch.tanh(logits / s.softcap) * s.softcap, aux
+        normed = self.norm(h)
+        logits = F.linear(normed, self.embed_tokens.weight).float()
+        return torch.tanh(logits / s.softcap) * s.softcap, aux, kv, normed
 
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
         """Checkpoint names of Gemma4ForConditionalGeneration (what vLLM's loader maps), text part only."""

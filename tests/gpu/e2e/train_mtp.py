@@ -44,7 +44,7 @@ sys.path.insert(0, str(HERE))
 import tiny_lang  # noqa: E402
 import tiny_models  # noqa: E402
 import train_models as tm  # noqa: E402
-from tiny_torch import FULL, SLIDING, RMSNorm, Target, attend, causal_mask, inv_freq, load_checkpoint, rms, rope  # noqa: E402
+from tiny_torch import FULL, SLIDING, RMSNorm, Target, attend, causal_mask, inv_freq, load_checkpoint, rope  # noqa: E402
 
 TS = tm.TS
 
@@ -155,32 +155,16 @@ def target_state(target: Target, tok: torch.Tensor) -> tuple[torch.Tensor, dict[
                                                               torch.Tensor]:
     """The frozen target over tok [B,T]: (final-normed hidden states [B,T,H], the K/V each drafter layer kind
     shares, greedy next tokens [B,T])."""
-    s = target.s
-    b, t = tok.shape
-    pos = torch.arange(t, device=tok.device)
-    want = {i: kind for kind, i in shared_layers().items()}
-    kv: dict[str, tuple[torch.Tensor, ...]] = {}
+    shared = shared_layers()
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=tok.device.type == "cuda"):
-        h = target.embed_tokens(tok) * torch.tensor(s.hidden ** 0.5, dtype=target.embed_tokens.weight.dtype)
-        masks = {SLIDING: causal_mask(t, s.window, tok.device), FULL: causal_mask(t, None, tok.device)}
-        for i, L in enumerate(target.layers):
-            if i in want:
-                x = L.input_layernorm(h)
-                k = L.k_norm(L.k_proj(x).view(b, t, s.kv_heads, L.hd)).transpose(1, 2)
-                v = rms(L.v_proj(x).view(b, t, s.kv_heads, L.hd), None).transpose(1, 2)
-                kv[want[i]] = (rope(k, pos, L.freqs), v)
-            h = L(h, pos, masks[L.kind])
-        normed = target.norm(h)
-        logits = F.linear(normed, target.embed_tokens.weight).float()
-    return normed, kv, logits.argmax(-1)
+        logits, _, kv, normed = target.states(tok, kv_ids=tuple(shared.values()))
+    return normed, {kind: kv[i] for kind, i in shared.items()}, logits.argmax(-1)
 
 
 def masks_for(tq: int, tk: int, dev: torch.device) -> dict[str, torch.Tensor]:
-    """Query i sits at position i and sees keys 0..i (sliding: the last TS.window of them)."""
-    qi = torch.arange(tq, device=dev)[:, None]
-    ki = torch.arange(tk, device=dev)[None, :]
-    full = ki <= qi
-    return {FULL: full[None, None], SLIDING: (full & (qi - ki < TS.window))[None, None]}
+    """Query i sits at position i and sees keys 0..i (sliding: the last TS.window of them): the target's own
+    causal masks, first tq rows."""
+    return {SLIDING: causal_mask(tk, TS.window, dev)[:, :, :tq], FULL: causal_mask(tk, None, dev)[:, :, :tq]}
 
 
 def train(mtp: Mtp, target: Target, steps: int, seed: int, dev: torch.device, smoke: bool,
