@@ -85,10 +85,11 @@ def ablate(variant: str) -> str | None:
     return None
 
 
-def engine_kwargs(variant: str, models: Path, meta: dict[str, Any], compilation: dict[str, Any]) -> dict[str, Any]:
+def engine_kwargs(variant: str, models: Path, meta: dict[str, Any], compilation: dict[str, Any],
+                  gpu_mem: float = 0.5) -> dict[str, Any]:
     kw: dict[str, Any] = {
         "model": str(models / "target"), "seed": 0, "dtype": er.DTYPE, "max_model_len": MAX_MODEL_LEN,
-        "max_num_seqs": MAX_NUM_SEQS, "gpu_memory_utilization": 0.5, "enable_chunked_prefill": True,
+        "max_num_seqs": MAX_NUM_SEQS, "gpu_memory_utilization": gpu_mem, "enable_chunked_prefill": True,
         "enable_prefix_caching": True, "enforce_eager": False, "compilation_config": compilation,
         "limit_mm_per_prompt": {"image": 1, "video": 0}, "mm_processor_cache_gb": 0, "disable_log_stats": False,
         "hf_overrides": meta.get("target_hf_overrides") or {}, "max_num_batched_tokens": STEP_BUDGET,
@@ -231,7 +232,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         os.environ["VLLM_DISABLE_COMPILE_CACHE"] = "1"
     for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_NO_USAGE_STATS"):
         os.environ.setdefault(k, "1")
-    kw = engine_kwargs(args.variant, models, meta, compilation)
+    kw = engine_kwargs(args.variant, models, meta, compilation, args.gpu_memory_utilization)
     result["engine_kwargs"] = dict(kw)
     result["env"] = {k: v for k, v in sorted(os.environ.items()) if k.startswith("VLLM_")}  # e.g. the FA version
     log_path = args.json.with_suffix(".log")
@@ -285,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", type=Path, required=True)
     ap.add_argument("--json", type=Path, required=True)
     ap.add_argument("--phases", default="main")
+    ap.add_argument("--gpu-memory-utilization", type=float, default=0.5,
+                    help="the engine's share of the GPU; lower lets correctness runs share one GPU (speed runs: alone)")
     args = ap.parse_args(argv)
     return 0 if run(args)["ok"] else 1
 

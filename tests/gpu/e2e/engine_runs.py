@@ -328,6 +328,10 @@ def engine_kwargs(mode: str, models: Path, meta: dict[str, Any], num_spec: int,
         # transformers 5.17 drops text_config.global_head_dim (tiny_models.py): put it back.
         "hf_overrides": meta.get("target_hf_overrides") or {},
     }
+    if os.environ.get("G4E2E_TARGET_BACKEND"):
+        # as acceptance_runs: 0.26.0+ would put the target on FlashAttention 4 on an H100; an SM120 card gets
+        # TRITON_ATTN, which is what the users' pristine failure happens beside
+        kw["attention_backend"] = os.environ["G4E2E_TARGET_BACKEND"]
     budget = STEP_TOKEN_BUDGET
     if mode == "dflash":
         kw["speculative_config"] = {

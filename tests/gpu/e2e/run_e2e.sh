@@ -6,7 +6,11 @@
 #
 # Steps (each can be its own call; state lives in $G4E2E_STAGE, default /tmp/g4e2e):
 #   stash          copy the wheel parts carried in .device/e2e/<n>/ (G4E2E_PARTS names another folder) into the
-#                  stage (parts.py checks each)
+#                  stage (parts.py checks each); the parts of a pin's torch bundle too (G4E2E_TORCH_PARTS)
+#   torch          a pin with its own torch (tests/gpu/e2e/torch-wheels-<pin>.txt: 0.29.0, 0.33.0): cut the bundle
+#                  into its wheels, check each against the list, install them into $stage/torch-site, which every
+#                  later engine step puts first on PYTHONPATH; then probe
+#   probe          the torch, triton, NCCL, cuDNN and vLLM the engine steps import, and a CUDA matmul
 #   deps           install the carried dependency wheels (.whl/, listed in tests/gpu/e2e/device-wheels.txt)
 #   prepare        join the parts (sha256 against patches/pins.yaml), install g4build, install the pristine
 #                  wheel, make the overlaid wheel with `g4build overlay` + `g4build validate`, install it,
@@ -24,6 +28,10 @@
 #   train-bg       the same in the background: bg:train (it outlives the call; keep the machine with calls back to back)
 #   train-wait     wait for train-bg: wait:train (G4E2E_TRAIN_WAIT seconds, default 480)
 #   reference      the reference acceptance of $stage/trained (copied from a carried .device/trained if absent)
+#   reference-mtp  the MTP drafter's reference acceptance of a carried, already trained $stage/trained/mtp
+#   per-layer-config  drop the explicit `per_layer_config: null` from the targets' text_config (trained and tiny):
+#                  vLLM 0.33.0 builds each Gemma 4 layer from per_layer_config[i].head_dim, and the null that keeps
+#                  0.21.0 able to read head_dim makes it build the full layers at 256 instead of 512
 #   train-mtp      train the gemma4_assistant MTP drafter on the trained target, and its reference (train_mtp.py)
 #   acc:VARIANT:PHASES  one engine start with the trained models (acceptance_runs.py; phases comma-separated):
 #                  results under $stage/acc/, brought back as acc.tgz
@@ -55,6 +63,15 @@ export VLLM_CACHE_ROOT=$stage/vllm-cache TRITON_CACHE_DIR=$stage/triton-cache
 export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # FlashInfer is not installed (its kernels do not serve this check); 0.21.0 imports it for the sampler by default
 export VLLM_USE_FLASHINFER_SAMPLER=0
+if [ -f "$repo/tests/gpu/e2e/torch-wheels-$pin.txt" ]; then
+  # the pin's carried torch runs on the machine's cuDNN 9.19, older than the one it was built with (torch refuses
+  # that by default; nothing in these runs calls cuDNN but the check itself)
+  export PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
+fi
+
+sitepath() {  # the pin's own torch stack, first on PYTHONPATH, once the torch step installed it
+  if [ -d "$stage/torch-site" ]; then printf '%s:' "$stage/torch-site"; fi
+}
 
 say() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
@@ -69,7 +86,47 @@ trap 'exit 143' TERM INT
 
 step_stash() {
   if [ -d "$repo/.device/serve-whl" ]; then mkdir -p "$stage/whl-serve" && cp "$repo"/.device/serve-whl/*.whl "$stage/whl-serve/"; fi
-  "$py" "$here/parts.py" stash "$repo/${G4E2E_PARTS:-.device/e2e}" --stage "$stage/parts"
+  "$py" "$here/parts.py" stash "$repo/${G4E2E_PARTS:-.device/e2e}" --stage "$stage/parts" || return $?
+  if [ -n "${G4E2E_TORCH_PARTS:-}" ]; then
+    "$py" "$here/parts.py" stash "$repo/$G4E2E_TORCH_PARTS" --stage "$stage/torch-parts" || return $?
+  fi
+}
+
+step_torch() {  # the pin's torch stack: bundle -> wheels (each checked against the list) -> $stage/torch-site
+  local list=$here/torch-wheels-$pin.txt
+  [ -f "$list" ] || { echo "step torch: no $(basename "$list"); $pin runs on the machine's own torch"; return 7; }
+  "$py" "$here/parts.py" unbundle --stage "$stage/torch-parts" --dest "$stage/torch-whl" || return $?
+  install_listed "$list" "$stage/torch-whl" "$stage/torch-site" "$stage/logs/torch.log" || return $?
+  step_probe
+}
+
+step_probe() {  # what the engine steps will import, written to runs/probe.json
+  local vllm_path=
+  [ ! -d "$stage/patched" ] || vllm_path=$stage/patched:$stage/deps
+  PYTHONPATH=$(sitepath)$vllm_path "$py" - "$stage/runs/probe.json" <<'PY'
+import json, sys
+import torch
+out = {"torch": torch.__version__, "cuda": torch.version.cuda, "torch_file": torch.__file__}
+import triton
+out["triton"] = triton.__version__
+out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+out["cudnn"] = torch.backends.cudnn.version()
+out["device"] = torch.cuda.get_device_name()
+x = torch.randn(512, 512, device="cuda")
+out["matmul_ok"] = bool(torch.allclose((x @ x).cpu(), x.cpu() @ x.cpu(), atol=1e-2, rtol=1e-2))
+try:
+    import torchvision
+    out["torchvision"] = torchvision.__version__
+except Exception as exc:  # recorded: the engine steps may not need it
+    out["torchvision"] = f"{type(exc).__name__}: {exc}"
+try:
+    import vllm
+    out["vllm"] = vllm.__version__
+except Exception as exc:
+    out["vllm"] = f"{type(exc).__name__}: {exc}"
+json.dump(out, open(sys.argv[1], "w"), indent=1)
+print(json.dumps(out))
+PY
 }
 
 step_serve_deps() {  # the server's wheels (uvicorn, aiohttp, mistral_common, ...), stashed by any transfer
@@ -156,8 +213,9 @@ engine_run() {  # NAME VARIANT MODE (G4E2E_DTYPE=float16: NAME-float16; G4E2E_NU
   [ -d "$stage/$variant" ] || { echo "step $name: $variant wheel not installed (run prepare first)"; return 7; }
   say "run $name ($mode on the $variant wheel)"
   start=$(date +%s)
-  PYTHONPATH=$stage/$variant:$stage/deps timeout -k 20 "$run_limit" "$py" "$here/engine_runs.py" \
-    --mode "$mode" --models "$stage/models" --json "$stage/runs/$name.json" > "$stage/logs/$name.log" 2>&1 || rc=$?
+  PYTHONPATH=$(sitepath)$stage/$variant:$stage/deps timeout -k 20 "$run_limit" "$py" "$here/engine_runs.py" \
+    --mode "$mode" --models "$stage/models" --json "$stage/runs/$name.json" \
+    ${G4E2E_GPU_MEM:+--gpu-memory-utilization "$G4E2E_GPU_MEM"} > "$stage/logs/$name.log" 2>&1 || rc=$?
   say "run $name exited $rc after $(( $(date +%s) - start )) s"
   tail -5 "$stage/logs/$name.log"
   if [ ! -s "$stage/runs/$name.json" ]; then  # killed before the script could write: record that much
@@ -195,7 +253,7 @@ sliding_fa_run() {  # VARIANT (triton | fa): the target alone on the overlaid wh
   say "run $name"
   start=$(date +%s)
   # the e2e folder on the path: the engine core process unpickles the functions sent to it by reference too
-  PYTHONPATH=$stage/patched:$stage/deps:$here timeout -k 20 "$run_limit" "$py" "$here/sliding_fa_runs.py" \
+  PYTHONPATH=$(sitepath)$stage/patched:$stage/deps:$here timeout -k 20 "$run_limit" "$py" "$here/sliding_fa_runs.py" \
     --variant "$variant" --models "$stage/models" --json "$stage/runs/$name.json" > "$stage/logs/$name.log" 2>&1 \
     || rc=$?
   say "run $name exited $rc after $(( $(date +%s) - start )) s"
@@ -232,6 +290,32 @@ step_reference() {  # the reference acceptance of the checkpoints in $stage/trai
   cp "$stage/trained/reference.json" "$stage/acc/"
   [ ! -f "$stage/trained/train.json" ] || cp "$stage/trained/train.json" "$stage/acc/"
   say "$(tail -1 "$stage/logs/reference.log" | cut -c1-400)"
+}
+
+step_per_layer_config() {  # vLLM 0.33.0 reads Gemma 4's heterogeneous per_layer_config (see the header)
+  "$py" - "$stage/trained/target/config.json" "$stage/models/target/config.json" <<'PY'
+import json, os, sys
+for path in sys.argv[1:]:
+    if not os.path.isfile(path):
+        continue
+    config = json.load(open(path))
+    text = config.get("text_config", {})
+    if "per_layer_config" in text and text["per_layer_config"] is None:
+        del text["per_layer_config"]
+        json.dump(config, open(path + ".tmp", "w"), indent=2)
+        os.replace(path + ".tmp", path)
+        print(f"{path}: per_layer_config left to transformers (full layers at global_head_dim)")
+PY
+}
+
+step_reference_mtp() {  # the reference acceptance of a carried, trained MTP drafter
+  mkdir -p "$stage/acc"
+  [ -f "$stage/trained/mtp/model.safetensors" ] || { echo "no trained MTP drafter (carry .device/trained, run reference)"; return 7; }
+  "$py" "$here/train_mtp.py" "$stage/trained" --reference-only > "$stage/logs/reference-mtp.log" 2>&1 \
+    || { tail -20 "$stage/logs/reference-mtp.log"; return 1; }
+  cp "$stage/trained/reference-mtp.json" "$stage/acc/"
+  [ ! -f "$stage/trained/train-mtp.json" ] || cp "$stage/trained/train-mtp.json" "$stage/acc/"
+  say "$(tail -1 "$stage/logs/reference-mtp.log" | cut -c1-300)"
 }
 
 step_train_mtp() {  # the MTP drafter on the trained target (from train or a carried .device/trained)
@@ -274,7 +358,7 @@ serve_run() {  # RECIPE DRAFTER
   local kv
   for kv in ${G4E2E_SERVE_SET:-}; do extra+=(--set "$kv"); done  # space-separated KEY=VALUE recipe settings
   rm -rf "$stage/serve-$drafter"
-  PYTHONPATH=$stage/patched:$stage/deps:$stage/deps-serve:$here timeout -k 30 "$run_limit" "$py" \
+  PYTHONPATH=$(sitepath)$stage/patched:$stage/deps:$stage/deps-serve:$here timeout -k 30 "$run_limit" "$py" \
     "$here/serve_route.py" --recipe "$recipe" --drafter "$drafter" --models "$stage/trained" \
     --work "$stage/serve-$drafter" --json "$stage/acc/serve-$drafter.json" \
     --g4build "env PYTHONPATH=$stage/g4:$stage/deps $py -m g4build" --set "pin=$pin" "${extra[@]}" \
@@ -295,8 +379,9 @@ acc_run() {  # VARIANT PHASES: one engine start with the trained models on the o
   fi
   say "acceptance run $name ($phases)"
   start=$(date +%s)
-  PYTHONPATH=$stage/patched:$stage/deps:$here timeout -k 20 "$run_limit" "$py" "$here/acceptance_runs.py" \
+  PYTHONPATH=$(sitepath)$stage/patched:$stage/deps:$here timeout -k 20 "$run_limit" "$py" "$here/acceptance_runs.py" \
     --variant "$variant" --phases "$phases" --models "$stage/trained" --json "$stage/acc/$name.json" \
+    ${G4E2E_GPU_MEM:+--gpu-memory-utilization "$G4E2E_GPU_MEM"} \
     > "$stage/logs/acc-$name.log" 2>&1 || rc=$?
   say "acceptance run $name exited $rc after $(( $(date +%s) - start )) s"
   tail -4 "$stage/logs/acc-$name.log"
@@ -305,7 +390,7 @@ acc_run() {  # VARIANT PHASES: one engine start with the trained models on the o
 step_kernel() {
   [ -d "$stage/patched" ] || { echo "step kernel: overlaid wheel not installed"; return 7; }
   say "mm-prefix-fa kernel check"
-  PYTHONPATH=$stage/patched:$stage/deps timeout -k 20 "$run_limit" "$py" "$here/mm_prefix_kernel.py" \
+  PYTHONPATH=$(sitepath)$stage/patched:$stage/deps timeout -k 20 "$run_limit" "$py" "$here/mm_prefix_kernel.py" \
     --json "$stage/runs/kernel.json" > "$stage/logs/kernel.log" 2>&1
   say "kernel check exited $?"; tail -25 "$stage/logs/kernel.log"
 }
@@ -315,11 +400,11 @@ step_report() {
   [ -z "${OUT:-}" ] || cp "$repo"/tests/gpu/results/vllm-0.21.0-*.json "$OUT"/
 }
 
-[ $# -gt 0 ] || { sed -n '2,41p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,48p' "$0"; exit 2; }
 status=0
 for s in "$@"; do
   case $s in
-    stash|deps|prepare|kernel|report) "step_$s" || { echo "step $s failed ($?)"; status=1; } ;;
+    stash|deps|prepare|kernel|report|torch|probe) "step_$s" || { echo "step $s failed ($?)"; status=1; } ;;
     sliding-fa) step_sliding_fa ;;
     sliding-fa-report) step_sliding_fa_report || { echo "step $s failed ($?)"; status=1; } ;;
     pristine) engine_run pristine-dflash pristine dflash ;;
@@ -329,6 +414,8 @@ for s in "$@"; do
     train) step_train || { echo "step train failed ($?)"; status=1; } ;;
     train-bg) step_bg train ;;  # = bg:train
     reference) step_reference || { echo "step reference failed ($?)"; status=1; } ;;
+    per-layer-config) step_per_layer_config || { echo "step $s failed ($?)"; status=1; } ;;
+    reference-mtp) step_reference_mtp || { echo "step reference-mtp failed ($?)"; status=1; } ;;
     train-wait) step_wait train || { echo "step train-wait failed ($?)"; status=1; } ;;  # = wait:train
     train-mtp) step_train_mtp || { echo "step train-mtp failed ($?)"; status=1; } ;;
     bg:*) step_bg "${s#bg:}" ;;
@@ -340,6 +427,6 @@ for s in "$@"; do
   esac
   publish
   # a failed preparation makes the runs after it meaningless
-  if [ $status -ne 0 ] && [ "$s" = prepare ]; then exit 1; fi
+  if [ $status -ne 0 ] && { [ "$s" = prepare ] || [ "$s" = torch ]; }; then exit 1; fi
 done
 exit $status
