@@ -6,11 +6,14 @@
 LABEL names what the run is in the result (e.g. dflash, target, dflash-strict, mtp, mtp-strict, target-mtp,
 target-mtp-strict (the target alone of the MTP runs' machine), speed-target, speed-dflash, speed-mtp,
 ablation-no-embed-scale); the report reads whichever phases each run holds. --serve LABEL=PATH adds a
-serve_route.py result. Judgements:
+serve_route.py result; --pristine PATH [--pristine-log LOG] the pristine wheel's DFlash + flash_attn start
+(engine_runs.py, run_e2e.sh step pristine). Judgements:
   matches_reference  |vLLM acceptance length - reference| <= ACCEPTANCE_TOLERANCE x reference, for the series
                      and for every ablation the reference models (no_embed_scale, no_softcap, no_window_causality)
   greedy_equal       every request's tokens equal between the target alone and DFlash, in a pair of runs
   prefix_same        every prefix-cache hit drafts and accepts as its cold run (counts) and emits the same tokens
+  pristine_refuses_flash_attn  the registry wheel as published stops DFlash with a flash_attn drafter beside a
+                     Gemma 4 target, naming FLASH_ATTN as not valid (the users' error, in the pin's own words)
 """
 
 from __future__ import annotations
@@ -117,6 +120,11 @@ def summary_of(run: dict[str, Any]) -> dict[str, Any]:
             out[key] = resolved[key]
     if (run.get("env") or {}).get("VLLM_FLASH_ATTN_VERSION"):
         out["flash_attn_version"] = run["env"]["VLLM_FLASH_ATTN_VERSION"]
+    versions = run.get("versions") or {}
+    if versions:
+        out["versions"] = {k: versions[k] for k in ("vllm", "torch", "transformers") if k in versions}
+    if (run.get("engine_kwargs") or {}).get("gpu_memory_utilization") is not None:
+        out["gpu_memory_utilization"] = run["engine_kwargs"]["gpu_memory_utilization"]
     runner = [ln for ln in run.get("backends") or [] if "Model Runner" in ln]
     if runner:
         out["model_runner"] = runner[0].split("Using ")[-1]
@@ -208,6 +216,21 @@ def build(train: dict[str, Any], ref: dict[str, Any], runs: dict[str, dict[str, 
     return res
 
 
+REFUSAL = "is not valid for this configuration"
+
+
+def pristine_summary(run: dict[str, Any], log_text: str = "") -> dict[str, Any]:
+    """What the pristine wheel did with DFlash + flash_attn: its refusal line, if any, from the log or the error."""
+    text = "\n".join([log_text, str(run.get("error") or "")])
+    refusal = next((ln[ln.index("ValueError:"):].strip() for ln in text.splitlines()
+                    if REFUSAL in ln and "ValueError:" in ln), None)
+    kw = run.get("engine_kwargs") or {}
+    return {"ok": bool(run.get("ok")), "stage": run.get("stage"), "refusal": refusal,
+            "target_attention_backend": kw.get("attention_backend"),
+            "drafter_attention_backend": (kw.get("speculative_config") or {}).get("attention_backend"),
+            "versions": {k: v for k, v in (run.get("versions") or {}).items() if k != "vllm_path"}}
+
+
 def pairs(items: list[str]) -> dict[str, dict[str, Any]]:
     out = {}
     for it in items:
@@ -232,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--note", action="append", default=[], help="a line for the result's notes")
     ap.add_argument("--overlay", help="overlay.json of the prepare step: the overlaid wheel's version")
     ap.add_argument("--series", action="append", default=[], help="NAME=VERSION of a series the wheel carried")
+    ap.add_argument("--pristine", help="the pristine wheel's DFlash + flash_attn run (engine_runs.py JSON)")
+    ap.add_argument("--pristine-log", help="its engine log (the refusal's full line)")
     args = ap.parse_args(argv)
     res = build(load(args.train), load(args.reference), pairs(args.run), pairs(args.superseded),
                 load(args.train_mtp) if args.train_mtp else None,
@@ -241,6 +266,11 @@ def main(argv: list[str] | None = None) -> int:
                         "series": {k: int(v) for k, _, v in (x.partition("=") for x in args.series)},
                         "how": "the registry wheel (sha256 = the pin's) overlaid on the GPU machine by `g4build "
                                "overlay` from the checkout, `g4build validate` ok"}
+    if args.pristine:
+        log_text = Path(args.pristine_log).read_text(errors="replace") if args.pristine_log else ""
+        res["pristine"] = pristine_summary(load(args.pristine), log_text)
+        res["checks"]["pristine_refuses_flash_attn"] = {
+            "ok": not res["pristine"]["ok"] and bool(res["pristine"]["refusal"]), "refusal": res["pristine"]["refusal"]}
     res["notes"] = args.note
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(res, indent=1) + "\n")

@@ -37,7 +37,9 @@ from jsonio import write  # beside this script: python puts the script's folder 
 
 MODES = ("baseline", "dflash", "mtp")
 # The restriction the pristine 0.21.0 wheel hits (vllm/v1/attention/backend.py validate_configuration).
-RESTRICTION = "partial multimodal token full attention not supported"
+# The users' refusal in each pin's words: 0.21.0 (vllm/v1/attention/backend.py), 0.33.0 (platforms/cuda.py)
+RESTRICTIONS = ("partial multimodal token full attention not supported",
+                "mm_prefix (PrefixLM bidirectional attention) requires FlashAttention v4")
 
 MAX_MODEL_LEN = 2048
 MAX_NUM_SEQS = 32
@@ -199,7 +201,7 @@ def root_cause(log: str, limit: int = 6000) -> str:
     for i in hits[-3:]:
         block = lines[i: i + 60]
         picked.append("\n".join(block))
-    restr = [ln for ln in lines if RESTRICTION in ln]
+    restr = [ln for ln in lines if any(r in ln for r in RESTRICTIONS)]
     text = "\n--\n".join(picked)
     if restr:
         text = "\n".join(restr[-3:]) + "\n--\n" + text
@@ -548,7 +550,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["ok"] = False
             result["error"] = (f"{type(exc).__name__}: {exc}\n{tb[-4000:]}\n--- engine log (root cause) ---\n"
                                f"{root_cause(tee.text())}")
-            result["error_names_restriction"] = RESTRICTION in tee.text() or RESTRICTION in str(exc)
+            result["error_names_restriction"] = any(r in tee.text() or r in str(exc) for r in RESTRICTIONS)
         finally:
             facts = log_facts(tee.text())
             result["backends"] = facts["backend_log"]
