@@ -80,6 +80,11 @@ def ablate(variant: str) -> str | None:
     if variant == "dflash-sliding-kv":
         from vllm.model_executor.layers.attention import Attention
 
+        if not hasattr(qd, "DFlashDraftAttention"):
+            # 0.21.0's series gives sliding draft layers full-attention KV through that class; later pins run
+            # sliding draft layers on sliding-window KV upstream (V2 runner), so there is nothing to leave out
+            raise RuntimeError("dflash-sliding-kv: this vLLM has no DFlashDraftAttention (the 0.21.0 series' "
+                               "full-KV piece); its sliding draft layers get sliding-window KV as published")
         qd.DFlashDraftAttention.get_kv_cache_spec = Attention.get_kv_cache_spec  # type: ignore[method-assign]
         return "DFlashDraftAttention.get_kv_cache_spec -> Attention's (sliding-window KV for sliding layers)"
     return None
