@@ -1,0 +1,69 @@
+"""run_e2e.sh steps that need no GPU, run for real in bash on a stage of their own: the per-layer-config step
+0.33.0 needs, and the torch step of a pin that has no torch stack of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+E2E = Path(__file__).resolve().parents[2] / "gpu" / "e2e"
+
+
+def _step(tmp_path: Path, *steps: str, pin: str = "vllm-0.33.0") -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, G4E2E_STAGE=str(tmp_path / "stage"), G4E2E_PIN=pin)
+    env.pop("OUT", None)
+    return subprocess.run(["bash", str(E2E / "run_e2e.sh"), *steps], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def _config(path: Path, text: dict[str, object]) -> None:
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"model_type": "gemma4", "text_config": text}))
+
+
+def test_per_layer_config_drops_only_an_explicit_null(tmp_path: Path) -> None:
+    trained = tmp_path / "stage" / "trained" / "target" / "config.json"
+    tiny = tmp_path / "stage" / "models" / "target" / "config.json"
+    _config(trained, {"head_dim": 256, "global_head_dim": 512, "per_layer_config": None})
+    _config(tiny, {"head_dim": 256, "per_layer_config": {"5": {"head_dim": 512}}})  # a real one stays
+    proc = _step(tmp_path, "per-layer-config")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(trained.read_text())["text_config"] == {"head_dim": 256, "global_head_dim": 512}
+    assert json.loads(tiny.read_text())["text_config"]["per_layer_config"] == {"5": {"head_dim": 512}}
+    assert "trained/target/config.json: per_layer_config left to transformers" in proc.stdout
+    again = _step(tmp_path, "per-layer-config")  # nothing left to drop: quiet, still fine
+    assert again.returncode == 0 and "left to transformers" not in again.stdout
+
+
+def test_torch_step_on_a_pin_without_its_own_stack_stops_the_call(tmp_path: Path) -> None:
+    proc = _step(tmp_path, "torch", "probe", pin="vllm-0.21.0")
+    assert proc.returncode == 1
+    assert "no torch-wheels-vllm-0.21.0.txt; vllm-0.21.0 runs on the machine's own torch" in proc.stdout
+    assert "probe" not in proc.stdout.split("step torch failed")[-1]  # a failed torch step ends the call
+
+
+def test_torch_step_without_staged_parts_names_what_is_missing(tmp_path: Path) -> None:
+    proc = _step(tmp_path, "torch")
+    assert proc.returncode == 1
+    assert "no part was stashed yet" in proc.stderr + proc.stdout
+    assert not (tmp_path / "stage" / "torch-site").exists()
+
+
+def test_every_pin_with_its_own_torch_lists_the_pins_torch() -> None:
+    import yaml
+
+    pins = yaml.safe_load((E2E.parents[2] / "patches" / "pins.yaml").read_text())["pins"]
+    lists = sorted(E2E.glob("torch-wheels-*.txt"))
+    assert {p.name for p in lists} == {"torch-wheels-vllm-0.29.0.txt", "torch-wheels-vllm-0.33.0.txt"}
+    for path in lists:
+        pin = path.name.removeprefix("torch-wheels-").removesuffix(".txt")
+        rows = [ln.split() for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
+        assert all(len(r) == 2 and len(r[1]) == 64 for r in rows), path.name
+        names = {r[0].split("-")[0]: r[0].split("-")[1] for r in rows}
+        assert names["torch"] == pins[pin]["torch"], path.name
+        assert {"triton", "nvidia_nccl_cu13", "torchvision"} <= set(names), path.name
+    # the 0.33.0 run found its model loader needs compressed-tensors: its dependency list carries it
+    deps = (E2E / "device-wheels-vllm-0.33.0.txt").read_text()
+    assert "compressed_tensors-0.17.0-" in deps and "loguru-" in deps
