@@ -148,7 +148,8 @@ def _series_finding(recipe: Recipe, ctx: CheckContext, name: str, by_name: dict[
         return Finding(rule="series", severity="warning",
                        message=f"pin '{pin.name}' lacks the upstream fix that series '{name}' carries: the stock "
                                "vllm wheel will fail; install a g4build wheel that carries it",
-                       hint="build one with `g4build wheel`, then render with --wheel PATH")
+                       hint=f"overlay one in seconds (`g4build overlay --pin {pin.name}`) or build one "
+                            "(`g4build wheel`), then render with --wheel PATH")
     carried = ctx.wheel.series.get(name)
     if carried is None:
         return Finding(rule="series", severity="error",
