@@ -82,9 +82,9 @@ def ablate(variant: str) -> str | None:
 
         if not hasattr(qd, "DFlashDraftAttention"):
             # 0.21.0's series gives sliding draft layers full-attention KV through that class; later pins run
-            # sliding draft layers on sliding-window KV upstream (V2 runner), so there is nothing to leave out
+            # sliding draft layers with their own window upstream (V2 runner): no such piece to leave out
             raise RuntimeError("dflash-sliding-kv: this vLLM has no DFlashDraftAttention (the 0.21.0 series' "
-                               "full-KV piece); its sliding draft layers get sliding-window KV as published")
+                               "full-KV piece) to swap; the ablation applies to vllm-0.21.0 only")
         qd.DFlashDraftAttention.get_kv_cache_spec = Attention.get_kv_cache_spec  # type: ignore[method-assign]
         return "DFlashDraftAttention.get_kv_cache_spec -> Attention's (sliding-window KV for sliding layers)"
     return None
@@ -99,10 +99,7 @@ def engine_kwargs(variant: str, models: Path, meta: dict[str, Any], compilation:
         "limit_mm_per_prompt": {"image": 1, "video": 0}, "mm_processor_cache_gb": 0, "disable_log_stats": False,
         "hf_overrides": meta.get("target_hf_overrides") or {}, "max_num_batched_tokens": STEP_BUDGET,
     }
-    if os.environ.get("G4E2E_TARGET_BACKEND"):
-        # vLLM 0.26.0+ puts a Gemma 4 target on FlashAttention 4 where the GPU could run it (H100: yes, SM120: no)
-        # and FA4 needs nvidia-cutlass-dsl; TRITON_ATTN is what such a target gets on SM120
-        kw["attention_backend"] = os.environ["G4E2E_TARGET_BACKEND"]
+    kw.update(er.target_backend())
     if variant == "mtp":
         kw["speculative_config"] = {"method": "mtp", "model": str(models / "mtp"),
                                     "num_speculative_tokens": NUM_SPEC_MTP}

@@ -307,6 +307,14 @@ def redraw_weights(worker: Any, seed: int) -> dict[str, int]:
 # ---------------------------------------------------------------------------------------------------------------
 # The run
 # ---------------------------------------------------------------------------------------------------------------
+def target_backend() -> dict[str, str]:
+    """The target's attention backend from G4E2E_TARGET_BACKEND, if set. vLLM 0.26.0+ puts a Gemma 4 target on
+    FlashAttention 4 where the GPU could run it (H100: yes, SM120: no), and FA4 needs nvidia-cutlass-dsl;
+    TRITON_ATTN is what such a target gets on SM120, and what the users' pristine failure happens beside."""
+    backend = os.environ.get("G4E2E_TARGET_BACKEND")
+    return {"attention_backend": backend} if backend else {}
+
+
 def engine_kwargs(mode: str, models: Path, meta: dict[str, Any], num_spec: int,
                   gpu_mem: float, compilation: dict[str, Any]) -> dict[str, Any]:
     kw: dict[str, Any] = {
@@ -330,10 +338,7 @@ def engine_kwargs(mode: str, models: Path, meta: dict[str, Any], num_spec: int,
         # transformers 5.17 drops text_config.global_head_dim (tiny_models.py): put it back.
         "hf_overrides": meta.get("target_hf_overrides") or {},
     }
-    if os.environ.get("G4E2E_TARGET_BACKEND"):
-        # as acceptance_runs: 0.26.0+ would put the target on FlashAttention 4 on an H100; an SM120 card gets
-        # TRITON_ATTN, which is what the users' pristine failure happens beside
-        kw["attention_backend"] = os.environ["G4E2E_TARGET_BACKEND"]
+    kw.update(target_backend())
     budget = STEP_TOKEN_BUDGET
     if mode == "dflash":
         kw["speculative_config"] = {

@@ -64,13 +64,20 @@ export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # FlashInfer is not installed (its kernels do not serve this check); 0.21.0 imports it for the sampler by default
 export VLLM_USE_FLASHINFER_SAMPLER=0
 if [ -f "$repo/tests/gpu/e2e/torch-wheels-$pin.txt" ]; then
-  # the pin's carried torch runs on the machine's cuDNN 9.19, older than the one it was built with (torch refuses
-  # that by default; nothing in these runs calls cuDNN but the check itself)
+  # the pin's carried torch runs on the machine's cuDNN 9.19, older than the one it was built with, which torch
+  # refuses by default; the pin's results are made on that pairing (probe records both versions)
   export PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
 fi
 
-sitepath() {  # the pin's own torch stack, first on PYTHONPATH, once the torch step installed it
-  if [ -d "$stage/torch-site" ]; then printf '%s:' "$stage/torch-site"; fi
+runpath() {  # WHEEL [MORE...]: PYTHONPATH of an engine step: the pin's own torch stack first once the torch
+  # step installed it, then the installed vLLM wheel (pristine | patched), the dependency wheels and MORE
+  local out=
+  [ ! -d "$stage/torch-site" ] || out=$stage/torch-site:
+  out=$out$stage/$1:$stage/deps
+  shift
+  local more
+  for more in "$@"; do out=$out:$more; done
+  printf '%s' "$out"
 }
 
 say() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
@@ -101,9 +108,7 @@ step_torch() {  # the pin's torch stack: bundle -> wheels (each checked against 
 }
 
 step_probe() {  # what the engine steps will import, written to runs/probe.json
-  local vllm_path=
-  [ ! -d "$stage/patched" ] || vllm_path=$stage/patched:$stage/deps
-  PYTHONPATH=$(sitepath)$vllm_path "$py" - "$stage/runs/probe.json" <<'PY'
+  PYTHONPATH=$(runpath patched) "$py" - "$stage/runs/probe.json" <<'PY'
 import json, sys
 import torch
 out = {"torch": torch.__version__, "cuda": torch.version.cuda, "torch_file": torch.__file__}
@@ -213,7 +218,7 @@ engine_run() {  # NAME VARIANT MODE (G4E2E_DTYPE=float16: NAME-float16; G4E2E_NU
   [ -d "$stage/$variant" ] || { echo "step $name: $variant wheel not installed (run prepare first)"; return 7; }
   say "run $name ($mode on the $variant wheel)"
   start=$(date +%s)
-  PYTHONPATH=$(sitepath)$stage/$variant:$stage/deps timeout -k 20 "$run_limit" "$py" "$here/engine_runs.py" \
+  PYTHONPATH=$(runpath "$variant") timeout -k 20 "$run_limit" "$py" "$here/engine_runs.py" \
     --mode "$mode" --models "$stage/models" --json "$stage/runs/$name.json" \
     ${G4E2E_GPU_MEM:+--gpu-memory-utilization "$G4E2E_GPU_MEM"} > "$stage/logs/$name.log" 2>&1 || rc=$?
   say "run $name exited $rc after $(( $(date +%s) - start )) s"
@@ -253,7 +258,7 @@ sliding_fa_run() {  # VARIANT (triton | fa): the target alone on the overlaid wh
   say "run $name"
   start=$(date +%s)
   # the e2e folder on the path: the engine core process unpickles the functions sent to it by reference too
-  PYTHONPATH=$(sitepath)$stage/patched:$stage/deps:$here timeout -k 20 "$run_limit" "$py" "$here/sliding_fa_runs.py" \
+  PYTHONPATH=$(runpath patched "$here") timeout -k 20 "$run_limit" "$py" "$here/sliding_fa_runs.py" \
     --variant "$variant" --models "$stage/models" --json "$stage/runs/$name.json" > "$stage/logs/$name.log" 2>&1 \
     || rc=$?
   say "run $name exited $rc after $(( $(date +%s) - start )) s"
@@ -308,21 +313,15 @@ for path in sys.argv[1:]:
 PY
 }
 
-step_reference_mtp() {  # the reference acceptance of a carried, trained MTP drafter
-  mkdir -p "$stage/acc"
-  [ -f "$stage/trained/mtp/model.safetensors" ] || { echo "no trained MTP drafter (carry .device/trained, run reference)"; return 7; }
-  "$py" "$here/train_mtp.py" "$stage/trained" --reference-only > "$stage/logs/reference-mtp.log" 2>&1 \
-    || { tail -20 "$stage/logs/reference-mtp.log"; return 1; }
-  cp "$stage/trained/reference-mtp.json" "$stage/acc/"
-  [ ! -f "$stage/trained/train-mtp.json" ] || cp "$stage/trained/train-mtp.json" "$stage/acc/"
-  say "$(tail -1 "$stage/logs/reference-mtp.log" | cut -c1-300)"
-}
-
-step_train_mtp() {  # the MTP drafter on the trained target (from train or a carried .device/trained)
+step_train_mtp() {  # [--reference-only]: the MTP drafter on the trained target (from train or a carried
+  # .device/trained); --reference-only: a carried, already trained drafter's reference alone
   mkdir -p "$stage/acc"
   [ -f "$stage/trained/target/model.safetensors" ] || { echo "no trained target (run train or reference)"; return 7; }
-  say "training the MTP drafter"
-  "$py" "$here/train_mtp.py" "$stage/trained" ${G4E2E_MTP_ARGS:-} > "$stage/logs/train-mtp.log" 2>&1 \
+  if [ "${1:-}" = --reference-only ] && [ ! -f "$stage/trained/mtp/model.safetensors" ]; then
+    echo "no trained MTP drafter (carry .device/trained, run reference)"; return 7
+  fi
+  say "MTP drafter: ${1:-training}"
+  "$py" "$here/train_mtp.py" "$stage/trained" "$@" ${G4E2E_MTP_ARGS:-} > "$stage/logs/train-mtp.log" 2>&1 \
     || { tail -30 "$stage/logs/train-mtp.log"; return 1; }
   cp "$stage/trained/train-mtp.json" "$stage/trained/reference-mtp.json" "$stage/acc/"
   rm -rf "$stage/acc/mtp-checkpoint" && cp -r "$stage/trained/mtp" "$stage/acc/mtp-checkpoint"  # 2 MB: brought back
@@ -358,7 +357,7 @@ serve_run() {  # RECIPE DRAFTER
   local kv
   for kv in ${G4E2E_SERVE_SET:-}; do extra+=(--set "$kv"); done  # space-separated KEY=VALUE recipe settings
   rm -rf "$stage/serve-$drafter"
-  PYTHONPATH=$(sitepath)$stage/patched:$stage/deps:$stage/deps-serve:$here timeout -k 30 "$run_limit" "$py" \
+  PYTHONPATH=$(runpath patched "$stage/deps-serve" "$here") timeout -k 30 "$run_limit" "$py" \
     "$here/serve_route.py" --recipe "$recipe" --drafter "$drafter" --models "$stage/trained" \
     --work "$stage/serve-$drafter" --json "$stage/acc/serve-$drafter.json" \
     --g4build "env PYTHONPATH=$stage/g4:$stage/deps $py -m g4build" --set "pin=$pin" "${extra[@]}" \
@@ -379,7 +378,7 @@ acc_run() {  # VARIANT PHASES: one engine start with the trained models on the o
   fi
   say "acceptance run $name ($phases)"
   start=$(date +%s)
-  PYTHONPATH=$(sitepath)$stage/patched:$stage/deps:$here timeout -k 20 "$run_limit" "$py" "$here/acceptance_runs.py" \
+  PYTHONPATH=$(runpath patched "$here") timeout -k 20 "$run_limit" "$py" "$here/acceptance_runs.py" \
     --variant "$variant" --phases "$phases" --models "$stage/trained" --json "$stage/acc/$name.json" \
     ${G4E2E_GPU_MEM:+--gpu-memory-utilization "$G4E2E_GPU_MEM"} \
     > "$stage/logs/acc-$name.log" 2>&1 || rc=$?
@@ -390,7 +389,7 @@ acc_run() {  # VARIANT PHASES: one engine start with the trained models on the o
 step_kernel() {
   [ -d "$stage/patched" ] || { echo "step kernel: overlaid wheel not installed"; return 7; }
   say "mm-prefix-fa kernel check"
-  PYTHONPATH=$(sitepath)$stage/patched:$stage/deps timeout -k 20 "$run_limit" "$py" "$here/mm_prefix_kernel.py" \
+  PYTHONPATH=$(runpath patched) timeout -k 20 "$run_limit" "$py" "$here/mm_prefix_kernel.py" \
     --json "$stage/runs/kernel.json" > "$stage/logs/kernel.log" 2>&1
   say "kernel check exited $?"; tail -25 "$stage/logs/kernel.log"
 }
@@ -400,7 +399,7 @@ step_report() {
   [ -z "${OUT:-}" ] || cp "$repo"/tests/gpu/results/vllm-0.21.0-*.json "$OUT"/
 }
 
-[ $# -gt 0 ] || { sed -n '2,48p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 2; }  # the header comment, however long
 status=0
 for s in "$@"; do
   case $s in
@@ -415,7 +414,7 @@ for s in "$@"; do
     train-bg) step_bg train ;;  # = bg:train
     reference) step_reference || { echo "step reference failed ($?)"; status=1; } ;;
     per-layer-config) step_per_layer_config || { echo "step $s failed ($?)"; status=1; } ;;
-    reference-mtp) step_reference_mtp || { echo "step reference-mtp failed ($?)"; status=1; } ;;
+    reference-mtp) step_train_mtp --reference-only || { echo "step $s failed ($?)"; status=1; } ;;
     train-wait) step_wait train || { echo "step train-wait failed ($?)"; status=1; } ;;  # = wait:train
     train-mtp) step_train_mtp || { echo "step train-mtp failed ($?)"; status=1; } ;;
     bg:*) step_bg "${s#bg:}" ;;

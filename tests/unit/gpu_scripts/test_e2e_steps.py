@@ -41,7 +41,18 @@ def test_torch_step_on_a_pin_without_its_own_stack_stops_the_call(tmp_path: Path
     proc = _step(tmp_path, "torch", "probe", pin="vllm-0.21.0")
     assert proc.returncode == 1
     assert "no torch-wheels-vllm-0.21.0.txt; vllm-0.21.0 runs on the machine's own torch" in proc.stdout
-    assert "probe" not in proc.stdout.split("step torch failed")[-1]  # a failed torch step ends the call
+    assert "step probe" not in proc.stdout  # a failed torch step ends the call
+    assert not (tmp_path / "stage" / "runs" / "probe.json").exists()
+
+
+def test_reference_mtp_without_a_carried_drafter_names_what_is_missing(tmp_path: Path) -> None:
+    target = tmp_path / "stage" / "trained" / "target" / "model.safetensors"
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"")
+    proc = _step(tmp_path, "reference-mtp", pin="vllm-0.21.0")
+    assert proc.returncode == 1
+    assert "no trained MTP drafter (carry .device/trained, run reference)" in proc.stdout
+    assert "step reference-mtp failed (7)" in proc.stdout
 
 
 def test_torch_step_without_staged_parts_names_what_is_missing(tmp_path: Path) -> None:
