@@ -12,6 +12,9 @@ serve_route.py result; --pristine PATH [--pristine-log LOG] the pristine wheel's
                      and for every ablation the reference models (no_embed_scale, no_softcap, no_window_causality)
   greedy_equal       every request's tokens equal between the target alone and DFlash, in a pair of runs
   prefix_same        every prefix-cache hit drafts and accepts as its cold run (counts) and emits the same tokens
+                     (null where no second run read anything from the cache: nothing to judge)
+  prefix_cache_hits  every prompt longer than one block read its prefix from the cache on its second run, with the
+                     drafter (the target alone's cached tokens beside it)
   pristine_refuses_flash_attn  the registry wheel as published stops DFlash with a flash_attn drafter beside a
                      Gemma 4 target, naming FLASH_ATTN as not valid (the users' error, in the pin's own words)
 """
@@ -74,7 +77,13 @@ def prefix_rows(run: dict[str, Any], target: dict[str, Any] | None) -> dict[str,
         })
     same = all(p["same_tokens"] and p["cold"] == p["hit"] for p in pairs)
     hits = all((p["cached_tokens_on_hit"] or 0) > 0 for p in pairs[1:])  # the shortest prompt fits no full block
-    return {"pairs": pairs, "prefix_same": bool(pairs) and same, "every_longer_prompt_hit_the_cache": hits}
+    with_hit = sum(1 for p in pairs if (p["cached_tokens_on_hit"] or 0) > 0)
+    target_hits = [r["num_cached_tokens"] for r in ((target or {}).get("prefix") or {}).get("rows", [])
+                   if r.get("run") == "hit"]
+    # a second run that read nothing from the cache is a cold run again: its sameness says nothing of caching
+    return {"pairs": pairs, "prefix_same": (bool(pairs) and same) if with_hit else None,
+            "pairs_with_a_hit": with_hit, "every_longer_prompt_hit_the_cache": hits,
+            "target_alone_cached_tokens_on_hit": target_hits or None}
 
 
 def context_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
@@ -200,7 +209,12 @@ def build(train: dict[str, Any], ref: dict[str, Any], runs: dict[str, dict[str, 
                 checks[f"greedy{tag}{strict or '-default'}"] = compare(outputs(tgt),
                                                                        outputs(runs[f"{drafter}{strict}"]))
             if f"{drafter}{strict}" in runs and (runs[f"{drafter}{strict}"].get("prefix") or {}).get("rows"):
-                res[f"prefix_cache{tag}{strict or '-default'}"] = prefix_rows(runs[f"{drafter}{strict}"], tgt)
+                pc = res[f"prefix_cache{tag}{strict or '-default'}"] = prefix_rows(runs[f"{drafter}{strict}"], tgt)
+                if not strict:
+                    checks[f"prefix_cache_hits{tag}"] = {
+                        "ok": pc["every_longer_prompt_hit_the_cache"], "pairs_with_a_hit": pc["pairs_with_a_hit"],
+                        "pairs": len(pc["pairs"]), "target_alone_cached_tokens_on_hit": pc[
+                            "target_alone_cached_tokens_on_hit"]}
         if drafter in runs:
             res[f"acceptance_by_context{tag}"] = context_rows(runs[drafter])
     drafters = {d: runs[f"speed-{d}"] for d in ("dflash", "mtp") if f"speed-{d}" in runs}
