@@ -15,6 +15,7 @@ from g4build.recipes.fa_kv_dtype import fp8_kv_refused, rule_fa_kv_dtype
 from g4build.recipes.findings import FA2_MAX_HEAD_DIM, CheckContext, Finding, Rule, Severity, WheelInfo
 from g4build.recipes.flashinfer import FlashInferInfo, fixed_paths, off_switches
 from g4build.recipes.model import KvGeometry, Recipe
+from g4build.recipes.prefix_cache import rule_prefix_cache
 from g4build.recipes.sliding_fa import rule_sliding_fa
 from g4build.series.model import Series, unmet_requirements
 
@@ -374,6 +375,7 @@ RULES: tuple[Rule, ...] = (
     rule_vram,
     rule_fa_kv_dtype,
     rule_sliding_fa,
+    rule_prefix_cache,
 )
 
 
