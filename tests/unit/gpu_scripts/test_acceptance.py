@@ -252,8 +252,9 @@ def test_kept_result_holds_its_claims(pin: str) -> None:
             assert not checks["prefix_cache_hits" + key[len("prefix_cache"):-len("-default")]]["ok"]
             continue
         assert all(p["cached_tokens_on_hit"] > 0 for p in pairs[1:])
-        # 0.33.0 (V2 runner): a hit that leaves one prompt token to compute drafts once more (the note says so);
-        # no other pair may differ, and earlier pins draft exactly as cold
+        # 0.33.0: a hit that leaves one prompt token to compute counts one draft more (the note says so; by its
+        # source, placeholder drafts padding that token for the CUDA graph); no other pair may differ, and
+        # earlier pins draft exactly as cold
         odd = [p["id"] for p in pairs if p["cold"]["num_drafts"] != p["hit"]["num_drafts"]]
         one_left = [p["id"] for p in pairs if p["prompt_tokens"] - p["cached_tokens_on_hit"] == 1]
         assert res[key]["prefix_same"] == (not odd)
