@@ -13,8 +13,8 @@ serve_route.py result; --pristine PATH [--pristine-log LOG] the pristine wheel's
   greedy_equal       every request's tokens equal between the target alone and DFlash, in a pair of runs
   prefix_same        every prefix-cache hit drafts and accepts as its cold run (counts) and emits the same tokens
                      (null where no second run read anything from the cache: nothing to judge)
-  prefix_cache_hits  every prompt longer than one block read its prefix from the cache on its second run, with the
-                     drafter (the target alone's cached tokens beside it)
+  prefix_cache_hits  with the drafter, every prompt the target alone read back from the prefix cache on its second
+                     run (by id; without the target's run, every prompt but the shortest) read back too
   pristine_refuses_flash_attn  the registry wheel as published stops DFlash with a flash_attn drafter beside a
                      Gemma 4 target, naming FLASH_ATTN as not valid (the users' error, in the pin's own words)
 """
@@ -76,14 +76,19 @@ def prefix_rows(run: dict[str, Any], target: dict[str, Any] | None) -> dict[str,
             "equal_to_target": (tgt.get((cold["id"], "cold")) == cold["token_ids"]) if tgt else None,
         })
     same = all(p["same_tokens"] and p["cold"] == p["hit"] for p in pairs)
-    hits = all((p["cached_tokens_on_hit"] or 0) > 0 for p in pairs[1:])  # the shortest prompt fits no full block
     with_hit = sum(1 for p in pairs if (p["cached_tokens_on_hit"] or 0) > 0)
-    target_hits = [r["num_cached_tokens"] for r in ((target or {}).get("prefix") or {}).get("rows", [])
-                   if r.get("run") == "hit"]
+    target_hits = {r["id"]: r["num_cached_tokens"] for r in ((target or {}).get("prefix") or {}).get("rows", [])
+                   if r.get("run") == "hit"}
+    # the prompts that must hit: those the target alone read back (by id); without its run, all but the shortest,
+    # which may fit no full block
+    expected = [p for p in pairs if target_hits.get(p["id"])] if target_hits else pairs[1:]
+    hits = len(pairs) >= 2 and bool(expected) and all((p["cached_tokens_on_hit"] or 0) > 0 for p in expected)
     # a second run that read nothing from the cache is a cold run again: its sameness says nothing of caching
-    return {"pairs": pairs, "prefix_same": (bool(pairs) and same) if with_hit else None,
+    # (null), its difference still is one (false)
+    return {"pairs": pairs, "prefix_same": (bool(pairs) and same) if with_hit or not same else None,
             "pairs_with_a_hit": with_hit, "every_longer_prompt_hit_the_cache": hits,
-            "target_alone_cached_tokens_on_hit": target_hits or None}
+            "target_alone_cached_tokens_on_hit": [target_hits[p["id"]] for p in pairs if p["id"] in target_hits]
+            or None}
 
 
 def context_rows(run: dict[str, Any]) -> list[dict[str, Any]]:

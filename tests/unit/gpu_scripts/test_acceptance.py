@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from g4build.recipes.prefix_cache import NO_PREFIX_HITS_WITH_A_DRAFTER
+
 torch = pytest.importorskip("torch")
 
 E2E = Path(__file__).resolve().parents[2] / "gpu" / "e2e"
@@ -224,7 +226,7 @@ SERVED = {"vllm-0.21.0": {"dflash", "mtp"}, "vllm-0.26.0": {"dflash", "mtp"}, "v
           "vllm-0.33.0": {"dflash"}}
 # pins on which a repeated prompt read nothing from the prefix cache once a drafter was configured (the target
 # alone hit it): the result records it as a failed prefix_cache_hits check, and its notes say why
-NO_HITS_WITH_A_DRAFTER = {"vllm-0.29.0"}
+NO_HITS_WITH_A_DRAFTER = set(NO_PREFIX_HITS_WITH_A_DRAFTER)
 
 
 @pytest.mark.parametrize("pin", sorted(SERVED))
@@ -349,6 +351,13 @@ def test_a_second_run_that_read_no_cache_is_not_judged_a_hit(report: ModuleType)
     assert hit["prefix_same"] is True and hit["every_longer_prompt_hit_the_cache"] is True
     partly = report.prefix_rows(_prefix_run([0, 96, 0]), target)  # one hit is enough to judge, not to pass
     assert partly["prefix_same"] is True and partly["every_longer_prompt_hit_the_cache"] is False
+    # matched by id: the target alone read f00 back too, so the drafter must
+    assert not report.prefix_rows(_prefix_run([0, 96, 192]), _prefix_run([64, 96, 192]))[
+        "every_longer_prompt_hit_the_cache"]
+    assert not report.prefix_rows(_prefix_run([0]), None)["every_longer_prompt_hit_the_cache"]  # nothing to judge
+    differ = _prefix_run([0, 0, 0])
+    differ["prefix"]["rows"][3]["token_ids"] = [9]  # a cold rerun that emits other tokens is still a defect
+    assert report.prefix_rows(differ, target)["prefix_same"] is False
     train = {k: {"steps": 1, "seconds": 1, "log": [{"loss": 1.0, "token_acc": 0.5}]} for k in ("target", "dflash")}
     res = report.build(train, {"summary": {}}, {"target": target, "dflash": _prefix_run([0, 0, 0])}, {})
     assert res["checks"]["prefix_cache_hits"] == {"ok": False, "pairs_with_a_hit": 0, "pairs": 3,

@@ -8,14 +8,18 @@ from g4build.recipes.model import Recipe
 
 # Pins on which a prompt sent again read 0 tokens from the prefix cache once a drafter was configured, with DFlash
 # and with MTP, while the target alone read its prefix back (tests/gpu/results/vllm-0.29.0-acceptance.json, check
-# prefix_cache_hits), and the pin whose run kept the hits. vLLM 0.29.0 counts both drafters as EAGLE-family, so
-# every KV group drops the last block of a hit, and its default prefix_cache_retention_interval (0) keeps the
-# sliding-window blocks only one block above where that lookup lands; its fallback to dense retention covers
-# Mamba hybrids only, not sliding + full attention (Gemma 4). 0.33.0 keeps the block below and skips the drop.
-NO_PREFIX_HITS_WITH_A_DRAFTER: dict[str, str] = {"vllm-0.29.0": "vllm-0.33.0"}
-RETENTION = "prefix-cache-retention-interval"
+# prefix_cache_hits), and the pins whose runs kept the hits (the first for WSL/Linux, the second for the Windows
+# fork's wheels). vLLM 0.29.0 treats EAGLE-family drafters (eagle, eagle3, mtp, dflash, dspark: its use_eagle())
+# as needing the last block of a hit dropped in every KV group, and its default prefix_cache_retention_interval
+# (0) keeps a sliding-window group's blocks only at the prompt's end, one block above where that shortened lookup
+# lands; the groups must agree, so the hit is 0. Its fallback to dense retention covers Mamba hybrids only. A
+# model without sliding-window layers has no such group. 0.33.0 keeps the block below and skips the drop.
+NO_PREFIX_HITS_WITH_A_DRAFTER: dict[str, tuple[str, ...]] = {"vllm-0.29.0": ("vllm-0.33.0", "vllm-0.26.0")}
+EAGLE_FAMILY = ("eagle", "eagle3", "mtp", "dflash", "dspark")
+RETENTION_ARG = "prefix-cache-retention-interval"
+RETENTION_ENV = "VLLM_PREFIX_CACHE_RETENTION_INTERVAL"  # deprecated in 0.29.0, still read there
 FALSE = ("0", "false", "no", "off")
-DRAFTER_NAMES = {"dflash": "DFlash", "mtp": "MTP"}
+DRAFTER_NAMES = {"dflash": "DFlash", "mtp": "MTP", "eagle": "EAGLE", "eagle3": "EAGLE-3", "dspark": "DSpark"}
 
 
 def _caching_off(recipe: Recipe) -> bool:
@@ -24,22 +28,49 @@ def _caching_off(recipe: Recipe) -> bool:
     return str(on).lower() in FALSE or (off is not None and str(off).lower() not in FALSE)
 
 
+def _has_sliding_layers(recipe: Recipe, ctx: CheckContext) -> bool:
+    """Sliding-window layers beside full ones, from the checkpoint or the recipe's footprint; Gemma 4 by name else."""
+    kv = ctx.target.kv if ctx.target is not None and ctx.target.kv is not None else (
+        recipe.footprint.kv if recipe.footprint is not None else None)
+    if kv is not None:
+        return kv.sliding_layers > 0
+    if ctx.target is not None:
+        return ctx.target.is_gemma4
+    model = recipe.model.lower()
+    return recipe.family == "gemma4" or "gemma-4" in model or "gemma4" in model
+
+
+def _retention(recipe: Recipe) -> tuple[str, str] | None:
+    """Where a retention interval other than the failing default 0 is set, and to what."""
+    for where, value in ((f"args.{RETENTION_ARG}", recipe.args.get(RETENTION_ARG)),
+                         (f"env.{RETENTION_ENV}", recipe.env.get(RETENTION_ENV))):
+        if value is not None and str(value).strip() not in ("0", ""):
+            return where, str(value)
+    return None
+
+
 def rule_prefix_cache(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
-    pin = ctx.pin.name if ctx.pin is not None else recipe.pin
-    better = NO_PREFIX_HITS_WITH_A_DRAFTER.get(pin or "")
-    if recipe.method is None or better is None or _caching_off(recipe):
+    wheel_pin = ctx.wheel.pin if ctx.wheel is not None else None
+    pin = wheel_pin or (ctx.pin.name if ctx.pin is not None else recipe.pin)
+    kept = NO_PREFIX_HITS_WITH_A_DRAFTER.get(pin or "")
+    method = recipe.method
+    if kept is None or method not in EAGLE_FAMILY or _caching_off(recipe) or not _has_sliding_layers(recipe, ctx):
         return []
-    if RETENTION in recipe.args:
-        return [Finding(rule="prefix-cache", severity="info",
-                        message=f"args.{RETENTION} is set: on {pin} with a drafter the default (0) read nothing "
-                                "back from the prefix cache on a GPU; whether this value brings the hits back has "
-                                "not run on one",
-                        hint=f"pin {better} kept the hits with both drafters")]
-    drafter = DRAFTER_NAMES.get(recipe.method, recipe.method)
+    drafter = DRAFTER_NAMES.get(method, method)
+    use = (f"use pin {kept[0]} on WSL/Linux (`g4build overlay --pin {kept[0]}`, render with --set pin={kept[0]}) "
+           f"or {kept[1]} for the Windows fork's wheel; both kept the hits with DFlash and MTP")
+    retention = _retention(recipe)
+    if retention is not None:
+        where, value = retention
+        return [Finding(rule="prefix-cache", severity="warning",
+                        message=f"on {pin} with a {drafter} drafter the default retention (0) read nothing back "
+                                f"from the prefix cache on a GPU; {where} is {value}, which has not run on one, so "
+                                "whether repeats hit the cache is unknown",
+                        hint=f"check a repeated prompt's cached tokens (vLLM's /metrics prefix cache hits), or {use}")]
     return [Finding(rule="prefix-cache", severity="warning",
-                    message=f"on {pin} with its {drafter} drafter, a prompt sent again reads nothing from the "
-                            "prefix cache (on a GPU: 0 cached tokens with DFlash and with MTP, the target alone "
-                            f"read its prefix back): upstream {pin} keeps too few sliding-window blocks for a "
-                            "drafter's lookup; outputs are unchanged, every repeat is prefilled again",
-                    hint=f"use pin {better} (`g4build overlay --pin {better}`, render with --set pin={better}), "
-                         "which kept the hits with both drafters")]
+                    message=f"on {pin} with a {drafter} drafter, prefix caching (on by default) reads nothing back: "
+                            "on a GPU a prompt sent again got 0 cached tokens with DFlash and with MTP while the "
+                            f"target alone read its prefix back. Upstream {pin} keeps a sliding-window layer's "
+                            "blocks one block above where a drafter's shortened lookup lands; outputs are "
+                            "unchanged, every repeat is prefilled again",
+                    hint=use)]
