@@ -30,11 +30,11 @@ def findings(data: dict[str, Any], pin: str, wheel: WheelInfo | None = None, **c
     return [f for f in check(r, ctx) if f.rule == "prefix-cache"]
 
 
-@pytest.mark.parametrize(("spec", "name"), [(DFLASH, "DFlash"), (MTP, "MTP")])
+@pytest.mark.parametrize(("spec", "name"), [(DFLASH, "a DFlash"), (MTP, "an MTP")])
 def test_warns_on_029_with_a_drafter_and_names_the_pins_that_kept_hits(base_data: dict[str, Any],
                                                                       spec: dict[str, Any], name: str) -> None:
     [f] = findings(base_data, "vllm-0.29.0", speculative=spec)
-    assert f.severity == "warning" and f"on vllm-0.29.0 with a {name} drafter" in f.message
+    assert f.severity == "warning" and f"on vllm-0.29.0 with {name} drafter" in f.message
     assert "0 cached tokens" in f.message and "outputs are unchanged" in f.message
     assert "--set pin=vllm-0.33.0" in f.hint and "g4build overlay --pin vllm-0.33.0" in f.hint
     assert "vllm-0.26.0" in f.hint

@@ -15,11 +15,11 @@ from g4build.recipes.model import Recipe
 # lands; the groups must agree, so the hit is 0. Its fallback to dense retention covers Mamba hybrids only. A
 # model without sliding-window layers has no such group. 0.33.0 keeps the block below and skips the drop.
 NO_PREFIX_HITS_WITH_A_DRAFTER: dict[str, tuple[str, ...]] = {"vllm-0.29.0": ("vllm-0.33.0", "vllm-0.26.0")}
-EAGLE_FAMILY = ("eagle", "eagle3", "mtp", "dflash", "dspark")
 RETENTION_ARG = "prefix-cache-retention-interval"
 RETENTION_ENV = "VLLM_PREFIX_CACHE_RETENTION_INTERVAL"  # deprecated in 0.29.0, still read there
 FALSE = ("0", "false", "no", "off")
-DRAFTER_NAMES = {"dflash": "DFlash", "mtp": "MTP", "eagle": "EAGLE", "eagle3": "EAGLE-3", "dspark": "DSpark"}
+# vLLM 0.29.0's EAGLE family (its use_eagle()), as a message names each
+DRAFTERS = {"dflash": "a DFlash", "mtp": "an MTP", "eagle": "an EAGLE", "eagle3": "an EAGLE-3", "dspark": "a DSpark"}
 
 
 def _caching_off(recipe: Recipe) -> bool:
@@ -54,21 +54,21 @@ def rule_prefix_cache(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     pin = wheel_pin or (ctx.pin.name if ctx.pin is not None else recipe.pin)
     kept = NO_PREFIX_HITS_WITH_A_DRAFTER.get(pin or "")
     method = recipe.method
-    if kept is None or method not in EAGLE_FAMILY or _caching_off(recipe) or not _has_sliding_layers(recipe, ctx):
+    if kept is None or method not in DRAFTERS or _caching_off(recipe) or not _has_sliding_layers(recipe, ctx):
         return []
-    drafter = DRAFTER_NAMES.get(method, method)
+    drafter = DRAFTERS[method]
     use = (f"use pin {kept[0]} on WSL/Linux (`g4build overlay --pin {kept[0]}`, render with --set pin={kept[0]}) "
            f"or {kept[1]} for the Windows fork's wheel; both kept the hits with DFlash and MTP")
     retention = _retention(recipe)
     if retention is not None:
         where, value = retention
         return [Finding(rule="prefix-cache", severity="warning",
-                        message=f"on {pin} with a {drafter} drafter the default retention (0) read nothing back "
+                        message=f"on {pin} with {drafter} drafter the default retention (0) read nothing back "
                                 f"from the prefix cache on a GPU; {where} is {value}, which has not run on one, so "
                                 "whether repeats hit the cache is unknown",
                         hint=f"check a repeated prompt's cached tokens (vLLM's /metrics prefix cache hits), or {use}")]
     return [Finding(rule="prefix-cache", severity="warning",
-                    message=f"on {pin} with a {drafter} drafter, prefix caching (on by default) reads nothing back: "
+                    message=f"on {pin} with {drafter} drafter, prefix caching (on by default) reads nothing back: "
                             "on a GPU a prompt sent again got 0 cached tokens with DFlash and with MTP while the "
                             f"target alone read its prefix back. Upstream {pin} keeps a sliding-window layer's "
                             "blocks one block above where a drafter's shortened lookup lands; outputs are "
