@@ -37,7 +37,8 @@ from jsonio import write  # beside this script: python puts the script's folder 
 
 MODES = ("baseline", "dflash", "mtp")
 # The restriction the pristine 0.21.0 wheel hits (vllm/v1/attention/backend.py validate_configuration).
-# The users' refusal in each pin's words: 0.21.0 (vllm/v1/attention/backend.py), 0.33.0 (platforms/cuda.py)
+# The users' refusal in each pin's words: 0.21.0 (vllm/v1/attention/backend.py), 0.29.0 and 0.33.0 (the reason from
+# backends/flash_attn.py, raised in platforms/cuda.py)
 RESTRICTIONS = ("partial multimodal token full attention not supported",
                 "mm_prefix (PrefixLM bidirectional attention) requires FlashAttention v4")
 

@@ -56,3 +56,11 @@ class CheckContext:
 
 
 Rule = Callable[[Recipe, CheckContext], list[Finding]]
+
+
+def is_gemma4(recipe: Recipe, ctx: CheckContext) -> bool:
+    """A Gemma 4 target: by its checkpoint where one was read, else by the recipe's family or model name."""
+    if ctx.target is not None:
+        return ctx.target.is_gemma4
+    model = recipe.model.lower()
+    return recipe.family == "gemma4" or "gemma-4" in model or "gemma4" in model

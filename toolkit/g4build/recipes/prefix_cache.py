@@ -3,8 +3,9 @@ every rule."""
 
 from __future__ import annotations
 
-from g4build.recipes.findings import CheckContext, Finding
+from g4build.recipes.findings import CheckContext, Finding, is_gemma4
 from g4build.recipes.model import Recipe
+from g4build.recipes.sliding_fa import sliding_geometry
 
 # Pins on which a prompt sent again read 0 tokens from the prefix cache once a drafter was configured, with DFlash
 # and with MTP, while the target alone read its prefix back (tests/gpu/results/vllm-0.29.0-acceptance.json, check
@@ -29,15 +30,9 @@ def _caching_off(recipe: Recipe) -> bool:
 
 
 def _has_sliding_layers(recipe: Recipe, ctx: CheckContext) -> bool:
-    """Sliding-window layers beside full ones, from the checkpoint or the recipe's footprint; Gemma 4 by name else."""
-    kv = ctx.target.kv if ctx.target is not None and ctx.target.kv is not None else (
-        recipe.footprint.kv if recipe.footprint is not None else None)
-    if kv is not None:
-        return kv.sliding_layers > 0
-    if ctx.target is not None:
-        return ctx.target.is_gemma4
-    model = recipe.model.lower()
-    return recipe.family == "gemma4" or "gemma-4" in model or "gemma4" in model
+    """Sliding-window layers, from the checkpoint or the recipe's footprint; a Gemma 4 target by name else."""
+    layers, _, _ = sliding_geometry(recipe, ctx)
+    return layers > 0 if layers is not None else is_gemma4(recipe, ctx)
 
 
 def _retention(recipe: Recipe) -> tuple[str, str] | None:

@@ -12,7 +12,15 @@ from typing import Any
 from g4build.recipes.draft_groups import rule_draft_groups
 from g4build.recipes.env_names import rule_env_names
 from g4build.recipes.fa_kv_dtype import fp8_kv_refused, rule_fa_kv_dtype
-from g4build.recipes.findings import FA2_MAX_HEAD_DIM, CheckContext, Finding, Rule, Severity, WheelInfo
+from g4build.recipes.findings import (
+    FA2_MAX_HEAD_DIM,
+    CheckContext,
+    Finding,
+    Rule,
+    Severity,
+    WheelInfo,
+    is_gemma4,
+)
 from g4build.recipes.flashinfer import FlashInferInfo, fixed_paths, off_switches
 from g4build.recipes.model import KvGeometry, Recipe
 from g4build.recipes.prefix_cache import rule_prefix_cache
@@ -26,13 +34,6 @@ RUNTIME_OVERHEAD_GIB = 1.5  # CUDA context, activations, CUDA graphs: a rough al
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
 GIB = 1024**3
 MOE_BACKENDS_REJECTING_GELU_TANH = ("cutlass", "flashinfer")
-
-
-def _is_gemma4(recipe: Recipe, ctx: CheckContext) -> bool:
-    if ctx.target is not None:
-        return ctx.target.is_gemma4
-    model = recipe.model.lower()
-    return recipe.family == "gemma4" or "gemma-4" in model or "gemma4" in model
 
 
 def _is_modelopt_nvfp4(recipe: Recipe, ctx: CheckContext) -> bool:
@@ -79,7 +80,7 @@ GELU_TANH_REJECTED = ("0.21.0",)
 
 
 def rule_moe_backend(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
-    if not _is_gemma4(recipe, ctx) or (ctx.pin is not None and ctx.pin.version not in GELU_TANH_REJECTED):
+    if not is_gemma4(recipe, ctx) or (ctx.pin is not None and ctx.pin.version not in GELU_TANH_REJECTED):
         return []
     out = []
     why = "Gemma 4's MoE uses GELU_TANH, which the CUTLASS and FlashInfer MoE kernels reject"
@@ -184,7 +185,7 @@ def _unmet_requires(recipe: Recipe, ctx: CheckContext, by_name: dict[str, Series
 
 
 def rule_mtp_transformers(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
-    if recipe.method != "mtp" or not _is_gemma4(recipe, ctx):
+    if recipe.method != "mtp" or not is_gemma4(recipe, ctx):
         return []
     out = []
     if ctx.drafter is not None and ctx.drafter.model_type != "gemma4_assistant":
@@ -347,7 +348,7 @@ MM_CACHE_TEXT_ONLY = ("0.21.0",)  # found on a GPU run: tests/gpu/e2e/README.md
 def rule_mm_processor_cache(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     """vLLM 0.21.0's multimodal processor cache runs Gemma 4's HF processor on the prompt text alone, also while
     profiling at engine start; transformers 5.17's Gemma4Processor refuses image tokens without images."""
-    if ctx.pin is None or ctx.pin.version not in MM_CACHE_TEXT_ONLY or not _is_gemma4(recipe, ctx):
+    if ctx.pin is None or ctx.pin.version not in MM_CACHE_TEXT_ONLY or not is_gemma4(recipe, ctx):
         return []
     value = recipe.args.get("mm-processor-cache-gb")
     if value == 0 and not isinstance(value, bool):

@@ -59,7 +59,7 @@ def _sliding_series_findings(recipe: Recipe, pin_name: str, ctx: CheckContext) -
     return out
 
 
-def _sliding_head_dim(recipe: Recipe, ctx: CheckContext) -> tuple[int | None, int | None, str]:
+def sliding_geometry(recipe: Recipe, ctx: CheckContext) -> tuple[int | None, int | None, str]:
     """(sliding layers, their head dim) and where that came from; None where unknown."""
     kv = None
     basis = "nothing (no --model-dir, no footprint.kv)"
@@ -101,7 +101,7 @@ def rule_sliding_fa(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
         out.append(Finding(rule="sliding-fa", severity="info",
                            message=f"{recipe.hardware.arch} runs FlashAttention 2 (no FA3, no FA4 there): the sliding "
                                    "layers' image-range rows are recomputed non-causally by FA2"))
-    layers, head_dim, basis = _sliding_head_dim(recipe, ctx)
+    layers, head_dim, basis = sliding_geometry(recipe, ctx)
     if layers == 0:
         out.append(Finding(rule="sliding-fa", severity="warning",
                            message=f"the model has no sliding-window layers (from {basis}): "
