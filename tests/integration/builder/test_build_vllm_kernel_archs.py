@@ -64,7 +64,7 @@ def test_each_single_variable_decision_names_what_the_pins_cmake_says(sdist: Pat
     assert checked >= 9
 
 
-def test_the_patch_applies_with_zero_fuzz_and_applying_twice_changes_nothing(sdist: Path, tmp_path: Path,
+def test_the_patches_apply_with_zero_fuzz_and_applying_twice_changes_nothing(sdist: Path, tmp_path: Path,
                                                                                pin21: Pin) -> None:
     series = get_build_series("vllm-kernel-archs")
     variant = series.variant(pin21.name)
@@ -72,7 +72,7 @@ def test_the_patch_applies_with_zero_fuzz_and_applying_twice_changes_nothing(sdi
     assert hashlib.sha256((sdist / "CMakeLists.txt").read_bytes()).hexdigest() == variant.files["CMakeLists.txt"]
     tree = _tree(sdist, tmp_path / "vllm")
     check = check_dependency(tree, series, pin21)
-    assert check.ok and [(p.status, p.offsets) for p in check.report.series[0].patches] == [("applies", ())]
+    assert check.ok and [(p.status, p.offsets) for p in check.report.series[0].patches] == [("applies", ())] * 2
     apply_build_series(tree, series, pin21)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True).stdout
     again = apply_build_series(tree, series, pin21)
@@ -125,3 +125,36 @@ def test_lists_without_12x_are_what_upstream_gives(sdist: Path, tmp_path: Path, 
     for archs in ("7.5;8.0;8.6;8.9;9.0;10.0;11.0", "8.0;8.6", "9.0a"):
         assert _intersect(sdist, tmp_path, pick(tree / "CMakeLists.txt"), archs) == \
             _intersect(sdist, tmp_path, pick(sdist / "CMakeLists.txt"), archs), archs
+
+
+def _c2x_archs(tree: Path, tmp_path: Path, archs: str, three_x: str) -> str:
+    """SCALED_MM_2X_ARCHS as the tree's own CMakeLists computes it (its c2x block, run by CMake in script mode
+    with vLLM's utils.cmake), for the requested ``archs`` and the c3x archs already built."""
+    assert CMAKE is not None
+    text = (tree / "CMakeLists.txt").read_text(encoding="utf-8")
+    start = text.index("cuda_archs_loose_intersection(SCALED_MM_2X_ARCHS")
+    block = text[start:text.index("if (SCALED_MM_2X_ARCHS)", start)]
+    script = tmp_path / f"c2x-{abs(hash((str(tree), archs)))}.cmake"
+    script.write_text("\n".join([
+        "cmake_minimum_required(VERSION 3.20)", f'include("{(tree / "cmake" / "utils.cmake").as_posix()}")',
+        f'set(CUDA_ARCHS "{archs}")', f'set(SCALED_MM_3X_ARCHS "{three_x}")', block,
+        'message("C2X=${SCALED_MM_2X_ARCHS}")']) + "\n")
+    proc = subprocess.run([CMAKE, "-P", str(script)], capture_output=True, text=True, check=True)
+    return next(line.split("=", 1)[1] for line in proc.stderr.splitlines() if line.startswith("C2X="))
+
+
+@pytest.mark.skipif(CMAKE is None, reason="cmake not found")
+def test_scaled_mm_c2x_is_left_out_only_where_no_gpu_runs_it(sdist: Path, tmp_path: Path, pin21: Pin) -> None:
+    tree = _tree(sdist, tmp_path / "vllm")
+    shutil.copytree(sdist / "cmake", tree / "cmake")
+    apply_build_series(tree, get_build_series("vllm-kernel-archs"), pin21)
+    # upstream compiles c2x for 8.9+PTX on a 12.0f-only (and a Hopper-only) list: the unit that held the build
+    assert _c2x_archs(sdist, tmp_path, "12.0f", "12.0f") == "8.9+PTX"
+    assert _c2x_archs(sdist, tmp_path, "9.0a", "9.0a") == "8.9+PTX"
+    for archs, three_x in (("12.0f", "12.0f"), ("12.0a", "12.0a"), ("9.0a", "9.0a"), ("9.0a;12.0f", "9.0a;12.0f")):
+        assert _c2x_archs(tree, tmp_path, archs, three_x) == "", archs
+    # any 7.5-8.9 arch asked for: exactly upstream's result
+    for archs, three_x in (("7.5;8.0;8.6;8.9;9.0;10.0;11.0;12.0+PTX", "9.0a;10.0f;12.0f"), ("8.9;12.0f", "12.0f"),
+                           ("8.0", ""), ("7.5", "")):
+        assert _c2x_archs(tree, tmp_path, archs, three_x) == _c2x_archs(sdist, tmp_path, archs, three_x), archs
+        assert _c2x_archs(tree, tmp_path, archs, three_x) != "", archs

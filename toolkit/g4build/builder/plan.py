@@ -325,13 +325,15 @@ def vllm_steps(
                  cwd=layout.sep.join([fi, "flashinfer-jit-cache"])),
         ]
     steps += [
-        Step(name="validate", title="validate the wheels", resumable=False,
-             command=(*g4b, "validate", wheel, "--arch", arch, "--pin", pin.name),
-             cwd=layout.root),
-        Step(name="manifest", title="write build-manifest.json", resumable=False,
+        # the manifest goes into the wheel (and the wheel gets the tags its libraries justify) before validate
+        # reads it: validate then sees the series the wheel carries and checks their fingerprints
+        Step(name="manifest", title="write build-manifest.json into the wheel, tag it", resumable=False,
              command=(*g4b, "manifest", "--pin", pin.name, "--out", out, "--state", layout.state_file,
                       "--arch", arch, "--os", target.os, "--cuda", target.cuda,
                       *(a for w in opts.flashinfer_wheels for a in ("--flashinfer-wheel", f"{w.filename}={w.sha256}"))),
+             cwd=layout.root),
+        Step(name="validate", title="validate the wheels", resumable=False,
+             command=(*g4b, "validate", wheel, "--arch", arch, "--pin", pin.name),
              cwd=layout.root),
     ]
     shell = "powershell" if target.os == "windows" else "bash"

@@ -11,20 +11,40 @@ from pathlib import Path
 from typing import Any
 
 from g4build.errors import BuildError
+from g4build.validate.tags import expected_tag, read_tag_facts
 from g4build.wheelfile.manifestfile import MANIFEST_NAME, dumps
-from g4build.wheelfile.wheelfile import narrow_requires_dist
+from g4build.wheelfile.wheelfile import metadata_fields, narrow_requires_dist
 
 
 def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def add_to_wheel(wheel: Path, manifest: dict[str, Any], requires: Mapping[str, str] | None = None) -> str:
-    """Rewrite ``wheel`` with the manifest in its dist-info and, with ``requires`` (project -> specifiers), its
-    METADATA's Requires-Dist narrowed to them (RECORD's lines for both recomputed); other members are copied as
-    they are."""
+def _record_line(line: str, rewritten: Mapping[str, bytes]) -> str:
+    name = line.split(",", 1)[0]
+    new = rewritten.get(name)
+    return line if new is None else f"{name},{_record_hash(new)},{len(new)}"
+
+
+def _retagged(wheel_text: bytes, tag: str) -> bytes:
+    """The dist-info WHEEL file with its Tag lines replaced by ``tag`` (other lines kept, in order)."""
+    lines = wheel_text.decode().splitlines()
+    kept = [ln for ln in lines if not ln.startswith("Tag:")]
+    at = next((i for i, ln in enumerate(lines) if ln.startswith("Tag:")), len(kept))
+    return ("\n".join([*kept[:at], f"Tag: {tag}", *kept[at:]]) + "\n").encode()
+
+
+def add_to_wheel(wheel: Path, manifest: dict[str, Any], requires: Mapping[str, str] | None = None,
+                 tag: str | None = None) -> Path:
+    """Rewrite ``wheel`` with the manifest in its dist-info, with ``requires`` (project -> specifiers) its
+    METADATA's Requires-Dist narrowed to them, and with ``tag`` its WHEEL file's tags and its filename changed
+    to that one tag (RECORD's lines for all three recomputed); other members are copied as they are. Returns
+    the wheel's path (a new name when retagged: the old file is gone then)."""
     data = dumps(manifest)
-    tmp = wheel.with_suffix(".whl.tmp")
+    target = wheel
+    if tag is not None:
+        target = wheel.with_name("-".join([*wheel.name[:-len(".whl")].split("-")[:-3], tag]) + ".whl")
+    tmp = target.with_suffix(".whl.tmp")
     with zipfile.ZipFile(wheel) as src:
         names = src.namelist()
         records = [n for n in names if n.endswith(".dist-info/RECORD") and n.count("/") == 1]
@@ -33,20 +53,21 @@ def add_to_wheel(wheel: Path, manifest: dict[str, Any], requires: Mapping[str, s
         dist_info = records[0].rsplit("/", 1)[0]
         member = f"{dist_info}/{MANIFEST_NAME}"
         meta_name = f"{dist_info}/METADATA"
+        wheel_name = f"{dist_info}/WHEEL"
         metadata = src.read(meta_name) if requires and meta_name in names else None
         narrowed = narrow_requires_dist(metadata, requires or {}) if metadata is not None else None
+        tags_file = _retagged(src.read(wheel_name), tag) if tag is not None and wheel_name in names else None
+        rewritten = {n: b for n, b in ((meta_name, narrowed), (wheel_name, tags_file)) if b is not None}
         with zipfile.ZipFile(tmp, "w") as dst:
             for info in src.infolist():
                 if info.filename == member:
                     continue
-                if info.filename == meta_name and narrowed is not None:
-                    dst.writestr(info, narrowed, compress_type=zipfile.ZIP_DEFLATED)
+                if info.filename in rewritten:
+                    dst.writestr(info, rewritten[info.filename], compress_type=zipfile.ZIP_DEFLATED)
                 elif info.filename == records[0]:
                     lines = [ln for ln in src.read(info).decode().splitlines()
                              if ln and not ln.startswith(member + ",")]
-                    if narrowed is not None:
-                        lines = [f"{meta_name},{_record_hash(narrowed)},{len(narrowed)}"
-                                 if ln.startswith(meta_name + ",") else ln for ln in lines]
+                    lines = [_record_line(ln, rewritten) for ln in lines]
                     lines.insert(len(lines) - 1 if lines and lines[-1].startswith(records[0]) else len(lines),
                                  f"{member},{_record_hash(data)},{len(data)}")
                     dst.writestr(info, "\n".join(lines) + "\n", compress_type=zipfile.ZIP_DEFLATED)
@@ -55,15 +76,32 @@ def add_to_wheel(wheel: Path, manifest: dict[str, Any], requires: Mapping[str, s
                         shutil.copyfileobj(fin, fout)
             dst.writestr(zipfile.ZipInfo(member, date_time=(2020, 1, 1, 0, 0, 0)), data,
                          compress_type=zipfile.ZIP_DEFLATED)
-    tmp.replace(wheel)
-    return member
+    tmp.replace(target)
+    if target != wheel:
+        wheel.unlink()
+    return target
+
+
+def retag_for(wheel: Path) -> tuple[str, list[str]]:
+    """The one tag a Linux wheel's libraries justify (validate.tags), and why; its current tag when there is
+    nothing better to say (a Windows or pure-Python wheel)."""
+    current = "-".join(wheel.name[:-len(".whl")].split("-")[-3:])
+    with zipfile.ZipFile(wheel) as zf:
+        meta = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
+        fields = metadata_fields(zf.read(meta[0])) if len(meta) == 1 else {}
+    if "." in current.split("-")[0]:  # a compressed tag set (py2.py3-none-any): not ours to change
+        return current, ["compressed tag set kept"]
+    return expected_tag(current, read_tag_facts(wheel), fields.get("requires-python"))
 
 
 def stamp(out: Path, manifest: dict[str, Any], *, project: str = "vllm", version: str | None = None,
-          requires: Mapping[str, str] | None = None) -> list[str]:
+          requires: Mapping[str, str] | None = None, retag: bool = False) -> list[str]:
     """Write the manifest beside the wheels in ``out`` and into the ``project`` wheel(s); with ``version``, only
     into that version's wheel (``out`` may hold wheels of earlier builds, which this manifest does not describe);
-    ``requires`` narrows their Requires-Dist (the pin's serving ranges)."""
+    ``requires`` narrows their Requires-Dist (the pin's serving ranges); ``retag`` gives each the tag its
+    libraries justify (validate.tags: abi3, manylinux_2_X), recorded in the manifest's ``tags``. A wheel of the
+    same version and tag as a newer one (an earlier run of the same build) is replaced by it. Returns the
+    stamped wheels' names."""
     wheels = sorted(out.glob("*.whl"))
     if not wheels:
         raise BuildError(f"no wheels in {out}: expected the build steps to have written them")
@@ -77,8 +115,19 @@ def stamp(out: Path, manifest: dict[str, Any], *, project: str = "vllm", version
             hint="run the build step first, or pass the --cuda and --os the wheel was built with (a Windows "
                  "wheel's version also carries its Windows base)",
         )
-    manifest = {**manifest, "wheels": [w.name for w in wheels]}
+    planned: dict[str, tuple[Path, str | None]] = {}  # final name -> (newest source, its tag)
+    why: dict[str, list[str]] = {}
+    for w in sorted(mine, key=lambda p: p.stat().st_mtime):  # the newest of one final name wins
+        tag, reasons = retag_for(w) if retag else (None, [])
+        final = w.name if tag is None else "-".join([*w.name[:-len(".whl")].split("-")[:-3], tag]) + ".whl"
+        planned[final], why[final] = (w, tag), reasons
+    chosen = {src for src, _ in planned.values()}
+    stale = [w for w in mine if w not in chosen]
+    names = sorted({*(w.name for w in wheels if w not in mine), *planned})
+    manifest = {**manifest, "wheels": names, **({"tags": {n: why[n] for n in sorted(planned)}} if retag else {})}
+    for w in stale:
+        w.unlink()
     (out / MANIFEST_NAME).write_bytes(dumps(manifest))
-    for w in mine:
-        add_to_wheel(w, manifest, requires)
-    return [w.name for w in mine]
+    for _, (w, tag) in sorted(planned.items()):
+        add_to_wheel(w, manifest, requires, tag=tag)
+    return sorted(planned)

@@ -37,5 +37,5 @@ def write_build_manifest(
     # with cuda the wheel's version is known: only that wheel is stamped, not older ones in out
     # and the pin's serving ranges (transformers for Gemma 4) narrow its Requires-Dist, as an overlay's do
     touched = stamp(out, manifest, version=wheel_version(pin, series, cuda, os_name, build) if cuda else None,
-                    requires=requires_dist(pin))
+                    requires=requires_dist(pin), retag=True)
     return manifest, touched

@@ -21,6 +21,7 @@ from typing import Any, cast
 
 from g4build.series.model import Series, load_all
 from g4build.validate import cudatools
+from g4build.validate.elf import ElfFormatError, ElfNeeds, read_elf_needs
 from g4build.validate.fatbin import FatbinFormatError, LibraryArchs, is_native, read_library_archs
 from g4build.wheelfile.manifestfile import MANIFEST_NAME, loads
 from g4build.wheelfile.safety import (
@@ -51,6 +52,8 @@ class Member:
     cuobjdump: dict[str, int] | None = None
     cuobjdump_error: str | None = None  # cuobjdump could not list the library
     text: bytes | None = None
+    elf: ElfNeeds | None = None  # an ELF library's machine and glibc symbol versions (the wheel's tags)
+    elf_error: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,6 +142,12 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
         except FatbinFormatError as exc:
             return Member(name=member.name, hash=member.hash, size=member.size, text=member.text,
                            fatbin_error=str(exc))
+        elf, elf_error = None, None
+        if data[:4] == b"\x7fELF":
+            try:
+                elf = read_elf_needs(data)
+            except ElfFormatError as exc:
+                elf_error = str(exc)
         listed, failed = None, None
         if archs.fatbins and cuobjdump:
             try:
@@ -146,7 +155,7 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
             except cudatools.CuobjdumpFailed as exc:
                 failed = str(exc)
         return Member(name=member.name, hash=member.hash, size=member.size, text=member.text,
-                       fatbins=archs, cuobjdump=listed, cuobjdump_error=failed)
+                       fatbins=archs, cuobjdump=listed, cuobjdump_error=failed, elf=elf, elf_error=elf_error)
 
     try:
         with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 2)) as pool:

@@ -19,6 +19,7 @@ from g4build.validate.check import Check
 from g4build.validate.fatbin import Arch
 from g4build.validate.reading import FA4_CUTE, Contents, is_fa4_cute, read_wheel
 from g4build.validate.smoke import smoke_install
+from g4build.validate.tags import check_tags, facts_from
 from g4build.wheelfile.manifestfile import MANIFEST_NAME
 from g4build.wheelfile.safety import (
     ZIP_READ_ERRORS,
@@ -308,6 +309,13 @@ def check_archs(c: Contents, targets: tuple[Arch, ...]) -> tuple[list[Check], li
     return checks, reports
 
 
+def tags_check(wheel: WheelName, c: Contents) -> Check:
+    """The filename's tags held to what the libraries need (glibc symbol versions, machine, stable ABI)."""
+    needs = {n: m.elf for n, m in c.members.items() if m.elf is not None}
+    bad = {n: m.elf_error for n, m in c.members.items() if m.elf_error is not None}
+    return check_tags(wheel.tags, facts_from(needs, bad, list(c.members)))
+
+
 def unreadable(wheel: Path, exc: ValidationError | OSError) -> ValidationReport:
     """The report of a wheel that could not be read at all: one failing check saying why."""
     why = exc.message if isinstance(exc, ValidationError) else f"{wheel}: cannot be read ({exc.strerror or exc})"
@@ -325,7 +333,7 @@ def validate_wheel(
     except ZIP_READ_ERRORS as exc:
         raise ValidationError(f"{path}: not a readable zip file ({type(exc).__name__}: {exc})") from exc
     checks = [check_filename(wheel), check_metadata(wheel, contents, pin_version), check_record(contents, path.name),
-              check_members(wheel, contents), check_series(contents, options.pin)]
+              check_members(wheel, contents), check_series(contents, options.pin), tags_check(wheel, contents)]
     if (cute := check_fa4_cute(contents)) is not None:
         checks.append(cute)
     arch_checks, reports = check_archs(contents, options.archs)
