@@ -53,7 +53,7 @@ $bench count --upstream "$work/up-build" --plan "$work/plan-build" --json "$resu
 families=()
 for f in "$@"; do families+=(--family "$f"); done
 $bench measure --upstream "$work/up-build" --plan "$work/plan-build" --sample "$sample" --parallel "$parallel" \
-  "${families[@]}" --json "$results/times.json" > "$results/measure.txt"
+  --timeout "${BENCH_TIMEOUT:-900}" "${families[@]}" --json "$results/times.json" > "$results/measure.txt"
 $bench count --upstream "$work/up-build" --plan "$work/plan-build" --times "$results/times.json" \
   --json "$results/work.json" | tee "$results/work.txt"
 echo "done in $(( $(date +%s) - t0 )) s"
