@@ -10,7 +10,9 @@
 #   wheel_sm120_session.sh wait SECONDS    wait for the build (ninja's [N/M] every minute); exit 0 once it ended
 #   wheel_sm120_session.sh rebuild         bump gemma4-backend-decoupling's version (Python only) in the copy and
 #                                          run the build again into the same folders: sccache stats, step times
-#   wheel_sm120_session.sh bench [TIMEOUT] tests/device/bench_wheel_compile_work.sh, one unit per family timed
+#   wheel_sm120_session.sh install         only the copy and the offline install of g4build (no build)
+#   wheel_sm120_session.sh bench [TIMEOUT [SAMPLE]]  tests/device/bench_wheel_compile_work.sh (SAMPLE units per
+#                                          family timed, default 1; 0: configure and count only)
 #   wheel_sm120_session.sh collect         tests/device/collect_wheel_result.py -> $OUT/wheel-sm120.json
 set -euo pipefail
 G4S=${G4S:-/root/g4s}
@@ -27,13 +29,14 @@ stash)
   for d in "$@"; do cp -r "$d"/. "$G4S/in/"; done
   find "$G4S/in" -maxdepth 2 -type f -printf '%s %p\n' | head -60
   du -sh "$G4S/in" ;;
-start)
+install|start)
   rm -rf "$G4S/repo" && mkdir -p "$G4S/repo"
   (cd "$here" && tar --exclude=./.device --exclude=./.git -cf - .) | tar -xf - -C "$G4S/repo"
   python3 -m pip install -q "$G4S"/in/wh/sccache-*.whl
   python3 -m pip install -q --no-build-isolation "$G4S/repo"
   command -v sccache && sccache --version
   python3 -m pip list 2>/dev/null | grep -iE '^(cmake|ninja|setuptools|torch) ' || true
+  [ "$verb" = install ] && exit 0
   setsid bash -c "while :; do awk '/MemTotal/{t=\$2}/MemAvailable/{a=\$2}END{print t-a}' /proc/meminfo >> '$G4S/work/ram.kb'; sleep 2; done" \
     >/dev/null 2>&1 &
   echo $! > "$G4S/ram.pid"
@@ -76,7 +79,7 @@ EOF
   tail -15 "$G4S/work/rebuild.out" ;;
 bench)
   cd "$G4S/repo"
-  BENCH_TIMEOUT=${1:-240} bash tests/device/bench_wheel_compile_work.sh "$G4S/in" "$G4S/bench" 1 "$(nproc)" \
+  BENCH_TIMEOUT=${1:-240} bash tests/device/bench_wheel_compile_work.sh "$G4S/in" "$G4S/bench" "${2:-1}" "$(nproc)" \
     "$G4S/results-bench" 2>&1 | tail -40 ;;
 collect)
   cd "$G4S/repo"
