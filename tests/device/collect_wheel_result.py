@@ -79,7 +79,9 @@ def main() -> int:
     args = ap.parse_args()
     g4s: Path = args.g4s
     res, work = g4s / "results", g4s / "work"
-    logs = sorted((work / "root").glob("src/build/temp*/.ninja_log"))
+    current = sorted((work / "root").glob("src/build/temp*/.ninja_log"), key=lambda p: p.stat().st_mtime)
+    first = res / "first.ninja_log"  # kept by the rebuild, which makes the tree anew
+    logs = [first] if first.is_file() else current
     ram = [int(x) for x in (work / "ram.kb").read_text().split()] if (work / "ram.kb").is_file() else []
     wheels = sorted((work / "wheels").glob("vllm-*.whl"))
     start = int((g4s / "build.start").read_text()) if (g4s / "build.start").is_file() else None
@@ -101,6 +103,7 @@ def main() -> int:
         "cubins": cubins(res),
         "rebuild": {"run": _json(g4s / "results-rebuild" / "rebuild.json"),
                     "steps_s": {k: v.get("seconds") for k, v in rebuilt.get("done", {}).items()},
+                    "ninja": ninja_units(current[-1]) if first.is_file() and current else None,
                     "sccache": (g4s / "results-rebuild" / "sccache-stats.txt").read_text()
                     if (g4s / "results-rebuild" / "sccache-stats.txt").is_file() else None},
         "compile_work": _json(g4s / "results-bench" / "work.json"),

@@ -56,6 +56,8 @@ wait)
   echo "build ended rc=$(cat "$G4S/build.rc" 2>/dev/null || echo '?') after $(( $(date +%s) - $(cat "$G4S/build.start") )) s"
   tail -25 "$G4S/work/build.out" ;;
 rebuild)
+  # the rebuild makes the tree anew: keep the first build's ninja log for collect
+  for log in "$G4S"/work/root/src/build/temp*/.ninja_log; do [ -f "$log" ] && cp "$log" "$G4S/results/first.ninja_log"; done
   cd "$G4S/repo"
   python3 - <<'EOF'
 import re
