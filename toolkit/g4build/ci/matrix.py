@@ -79,7 +79,8 @@ class Cell:
                 "g4build", "wheel", "--arch", self.arch, "--os", self.os, *target.args,
                 "--python", self.python, "--cuda", self.cuda, "--out", "wheelhouse", "--json",
             )
-        return ("g4build", "validate", "--arch", self.arch, "--smoke", "--json", "dist/wheelhouse/vllm-*.whl")
+        return ("g4build", "validate", "--arch", self.arch, "--trust-fatbin", "--smoke", "--json",
+                "dist/wheelhouse/vllm-*.whl")
 
     def builds(self, target: Target) -> str:
         if self.role == "build":
