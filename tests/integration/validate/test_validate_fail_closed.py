@@ -25,7 +25,8 @@ def _claiming(out: Path, pin: dict[str, Any] | None, series: str = "alpha") -> P
                                 "route": "overlay"}
     if pin is not None:
         manifest["pin"] = pin
-    files = {**PRISTINE, "vllm/spec/dflash.py": DFLASH_NEW, f"{DIST}/build-manifest.json": json.dumps(manifest)}
+    files: dict[str, str | bytes] = {**PRISTINE, "vllm/spec/dflash.py": DFLASH_NEW,
+                                     f"{DIST}/build-manifest.json": json.dumps(manifest)}
     return build_wheel(out, files, version=VERSION)
 
 

@@ -29,6 +29,7 @@ from g4build.fsutil import remove_tree, staging_dir, sweep_staging
 from g4build.index.entry import WheelEntry, read_entry, safe_filename
 from g4build.index.pages import MARKER, SUMMARY, SiteOptions, ordered, render_site
 from g4build.validate.wheel import ValidateOptions, ValidationReport, validate_wheel
+from g4build.wheelfile.sources import check_wheel_file
 from g4build.wheelfile.wheelfile import WheelName
 
 # Checked whole (fullmatch: '$' would let a trailing newline through) and ASCII only: a host, an optional port,
@@ -75,7 +76,7 @@ def check_options(options: SiteOptions) -> None:
 def find_wheels(folder: Path) -> list[Path]:
     if not folder.is_dir():
         raise UsageError(f"{folder}: expected a folder of wheels, found {'a file' if folder.exists() else 'nothing'}")
-    wheels = sorted(p for p in folder.iterdir() if p.name.endswith(".whl") and p.is_file())
+    wheels = sorted(p for p in folder.iterdir() if p.name.endswith(".whl") and not p.is_dir())
     if not wheels:
         raise UsageError(f"{folder}: expected wheels (*.whl), found none",
                          hint="point it at the folder g4build wheel --out or g4build overlay --out wrote")
@@ -218,8 +219,14 @@ def build_index(
     tell = say or (lambda _text: None)
     check_options(options)
     wheels = find_wheels(wheels_dir)
-    for wheel in wheels:  # before anything is copied under that name
+    for wheel in wheels:  # before anything is copied under that name, or read
         WheelName.parse(safe_filename(wheel.name))
+        try:
+            check_wheel_file(wheel)
+        except OSError as exc:
+            why = f"{wheel}: cannot be read ({exc.strerror})" if exc.strerror else str(exc)
+            raise ValidationError(f"{why}, so no index was written", hint="keep only wheel files in the folder") \
+                from exc
     check_unique(wheels)
     with _writing(out):
         if (done := recover(out)) is not None:

@@ -29,6 +29,7 @@ from g4build.wheelfile.safety import (
     record_problems,
     wheel_file_problems,
 )
+from g4build.wheelfile.sources import check_wheel_file
 from g4build.wheelfile.wheelfile import WheelName, metadata_fields, parse_record, tags_fit_target
 
 
@@ -357,6 +358,11 @@ def validate_wheel(
 ) -> ValidationReport:
     """Run every check on one wheel. Raises only when the file is not a readable zip."""
     wheel = WheelName.parse(path.name)
+    try:  # a FIFO would block the zip reader, a link to /dev/zero feed it without end
+        check_wheel_file(path)
+    except OSError as exc:
+        why = f"{path}: cannot be read ({exc.strerror})" if exc.strerror else str(exc)
+        raise ValidationError(why, hint="pass the wheel file itself") from exc
     pins = load_pins()
     pin_version = pins.get(options.pin).version if options.pin else None
     try:
