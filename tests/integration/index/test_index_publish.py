@@ -131,6 +131,12 @@ def test_a_kill_after_the_renames_leaves_the_new_site_and_drops_the_aside(wheels
     assert _tree(site) == new and not os.path.lexists(aside_of(site))
 
 
+def test_an_empty_folder_set_aside_is_put_back(wheels: Path, tmp_path: Path) -> None:
+    aside_of(tmp_path / "site").mkdir()  # --out named an empty folder, and the run was killed between the renames
+    build_index(wheels, tmp_path / "site", SiteOptions())
+    assert (tmp_path / "site" / SUMMARY).is_file() and not os.path.lexists(aside_of(tmp_path / "site"))
+
+
 def test_something_else_at_the_aside_name_is_refused(wheels: Path, tmp_path: Path) -> None:
     aside = aside_of(tmp_path / "site")
     aside.mkdir()

@@ -163,7 +163,10 @@ def recover(out: Path) -> str | None:
     aside = aside_of(out)
     if not os.path.lexists(aside):
         return None
-    why = "it is a link or a file" if aside.is_symlink() or not aside.is_dir() else site_problem(aside)
+    if aside.is_symlink() or not aside.is_dir():
+        why: str | None = "it is a link or a file"
+    else:  # an empty folder was set aside as well as a site (--out may name an empty folder)
+        why = site_problem(aside) if any(aside.iterdir()) else None
     if why:
         raise UsageError(f"{aside}: expected an earlier index site a killed run set aside, found something else "
                          f"({why}); nothing was changed", hint=f"move {aside} away, then run again")
