@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from tests.support.wheelsfactory import run_g4build
 
+import g4build
 from g4build.fsutil import umasked, write_atomic
 
 RECIPE = "gemma4-31b-dflash"
@@ -73,6 +75,20 @@ def test_a_full_disk_is_a_usage_error() -> None:
     done = run_g4build("ci", "resolve", "--pin", "vllm-0.21.0", "--github-output", "/dev/full")
     assert done.returncode == 2, done.stderr
     assert "--github-output /dev/full: could not be written" in done.stderr and "unexpected" not in done.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+@pytest.mark.parametrize("args", [("ci", "matrix", "--json"), ("pins", "list"),
+                                  ("recipe", "render", RECIPE, "--shell", "bash")])
+def test_a_full_stdout_is_a_clear_error(args: tuple[str, ...]) -> None:
+    toolkit = str(Path(g4build.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (toolkit, os.environ.get("PYTHONPATH")) if p)}
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "g4build", *args], stdout=full, stderr=subprocess.PIPE,
+                              text=True, env=env, check=False, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "a write failed: No space left on device" in done.stderr
+    assert "unexpected" not in done.stderr and "Traceback" not in done.stderr and "Exception" not in done.stderr
 
 
 @posix_only
