@@ -120,9 +120,9 @@ def verify_command(entry: WheelEntry, options: SiteOptions) -> str:
 
 # What the pages say of provenance: nothing here verified an attestation, so none is claimed.
 ATTESTATION_NOTE = (
-    "g4build index build did not verify a provenance attestation for this wheel: it checked the wheel itself "
-    "(names, metadata, RECORD hashes, series), not who built it. If the workflow that built it attests its "
-    "wheels (g4build's nightly does), check that on the downloaded file with the GitHub CLI:")
+    "g4build index build did not verify a provenance attestation: it checked each wheel itself (names, "
+    "metadata, RECORD hashes, series), not who built it. If the workflow that built a wheel attests it (g4build's "
+    "nightly does), check that on the downloaded file with the GitHub CLI:")
 
 
 # Markdown: every ASCII punctuation character may be backslash-escaped (CommonMark); '<', '>', '&' and quotes
