@@ -122,6 +122,41 @@ def test_a_kill_between_the_renames_then_a_failing_build_keeps_the_earlier_site(
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
+KILL_WHILE_REMOVING = textwrap.dedent("""
+    import os, shutil, signal, sys
+    from pathlib import Path
+    from g4build.index.pages import SiteOptions
+    from g4build.index.site import build_index
+
+    real = shutil.rmtree
+
+    def rmtree(path, *args, **kwargs):
+        summaries = list(Path(path).rglob("g4build-index.json"))
+        if summaries:  # the earlier site is being removed: killed half way
+            for summary in summaries:
+                summary.unlink()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(path, *args, **kwargs)
+
+    shutil.rmtree = rmtree
+    build_index(Path(sys.argv[1]), Path(sys.argv[2]), SiteOptions(base_url="https://example.invalid/new"))
+""")
+
+
+def test_a_kill_while_the_earlier_site_is_removed_leaves_the_new_site(wheels: Path, tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    build_index(wheels, site, SiteOptions())
+    toolkit = str(Path(g4build.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (toolkit, os.environ.get("PYTHONPATH")) if p)}
+    killed = subprocess.run([sys.executable, "-c", KILL_WHILE_REMOVING, str(wheels), str(site)], env=env,
+                            capture_output=True, text=True, check=False, timeout=300)
+    assert killed.returncode == -9, killed.stderr
+    assert b"https://example.invalid/new" in (site / "index.html").read_bytes()
+    assert not os.path.lexists(aside_of(site))  # the earlier site waits in a staging folder, not at the aside name
+    build_index(wheels, site, SiteOptions())  # the next run sweeps the half-removed earlier site
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
 def test_a_kill_after_the_renames_leaves_the_new_site_and_drops_the_aside(wheels: Path, tmp_path: Path) -> None:
     site = tmp_path / "site"
     build_index(wheels, site, SiteOptions())

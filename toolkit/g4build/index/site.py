@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from g4build.errors import UsageError, ValidationError
-from g4build.fsutil import remove_tree, staging_dir, sweep_staging
+from g4build.fsutil import staging_dir, sweep_staging
 from g4build.index.entry import WheelEntry, read_entry, safe_filename
 from g4build.index.pages import MARKER, SUMMARY, SiteOptions, ordered, render_site
 from g4build.validate.wheel import ValidateOptions, ValidationReport, validate_wheel
@@ -173,13 +173,15 @@ def recover(out: Path) -> str | None:
     if not os.path.lexists(out):
         os.rename(aside, out)
         return f"put back the earlier site a killed run had set aside ({aside} -> {out})"
-    remove_tree(aside)
+    with staging_dir(out.parent) as stage:
+        os.rename(aside, stage / "previous")  # one rename, then removed with the staging folder (or by a sweep)
     return f"removed the earlier site a killed run had set aside ({aside})"
 
 
-def _publish(site: Path, out: Path) -> None:
+def _publish(site: Path, out: Path, stage: Path) -> None:
     """``site`` becomes ``out``; an earlier site is set aside first (``aside_of``), put back if the second rename
-    fails, removed once the new site is in place."""
+    fails, and once the new site is in place moved into the staging folder, removed with it: a kill while it
+    is removed leaves a staging folder the next run sweeps, not a half site at the aside name."""
     aside = aside_of(out)
     had = os.path.lexists(out)
     if had:
@@ -191,7 +193,7 @@ def _publish(site: Path, out: Path) -> None:
             os.rename(aside, out)
         raise
     if had:
-        remove_tree(aside)
+        os.rename(aside, stage / "previous")
 
 
 @contextmanager
@@ -263,5 +265,5 @@ def _build(wheels: list[Path], out: Path, options: SiteOptions, pin: str | None,
             path = site / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-        _publish(site, out)
+        _publish(site, out, stage)
     return entries
