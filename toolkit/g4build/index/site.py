@@ -118,6 +118,10 @@ def _summary_of(folder: Path) -> dict[str, Any] | str:
     return data
 
 
+def _unreadable(exc: OSError) -> None:
+    raise exc  # a folder that cannot be listed may hold anything: not replaced unseen
+
+
 def site_problem(folder: Path) -> str | None:
     """Why ``folder`` is not a site ``index build`` wrote (None: it is, holding nothing the site did not write)."""
     data = _summary_of(folder)
@@ -126,7 +130,7 @@ def site_problem(folder: Path) -> str | None:
     listed = {*data["site_files"], SUMMARY}
     parents = {p.as_posix() for f in listed for p in Path(f).parents}
     extra = []
-    for root, dirs, files in os.walk(folder):
+    for root, dirs, files in os.walk(folder, onerror=_unreadable):
         for name in (*dirs, *files):
             path = Path(root, name)
             rel = path.relative_to(folder).as_posix()
