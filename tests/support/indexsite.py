@@ -11,10 +11,11 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from g4build.emit.manifest import make_manifest
 from g4build.emit.stamp import add_to_wheel
@@ -26,13 +27,17 @@ TAG = "cp38-abi3-manylinux_2_24_x86_64"
 
 def tiny_vllm_wheel(
     out: Path, work: Path, *, cuda: str = "13.0", note: str = "tiny", requires_python: str = ">=3.8",
+    edit: Callable[[dict[str, Any]], None] | None = None,
 ) -> Path:
     """A wheel named and versioned like one ``g4build wheel`` makes for the pin (``0.21.0+cu130.g4.<digest>``),
     its files a stand-in vllm package: packed by ``python -m wheel pack`` (which writes RECORD), then the
-    manifest stamped into its dist-info by ``g4build.emit.stamp``, as a build does."""
+    manifest stamped into its dist-info by ``g4build.emit.stamp``, as a build does (``edit`` changes the manifest
+    first, its digest kept)."""
     pin = load_pins().get(PIN)
     manifest = make_manifest(pin, [], route="build", created=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
                              extra={"target": {"arch": "sm120", "os": "linux", "cuda": cuda}})
+    if edit is not None:
+        edit(manifest)
     version = f"{pin.version}+cu{cuda.replace('.', '')}.g4.{manifest['digest']}"
     tree = work / f"vllm-{version}"
     dist = tree / f"vllm-{version}.dist-info"

@@ -28,14 +28,31 @@ def _retry_writable(func: Callable[[str], Any], path: str, _exc: object) -> None
         pass
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def umasked(mode: int) -> int:
+    """``mode`` as the process's umask lets a new file have it (0755 -> 0755 under umask 022)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mode & ~mask
+
+
+def write_atomic(path: Path, data: bytes, *, mode: int | None = None) -> None:
     """Write ``data`` to ``path`` whole or not at all: a temporary file of its own beside it (two writers never
-    share one), renamed over it; removed again on any failure or interrupt."""
+    share one, and no planted file or link is opened), renamed over it; removed again on any failure or
+    interrupt. A link at ``path`` is replaced, never written through, and nothing else's mode changes: ``mode``
+    (exact bits; mkstemp's 0600 when None) is set on the temporary file before the rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        if mode is not None and os.name != "nt":
+            os.chmod(tmp, mode)
+        try:
+            kind = os.lstat(path).st_mode
+        except FileNotFoundError:
+            kind = stat.S_IFREG
+        if not (stat.S_ISREG(kind) or stat.S_ISLNK(kind)):  # a device, a FIFO, a folder: not a file to replace
+            raise FileExistsError(errno.EEXIST, "expected a file (or nothing) there, found something else", str(path))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

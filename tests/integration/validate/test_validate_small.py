@@ -149,7 +149,7 @@ def test_verdict_line_native_unused_and_missing(tmp_path: Path, project: Path) -
     # a wheel whose libraries are native on sm_120, with an FA3 library vLLM only uses on Hopper
     ok_wheel = build_wheel(tmp_path / "ok", {**PRISTINE, "vllm/_C.abi3.so": native,
                                              "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so": hopper_only})
-    done = run_g4build("validate", str(ok_wheel), "--arch", "sm120", "--no-cuobjdump", "--json")
+    done = run_g4build("validate", str(ok_wheel), "--arch", "sm120", "--no-cuobjdump", "--trust-fatbin", "--json")
     assert done.returncode == 0, done.stderr
     checks = {c["name"]: c for c in json.loads(done.stdout)["wheels"][0]["checks"]}
     assert checks["verdict sm_120"]["ok"]

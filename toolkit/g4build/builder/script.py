@@ -6,12 +6,11 @@ is skipped; ``G4BUILD_CLEAN=1`` forces every step.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 
 from g4build.builder.plan import GB_PER_NVCC_JOB, BuildPlan, Step
+from g4build.fsutil import umasked, write_atomic
 from g4build.util.shellquote import bash_word, ps_quote
 
 _SAFE_GLOB = re.compile(r"^[A-Za-z0-9._*?+-]+$")
@@ -152,9 +151,7 @@ def render(plan: BuildPlan) -> str:
 
 def script_mode(powershell: bool) -> int:
     """The permission bits of a written script: 0755 for bash, 0644 for PowerShell, as the umask allows."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return (0o644 if powershell else 0o755) & ~mask
+    return umasked(0o644 if powershell else 0o755)
 
 
 def write_script(plan: BuildPlan, path: Path) -> str:
@@ -165,16 +162,7 @@ def write_script(plan: BuildPlan, path: Path) -> str:
     # every non-ASCII path or value (a user folder named Müller): PowerShell scripts get one, as the
     # launch scripts do. Written beside the target and renamed in, so a killed run leaves no half script.
     data = render(plan).encode("utf-8-sig" if windows else "utf-8")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        if os.name != "nt":
-            # mkstemp makes the file 0600; a script is a file like any other, read by whoever may read the
-            # folder: 0755 for bash (run as ./build.sh), 0644 for PowerShell (run by pwsh -File), less the umask
-            os.chmod(tmp, script_mode(windows))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # a script is a file like any other, read by whoever may read the folder: 0755 for bash (run as
+    # ./build.sh), 0644 for PowerShell (run by pwsh -File), less the umask; a link at ``path`` is replaced
+    write_atomic(path, data, mode=script_mode(windows))
     return "PowerShell" if windows else "bash"

@@ -9,6 +9,7 @@ same (target, arch, CUDA, os) share one sccache namespace (``cache_key``) so rer
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 from collections.abc import Callable, Iterable, Sequence
@@ -79,7 +80,8 @@ class Cell:
                 "g4build", "wheel", "--arch", self.arch, "--os", self.os, *target.args,
                 "--python", self.python, "--cuda", self.cuda, "--out", "wheelhouse", "--json",
             )
-        return ("g4build", "validate", "--arch", self.arch, "--smoke", "--json", "dist/wheelhouse/vllm-*.whl")
+        return ("g4build", "validate", "--arch", self.arch, "--trust-fatbin", "--smoke", "--json",
+                "dist/wheelhouse/vllm-*.whl")
 
     def builds(self, target: Target) -> str:
         if self.role == "build":
@@ -307,7 +309,9 @@ def append_github_outputs(path: Path, outputs: dict[str, str]) -> None:
         while delimiter in value:  # 128 random bits: never in practice, but proven, not hoped
             delimiter = f"g4build_{secrets.token_hex(16)}"
         blocks.append(f"{key}<<{delimiter}\n{value}\n{delimiter}\n")
-    with path.open("a", encoding="utf-8", newline="\n") as fh:
+    # appended to in place (the runner reads the file by its path), never through a link planted at that path
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    with os.fdopen(os.open(path, flags, 0o666), "w", encoding="utf-8", newline="\n") as fh:
         fh.write("".join(blocks))
 
 

@@ -18,6 +18,7 @@ import yaml
 import g4build.ci.scripts as scripts
 from g4build.ci.matrix import select_archs
 from g4build.ci.spec import MatrixSpec
+from g4build.fsutil import umasked, write_atomic
 
 WORKFLOWS_DIR = Path(".github") / "workflows"
 HEADER = (
@@ -414,8 +415,7 @@ def stale_files(root: Path, rendered: tuple[Rendered, ...]) -> list[str]:
 
 
 def write_rendered(root: Path, rendered: tuple[Rendered, ...]) -> None:
-    """Write the generated files under ``root`` (folders made as needed, LF line ends on every OS)."""
+    """Write the generated files under ``root`` (folders made as needed, LF line ends on every OS), each whole
+    and never through a link planted at its path (``fsutil.write_atomic``)."""
     for item in rendered:
-        path = root / item.path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(item.text, encoding="utf-8", newline="\n")
+        write_atomic(root / item.path, item.text.encode("utf-8"), mode=umasked(0o644))

@@ -6,6 +6,7 @@ runs (``lazygroup``); this file only assembles them and turns ``G4BuildError`` i
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import os
@@ -77,8 +78,31 @@ def _json_error(argv: list[str] | None, message: str, hint: str | None, code: in
     """Under --json an error is also a JSON object on stdout, so scripts parsing stdout see what failed."""
     args = sys.argv[1:] if argv is None else argv
     if "--json" in args and not json_already_printed():
-        print(json.dumps({"error": message, "hint": hint, "exit_code": code}))
-        sys.stdout.flush()
+        try:
+            print(json.dumps({"error": message, "hint": hint, "exit_code": code}))
+            sys.stdout.flush()
+        except OSError:  # stdout itself cannot be written (a full disk): the message on stderr stands
+            pass
+
+
+# A write that failed for want of room (a full disk, a quota, /dev/full) or at the device: an error to report as
+# such, not a defect of g4build's
+_WRITE_FAILED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
+def _write_failed(exc: OSError) -> None:
+    """Report a failed write (stdout or a file) as what it is, exit 2 (the output named cannot be written)."""
+    where = f" ({exc.filename})" if exc.filename else " (the output: stdout, or a file being written)"
+    message = f"a write failed: {exc.strerror or exc}{where}"
+    hint = "free space on that disk, or send the output elsewhere"
+    try:  # nothing more goes to a stdout that cannot be written, at exit either
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    err_console.print(f"[yellow]hint:[/] {escape(hint)}", highlight=False)
+    sys.exit(2)
 
 
 def _quiet_broken_pipe() -> None:
@@ -132,6 +156,8 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         if os.environ.get("G4BUILD_DEBUG"):
             raise
+        if isinstance(exc, OSError) and exc.errno in _WRITE_FAILED:
+            _write_failed(exc)
         where = ""
         tb = exc.__traceback__
         while tb is not None and tb.tb_next is not None:

@@ -22,7 +22,7 @@ from g4build.ci import (
     write_rendered,
 )
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
-from g4build.cli.outpaths import output_file
+from g4build.cli.outpaths import output_file, writing
 from g4build.data import writable_root
 from g4build.errors import ConfigError, UsageError
 from g4build.pins.model import load_pins
@@ -135,7 +135,8 @@ def resolve_cmd(
     outputs = github_outputs(spec, target, cells, left_out)
     if github_output is not None:
         github_output.parent.mkdir(parents=True, exist_ok=True)
-        append_github_outputs(github_output, outputs)
+        with writing(github_output, "--github-output"):
+            append_github_outputs(github_output, outputs)
     for note in left_out:
         err_console.print(note, highlight=False)
     if json_out:

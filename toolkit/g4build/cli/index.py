@@ -31,8 +31,8 @@ def _show(result: IndexResult) -> None:
 @index_app.command("build")
 def build(
     wheels: Path = typer.Argument(..., file_okay=False, help="The folder of wheels to serve."),
-    out: Path = typer.Option(..., "--out", help="The site's folder (replaced whole; only an earlier site or "
-                             "an empty folder may be there)."),
+    out: Path = typer.Option(..., "--out", help="The site's folder (replaced whole; only a site index build "
+                             "wrote, listing every file there, or an empty folder may be there)."),
     base_url: str | None = typer.Option(None, "--base-url", help="Where the site will be served (for the "
                                         "install commands its pages show)."),
     repo: str | None = typer.Option(None, "--repo", help="OWNER/NAME of the repository whose workflow attests "

@@ -1,11 +1,15 @@
 """Output paths the user names (``--out``, ``--dest``, ``--emit-script``, ``--github-output``, ``--venv``), checked
 before any work: a file where a folder is expected (or on the way to it), a folder where a file is, a place that
 cannot be written, or a venv that does not exist is a usage error (exit 2) that says what was expected and what to
-do, never an OSError at the end of a long step."""
+do, never an OSError at the end of a long step. What fails only while it is written (a full disk, ``/dev/full``, a
+link planted where a file is appended to) is the same usage error, by ``writing``."""
 
 from __future__ import annotations
 
+import errno
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from g4build.errors import UsageError
@@ -59,6 +63,18 @@ def output_file(path: Path, option: str) -> Path:
     if path.exists() and not os.access(path, os.W_OK):
         raise UsageError(f"{option} {path}: the file is not writable", hint=f"pass {option} another path")
     return path
+
+
+@contextmanager
+def writing(path: Path, option: str) -> Iterator[None]:
+    """An OSError while ``path`` (named by ``option``) is written becomes a usage error saying so."""
+    try:
+        yield
+    except OSError as exc:
+        why = ("it is a link, and g4build writes only to the file itself" if exc.errno == errno.ELOOP
+               else exc.strerror or str(exc))
+        raise UsageError(f"{option} {path}: could not be written ({why})",
+                         hint=f"pass {option} a file on a disk with room that you can write to") from exc
 
 
 def existing_folder(path: Path, option: str, what: str) -> Path:

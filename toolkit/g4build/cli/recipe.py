@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json, require_wheel_file
-from g4build.cli.outpaths import output_file
+from g4build.cli.outpaths import output_file, writing
 from g4build.errors import RecipeError
 from g4build.recipes import (
     Finding,
@@ -185,7 +185,8 @@ def render_cmd(
     if out is None:
         typer.echo(text, nl=False)
         return
-    path = write_script(text, out / script_filename(r.name, chosen), chosen)
+    with writing(out / script_filename(r.name, chosen), "--out"):
+        path = write_script(text, out / script_filename(r.name, chosen), chosen)
     err_console.print(f"wrote {path}", highlight=False, markup=False)
 
 

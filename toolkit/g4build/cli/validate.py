@@ -71,6 +71,10 @@ def validate(
     cuobjdump: bool = typer.Option(
         True, "--cuobjdump/--no-cuobjdump", help="With --arch, cross-check fatbins with cuobjdump when found.",
     ),
+    trust_fatbin: bool = typer.Option(
+        False, "--trust-fatbin", help="With --arch and no cuobjdump: accept the fatbin headers alone (without "
+        "it, an arch verdict no tool cross-checked fails).",
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Check wheels: filename tags, METADATA, RECORD hashes, series fingerprints, CUDA archs."""
@@ -78,7 +82,7 @@ def validate(
         require_wheel_file(wheel)
     options = ValidateOptions(
         archs=parse_archs(arch), pin=pin, smoke=smoke,
-        cuobjdump=cudatools.find_cuobjdump() if cuobjdump and arch else None,
+        cuobjdump=cudatools.find_cuobjdump() if cuobjdump and arch else None, trust_fatbin=trust_fatbin,
     )
     run_validation(wheels, options, as_json=as_json)
 

@@ -16,7 +16,7 @@ from g4build.builder.plan import BuildPlan
 from g4build.builder.request import WheelRequest, build_wheel, plan_wheel
 from g4build.builder.script import write_script
 from g4build.cli._common import JSON_OPTION, console, err_console, lower_option, print_json
-from g4build.cli.outpaths import output_file, output_folder
+from g4build.cli.outpaths import output_file, output_folder, writing
 from g4build.emit.write import write_build_manifest
 from g4build.pins.model import load_pins
 from g4build.recipes import recipe_names
@@ -95,7 +95,9 @@ def wheel(
         recipes=tuple(recipe_names()) if recipes else (), run_here=not dry_run and emit_script is None))
     plan = planned.plan
     if emit_script is not None:
-        err_console.print(f"wrote {emit_script} ({write_script(plan, emit_script)})")
+        with writing(emit_script, "--emit-script"):
+            shell = write_script(plan, emit_script)
+        err_console.print(f"wrote {emit_script} ({shell})")
     if dry_run or emit_script is not None:
         if as_json:
             print_json(plan.to_dict())

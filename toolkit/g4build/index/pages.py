@@ -10,12 +10,15 @@ Layout (every link relative, so the folder can be served from any URL)::
     files/<file>, files/<file>.metadata
 
 Every value that came from a wheel passes ``html.escape`` (text and attributes) or ``urllib.parse.quote``
-(links) on its way into a page.
+(links) on its way into a page, and ``markdown_text`` on its way into install.md (release notes): there no
+character of it can open a tag, a code span or fence, a link or a heading. The option values in the copy-paste
+commands were checked by ``site.check_options`` and are quoted for the shell the command is for all the same.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from html import escape
@@ -25,12 +28,16 @@ from urllib.parse import quote
 from packaging.version import Version
 
 from g4build.index.entry import WheelEntry
+from g4build.util.shellquote import bash_word, ps_quote
 
 API_VERSION = "1.1"
 # Without --torch-index the commands name PyTorch's index for the wheel's CUDA line by this placeholder (its
 # address is on PyTorch's install page); {cu} stands for cu130, cu129, ...
 TORCH_PLACEHOLDER = "<PyTorch's {cu} wheel index>"
-SUMMARY = "g4build-index.json"  # the site's own record of what it lists; also marks a folder as a g4build site
+SUMMARY = "g4build-index.json"  # the site's own record of what it lists and of every file it wrote
+# The summary's mark that the folder is a site ``index build`` wrote: the ownership check reads it (with the
+# summary's list of files) before a rebuild replaces the folder.
+MARKER = "g4build index site, v1"
 INSTALL_NOTES = "install.md"  # install and verify commands as Markdown (the nightly's release notes)
 
 
@@ -68,10 +75,14 @@ def file_url(entry: WheelEntry, options: SiteOptions, *, up: str) -> str:
     return f"{up}files/{_link(entry.filename)}"
 
 
+_CUDA = re.compile(r"([0-9]{1,3})\.([0-9]{1,3})", re.ASCII)
+
+
 def cu_tag(cuda: str) -> str | None:
-    """``13.0`` -> ``cu130``; None when the text is no MAJOR.MINOR."""
-    major, _, minor = cuda.partition(".")
-    return f"cu{major}{minor}" if major.isdigit() and minor.isdigit() else None
+    """``13.0`` -> ``cu130``; None when the text is no MAJOR.MINOR of ASCII digits (``str.isdigit`` would take
+    other scripts' digits, which then reach the torch-index commands)."""
+    m = _CUDA.fullmatch(cuda)
+    return f"cu{m[1]}{m[2]}" if m else None
 
 
 def torch_index_of(entry: WheelEntry, options: SiteOptions) -> str | None:
@@ -83,16 +94,48 @@ def _base(options: SiteOptions) -> str:
     return options.base_url.rstrip("/") if options.base_url else "https://YOUR-INDEX"
 
 
+_PLAIN_PS = re.compile(r"[A-Za-z0-9_./:=+-]+", re.ASCII)
+
+
+def _word(value: str, *, windows: bool) -> str:
+    """``value`` as one word of a bash or PowerShell command: bare when nothing in it is special there."""
+    if windows:
+        return value if _PLAIN_PS.fullmatch(value) else ps_quote(value)
+    return bash_word(value)
+
+
 def install_command(entry: WheelEntry, options: SiteOptions, *, windows: bool = False) -> str:
     torch_index = torch_index_of(entry, options)
+    if torch_index and options.torch_index:
+        torch_index = _word(torch_index, windows=windows)  # the placeholder is left as it is: no URL to run
     extra = f" --extra-index-url {torch_index}" if torch_index else ""
     python = "py -3" if windows else "python3"
     return (f'{python} -m pip install "{entry.project}=={entry.version}" '
-            f"--extra-index-url {_base(options)}/simple/{extra}")
+            f"--extra-index-url {_word(_base(options) + '/simple/', windows=windows)}{extra}")
 
 
 def verify_command(entry: WheelEntry, options: SiteOptions) -> str:
-    return f"gh attestation verify {entry.filename} --repo {options.repo or 'OWNER/REPO'}"
+    return f"gh attestation verify {bash_word(entry.filename)} --repo {bash_word(options.repo or 'OWNER/REPO')}"
+
+
+# What the pages say of provenance: nothing here verified an attestation, so none is claimed.
+ATTESTATION_NOTE = (
+    "g4build index build did not verify a provenance attestation: it checked each wheel itself (names, "
+    "metadata, RECORD hashes, series), not who built it. If the workflow that built a wheel attests it (g4build's "
+    "nightly does), check that on the downloaded file with the GitHub CLI:")
+
+
+# Markdown: every ASCII punctuation character may be backslash-escaped (CommonMark); '<', '>', '&' and quotes
+# become entities; line breaks and other control characters become a space, so a value stays on its line.
+_MD_ENTITIES = {"<": "&lt;", ">": "&gt;", "&": "&amp;", '"': "&quot;", "'": "&#39;"}
+_MD_PUNCT = frozenset("!#$%()*+,-./:;=?@[\\]^_`{|}~")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def markdown_text(value: str) -> str:
+    """``value`` as inert Markdown text: it renders as the characters it holds, nothing else."""
+    flat = _CONTROL.sub(" ", value)
+    return "".join(_MD_ENTITIES.get(c) or (f"\\{c}" if c in _MD_PUNCT else c) for c in flat)
 
 
 _HEAD = ('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -165,8 +208,7 @@ def wheel_page(entry: WheelEntry, options: SiteOptions) -> bytes:
         f"<h2>Install</h2>\n<p>Linux and WSL:</p>\n<pre>{escape(install_command(entry, options))}</pre>\n"
         f"<p>Windows (PowerShell):</p>\n<pre>{escape(install_command(entry, options, windows=True))}</pre>\n"
         f"{torch_line}"
-        "<h2>Verify</h2>\n<p>The nightly workflow attests every wheel it builds (build provenance). With the GitHub "
-        "CLI, on the downloaded file:</p>\n"
+        f"<h2>Verify</h2>\n<p>{escape(ATTESTATION_NOTE)}</p>\n"
         f"<pre>{escape(verify_command(entry, options))}</pre>\n"
     )
     return _page(entry.filename, body)
@@ -192,27 +234,26 @@ def front_page(entries: list[WheelEntry], options: SiteOptions) -> bytes:
 
 def install_notes(entries: list[WheelEntry], options: SiteOptions) -> bytes:
     """Markdown for release notes: per wheel, what it needs, how to install it, how to verify it."""
+    md = markdown_text
     lines = ["## Install", "",
-             f"Package index: {_base(options)}/simple/ (add it to pip with `--extra-index-url`; the torch a wheel "
-             "needs comes from PyTorch's index for its CUDA line, named in each command).", ""]
+             f"Package index: {md(_base(options) + '/simple/')} (add it to pip with `--extra-index-url`; the torch "
+             "a wheel needs comes from PyTorch's index for its CUDA line, named in each command).", ""]
     for e in entries:
         b = e.build
-        needs = f"pin {b.pin}, torch {b.torch}, CUDA {b.cuda}, series: {', '.join(b.series) or 'none'}" if b else \
-            "no build manifest"
-        lines += [f"### {e.filename}", "", f"- {needs}", f"- sha256 `{e.sha256}`", "",
+        needs = (f"pin {md(b.pin)}, torch {md(b.torch)}, CUDA {md(b.cuda)}, series: "
+                 f"{md(', '.join(b.series) or 'none')}") if b else "no build manifest"
+        lines += [f"### {md(e.filename)}", "", f"- {needs}", f"- sha256 `{e.sha256}`", "",
                   "Linux / WSL:", "```", install_command(e, options), "```",
                   "Windows (PowerShell):", "```", install_command(e, options, windows=True), "```", ""]
-    lines += ["## Verify", "",
-              "Every wheel carries a build provenance attestation made by the workflow that built it. On a "
-              "downloaded wheel, with the GitHub CLI:", "", "```",
+    lines += ["## Verify", "", ATTESTATION_NOTE, "", "```",
               *(verify_command(e, options) for e in entries), "```", "",
               "The release is immutable once published: its files cannot be replaced.", ""]
     return "\n".join(lines).encode()
 
 
-def summary(entries: list[WheelEntry], options: SiteOptions) -> dict[str, Any]:
-    return {"generator": "g4build index", "base_url": options.base_url, "repo": options.repo,
-            "files_url": options.files_url,
+def summary(entries: list[WheelEntry], options: SiteOptions, site_files: list[str]) -> dict[str, Any]:
+    return {"generator": "g4build index", "marker": MARKER, "base_url": options.base_url, "repo": options.repo,
+            "files_url": options.files_url, "site_files": site_files,
             "wheels": [e.to_dict() for e in entries]}
 
 
@@ -220,12 +261,14 @@ def render_site(entries: Iterable[WheelEntry], options: SiteOptions) -> dict[str
     """Every page of the site (not the wheels themselves), by path relative to the site's root."""
     listed = ordered(entries)
     projects = sorted({e.project for e in listed})
-    files: dict[str, bytes] = {"index.html": front_page(listed, options), SUMMARY: _json(summary(listed, options)),
-                               INSTALL_NOTES: install_notes(listed, options)}
+    files: dict[str, bytes] = {"index.html": front_page(listed, options), INSTALL_NOTES: install_notes(listed, options)}
     files.update(simple_root(projects))
     for project in projects:
         files.update(simple_project(project, [e for e in listed if e.project == project], options))
     for e in listed:
         files[f"wheels/{e.filename}.html"] = wheel_page(e, options)
         files[f"files/{e.filename}.metadata"] = e.metadata
+    # every file of the site (the wheels' copies too): what a rebuild may replace, and nothing else
+    site_files = sorted({*files, *(f"files/{e.filename}" for e in listed)})
+    files[SUMMARY] = _json(summary(listed, options, site_files))
     return files

@@ -10,7 +10,6 @@ check at start), then starts ``vllm`` with ``serve_argv(recipe)`` exactly.
 from __future__ import annotations
 
 import os
-import stat
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Literal
 
 from g4build import __version__
 from g4build.errors import RecipeError, UsageError
+from g4build.fsutil import umasked, write_atomic
 from g4build.pins.model import Pin
 from g4build.pins.serving import check_program, expected
 from g4build.recipes.argv import env_items, serve_argv
@@ -289,14 +289,13 @@ def script_filename(recipe_name: str, shell: str) -> str:
 
 
 def write_script(text: str, path: Path, shell: str) -> Path:
-    """Write bytes exactly (no newline translation: values may hold newlines).
+    """Write bytes exactly (no newline translation: values may hold newlines), whole or not at all: written
+    beside ``path`` and renamed over it (``fsutil.write_atomic``), so a link planted at ``path`` is replaced,
+    never written through, and no other file's mode changes. 0755 for bash, 0644 for PowerShell, less the umask.
 
     PowerShell scripts get a UTF-8 byte order mark: Windows PowerShell 5.1 reads a file without one in the
     ANSI code page, which would change every non-ASCII value.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = text.encode("utf-8-sig" if shell == "powershell" else "utf-8")
-    path.write_bytes(data)
-    if shell == "bash":
-        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    write_atomic(path, data, mode=umasked(0o755 if shell == "bash" else 0o644))
     return path

@@ -29,6 +29,7 @@ from g4build.wheelfile.safety import (
     record_problems,
     wheel_file_problems,
 )
+from g4build.wheelfile.sources import check_wheel_file
 from g4build.wheelfile.wheelfile import WheelName, metadata_fields, parse_record, tags_fit_target
 
 
@@ -73,6 +74,8 @@ class ValidateOptions:
     pin: str | None = None
     smoke: bool = False
     cuobjdump: Path | None = None  # cross-check fatbins with this tool (None: skip)
+    # without a cross-check tool, an arch verdict rests on the fatbin headers alone: a pass only when asked
+    trust_fatbin: bool = False
 
 
 def _same_version(text: str, version: Version) -> bool:
@@ -149,12 +152,21 @@ def check_members(wheel: WheelName, c: Contents) -> Check:
                  "file systems, WHEEL 1.x with the filename's tags")
 
 
-def check_series(c: Contents, pin_name: str | None) -> Check:
+def check_series(c: Contents, pin_name: str | None, known_pins: frozenset[str] = frozenset()) -> Check:
+    """The series the manifest claims are in the wheel, by their fingerprints for the pin it names. Fails closed:
+    a claim whose fingerprints cannot be looked up (no pin, a pin or series this checkout does not know, no
+    variant of the series for that pin) is no pass."""
     if c.manifest is None:
         return Check(name="series", ok=True, detail=f"no {MANIFEST_NAME}: the wheel claims no series")
     claimed_pin = str(c.manifest.get("pin", {}).get("name", ""))
     if pin_name and claimed_pin != pin_name:
         return Check(name="series", ok=False, detail=f"the wheel was made for pin {claimed_pin}, not {pin_name}")
+    claimed = ", ".join(str(e.get("name")) for e in c.manifest["series"])
+    if claimed and claimed_pin not in known_pins:
+        which = f"an unknown pin {claimed_pin!r} (not in this checkout's pins.yaml)" if claimed_pin else "no pin"
+        return Check(name="series", ok=False,
+                     detail=f"the wheel claims series {claimed} but names {which}: its fingerprints cannot be "
+                            "checked. Validate it with the checkout that made it, or rebuild it for a known pin")
     known = {s.name: s for s in c.series}
     problems, seen = [], []
     for entry in c.manifest["series"]:
@@ -164,7 +176,11 @@ def check_series(c: Contents, pin_name: str | None) -> Check:
             problems.append(f"series {name} is unknown to this checkout (patches/series.yaml)")
             continue
         variant = series.variant(claimed_pin)
-        for rel, texts in (variant.fingerprints if variant else {}).items():
+        if variant is None:
+            problems.append(f"series {name} has no variant for pin {claimed_pin} in this checkout: its "
+                            "fingerprints cannot be checked")
+            continue
+        for rel, texts in variant.fingerprints.items():
             member = c.members.get(rel)
             if member is None or member.text is None:
                 problems.append(f"{name}: {rel} is not in the wheel")
@@ -237,15 +253,29 @@ def arch_specific(name: str, target: Arch) -> str | None:
     return None
 
 
-def arch_verdict(target: Arch, reports: list[LibraryReport], skipped: list[str]) -> Check:
-    """One line per arch: does the wheel run natively there, which libraries JIT from PTX, what to do."""
+# An arch verdict no tool cross-checked: what it rests on, and how to get a pass.
+UNCHECKED = ("by the fatbin headers alone: no cuobjdump cross-checked them (none found on PATH, in $CUDA_HOME/bin "
+             "or the nvidia-cuda-cuobjdump package, or --no-cuobjdump)")
+
+
+def arch_verdict(target: Arch, reports: list[LibraryReport], skipped: list[str], *, checked: bool = True,
+                 trusted: bool = False) -> Check:
+    """One line per arch: does the wheel run natively there, which libraries JIT from PTX, what to do. Without a
+    cross-check (``checked`` False) a native verdict passes only when the headers are ``trusted``."""
     sm = target.sm()
     jit = [r.file for r in reports if r.verdicts.get(sm) == "ptx-only" and r.file not in skipped]
     none = [r.file for r in reports if r.verdicts.get(sm) == "none" and r.fatbins and r.file not in skipped]
     unused = f"; not used on {sm}: {', '.join(Path(f).name for f in skipped)}" if skipped else ""
     if not jit and not none:
-        return Check(name=f"verdict {sm}", ok=True,
-                     detail=f"runs natively on {sm}: every library vLLM uses there has {sm} SASS{unused}")
+        native = f"runs natively on {sm}: every library vLLM uses there has {sm} SASS{unused}"
+        if checked:
+            return Check(name=f"verdict {sm}", ok=True, detail=native)
+        if trusted:
+            return Check(name=f"verdict {sm}", ok=True, detail=f"{native}, {UNCHECKED}; --trust-fatbin accepts them")
+        return Check(name=f"verdict {sm}", ok=False,
+                     detail=f"{native}, but {UNCHECKED}, and a library can claim an arch it lacks. Install "
+                            "cuobjdump (the CUDA toolkit, or pip install nvidia-cuda-cuobjdump), or pass "
+                            "--trust-fatbin to accept the headers")
     parts = []
     if jit:
         parts.append(f"{len(jit)} JIT-compile from PTX at load ({', '.join(Path(f).name for f in jit)}: minutes "
@@ -258,7 +288,8 @@ def arch_verdict(target: Arch, reports: list[LibraryReport], skipped: list[str])
                         f"g4build wheel --arch {sm.replace('_', '')}")
 
 
-def check_archs(c: Contents, targets: tuple[Arch, ...]) -> tuple[list[Check], list[LibraryReport]]:
+def check_archs(c: Contents, targets: tuple[Arch, ...], *, checked: bool = True,
+                trusted: bool = False) -> tuple[list[Check], list[LibraryReport]]:
     checks, reports = [], []
     skipped: dict[str, list[str]] = {t.sm(): [] for t in targets}
     for name, m in sorted(c.members.items()):
@@ -297,7 +328,7 @@ def check_archs(c: Contents, targets: tuple[Arch, ...]) -> tuple[list[Check], li
                 else f"cuobjdump lists {cudatools.show(m.cuobjdump)}; the reader found {cudatools.show(mine)}",
             ))
     if any(r.fatbins for r in reports):
-        checks.extend(arch_verdict(t, reports, skipped[t.sm()]) for t in targets)
+        checks.extend(arch_verdict(t, reports, skipped[t.sm()], checked=checked, trusted=trusted) for t in targets)
     else:  # an arch asked of a wheel that has no readable CUDA code at all is no pass
         unreadable = [n for n, m in c.members.items() if m.fatbin_error]
         why = (f"its native libraries are unreadable ({', '.join(Path(n).name for n in sorted(unreadable)[:5])})"
@@ -327,16 +358,24 @@ def validate_wheel(
 ) -> ValidationReport:
     """Run every check on one wheel. Raises only when the file is not a readable zip."""
     wheel = WheelName.parse(path.name)
-    pin_version = load_pins().get(options.pin).version if options.pin else None
+    try:  # a FIFO would block the zip reader, a link to /dev/zero feed it without end
+        check_wheel_file(path)
+    except OSError as exc:
+        why = f"{path}: cannot be read ({exc.strerror})" if exc.strerror else str(exc)
+        raise ValidationError(why, hint="pass the wheel file itself") from exc
+    pins = load_pins()
+    pin_version = pins.get(options.pin).version if options.pin else None
     try:
         contents = read_wheel(path, keep=set(), cuobjdump=options.cuobjdump if options.archs else None)
     except ZIP_READ_ERRORS as exc:
         raise ValidationError(f"{path}: not a readable zip file ({type(exc).__name__}: {exc})") from exc
     checks = [check_filename(wheel), check_metadata(wheel, contents, pin_version), check_record(contents, path.name),
-              check_members(wheel, contents), check_series(contents, options.pin), tags_check(wheel, contents)]
+              check_members(wheel, contents), check_series(contents, options.pin, frozenset(pins.pins)),
+              tags_check(wheel, contents)]
     if (cute := check_fa4_cute(contents)) is not None:
         checks.append(cute)
-    arch_checks, reports = check_archs(contents, options.archs)
+    arch_checks, reports = check_archs(contents, options.archs, checked=options.cuobjdump is not None,
+                                       trusted=options.trust_fatbin)
     checks.extend(arch_checks)
     if options.smoke:
         if smoke is None:

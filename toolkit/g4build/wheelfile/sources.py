@@ -10,6 +10,10 @@ Two ways to read a source wheel, both handing ``zipraw.RawZipWriter`` the same b
   members to patch, the dist-info files) are kept and compared with the bytes the pass reads at the same
   offsets. ``finish()`` gives the sha256 of the whole file as read, so a caller can hold it against a pin
   before it publishes anything written from it.
+
+Both open the file with ``open_wheel``: a regular file of at most ``max_wheel_bytes()`` (checked on the open file,
+opened without waiting, so a FIFO named ``*.whl`` is refused instead of blocking and a link to ``/dev/zero`` is
+refused instead of read without end). ``check_wheel_file`` is the same check for readers that open by path.
 """
 
 from __future__ import annotations
@@ -17,11 +21,61 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import stat
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, cast
 
 CHUNK = 4 << 20
+MAX_WHEEL_BYTES = 4 << 30  # the largest CUDA wheels are well under 1 GiB; G4BUILD_MAX_WHEEL_BYTES changes it
+_MAX_ENV = "G4BUILD_MAX_WHEEL_BYTES"
+
+
+class NotAWheelFile(OSError):
+    """The path is not a regular file a wheel can be, or is larger than a wheel may be."""
+
+
+def max_wheel_bytes() -> int:
+    text = os.environ.get(_MAX_ENV, "").strip()
+    if text.isascii() and text.isdigit() and len(text) <= 20:
+        return int(text)
+    return MAX_WHEEL_BYTES
+
+
+def _kind(mode: int) -> str:
+    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def open_wheel(path: Path) -> BinaryIO:
+    """``path`` opened for reading once it is known to be a regular file of at most ``max_wheel_bytes()``
+    (after links are followed); else NotAWheelFile saying what was found. Never waits on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+                 | getattr(os, "O_BINARY", 0))
+    try:
+        info = os.fstat(fd)
+        limit = max_wheel_bytes()
+        if not stat.S_ISREG(info.st_mode):
+            raise NotAWheelFile(f"{path}: expected a wheel (a regular file), found {_kind(info.st_mode)}")
+        if info.st_size > limit:
+            raise NotAWheelFile(f"{path}: {info.st_size} bytes, more than the {limit} a wheel may be "
+                                f"({_MAX_ENV} raises the limit)")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_wheel_file(path: Path) -> int:
+    """The size of ``path`` when ``open_wheel`` takes it; else NotAWheelFile (or the OSError of the open)."""
+    with open_wheel(path) as fh:
+        return os.fstat(fh.fileno()).st_size
 
 
 class SourceChanged(Exception):
@@ -50,8 +104,12 @@ class Snapshot:
 
     @classmethod
     def read(cls, path: Path) -> Snapshot:
-        with path.open("rb") as fh:
-            return cls(fh.read())
+        limit = max_wheel_bytes()
+        with open_wheel(path) as fh:
+            data = fh.read(limit + 1)
+        if len(data) > limit:  # it grew while read
+            raise NotAWheelFile(f"{path}: more than the {limit} bytes a wheel may be ({_MAX_ENV} raises the limit)")
+        return cls(data)
 
     def file(self) -> BinaryIO:
         """A file object over the held bytes (one per reader: each has its own position)."""
@@ -130,7 +188,7 @@ class Streamed:
 
     @classmethod
     def open(cls, path: Path) -> Streamed:
-        return cls(path.open("rb"))
+        return cls(open_wheel(path))
 
     def __enter__(self) -> Streamed:
         return self
