@@ -121,7 +121,8 @@ def test_the_arch_warning_names_validate_unless_built_for_the_card(tmp_path: Pat
     done = g4("recipe", "render", BASELINE, "--shell", "bash", "--out", str(tmp_path / "a"), "--wheel", str(overlaid))
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())
-    assert "warning [wheel-arch]" in said and f"g4build validate {LINUX_WHEEL} --arch sm120" in said
+    assert "warning [wheel-arch]" in said and f"g4build validate {overlaid} --arch sm120" in said  # as given
+    assert "g4build wheel --arch sm120 --os linux" in said  # a command that runs: --os is required
     target = {"target": {"arch": "sm120", "os": "linux", "cuda": "13.0"}}
     built = wheel(tmp_path / "b" / LINUX_WHEEL, make_manifest(pin, [], route="build", extra=target))
     done = g4("recipe", "render", BASELINE, "--shell", "bash", "--out", str(tmp_path / "b"), "--wheel", str(built))
