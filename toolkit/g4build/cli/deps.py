@@ -79,8 +79,8 @@ def apply_cmd(
     series: list[str] | None = typer.Option(None, "--series", help="Only these build series (repeatable)."),
     cache: Path | None = typer.Option(None, "--cache", help="Where `g4build prefetch` keeps the dependencies."),
     write: Path | None = typer.Option(
-        None, "--write", help="The CMake initial-cache file `g4build prefetch --write` made: pointed at the patched "
-                              "copies."),
+        None, "--write", help="The CMake initial-cache file `g4build prefetch --tree SRC --write FILE` made: "
+                              "pointed at the patched copies."),
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Apply the pin's build series: vLLM's own to the tree (one commit per patch), a dependency's to a patched
