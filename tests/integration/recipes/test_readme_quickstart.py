@@ -187,6 +187,21 @@ def test_the_quickstarts_doctor_overlay_and_torch_name_one_pin() -> None:
         assert "--set pin=" not in line(language, "g4build recipe render")  # the pin follows the wheel
 
 
+def test_the_powershell_quickstarts_doctor_passes_on_a_machine_ready_for_it() -> None:
+    """The block's doctor line, its route and pin as written, on the recorded Windows machine that has what the
+    overlay route needs (driver, the pin's CUDA torch) and no CUDA toolkit or Visual Studio (no GPU here)."""
+    from tests.unit.doctor.recorded import RecordedProbe
+
+    from g4build.doctor import run_doctor
+
+    words = line("powershell", "g4build doctor").split()
+    route, pin = words[words.index("--route") + 1], load_pins().get(words[words.index("--pin") + 1])
+    report = run_doctor(RecordedProbe("windows-5090-overlay"), python="python", pin_torch=pin.torch, pin=pin,
+                        route=route, workdir="C:\\g4b")
+    assert report.failed == (), [(f.check, f.summary) for f in report.failed]
+    assert {f.check: f.status for f in report.findings}["torch"] == "ok"
+
+
 def test_the_powershell_quickstart_as_written() -> None:
     text = block("powershell")
     lines = text.strip().splitlines()
