@@ -1,6 +1,7 @@
-"""README's command reference, generated from the CLI's own command tree (names, arguments, options and the first
-line of each command's help), so it cannot drift: tests/unit/cli/test_readme_commands.py compares the two, and
-``G4BUILD_UPDATE_GOLDEN=1`` rewrites README's block between the markers."""
+"""The docs' one-line-per-command list (toolkit/docs/commands.md, once README's), generated from the CLI's own
+command tree (names, arguments, options and the first line of each command's help), so it cannot drift:
+tests/unit/cli/test_readme_commands.py compares the two, and ``G4BUILD_UPDATE_GOLDEN=1`` rewrites the page's block
+between the markers."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def _lines(node: Any, path: list[str]) -> list[str]:
 
 
 def reference() -> str:
-    """The block README carries between START and END."""
+    """The block commands.md carries between START and END."""
     root = typer.main.get_command(app)
     options = " ".join(filter(None, (_param(p) for p in root.params)))
     head = f"- `g4build {options} COMMAND ...`: options for every command (each command also takes `-h`/`--help`)."

@@ -9,6 +9,7 @@ module, else of ``g4build.x``. The layer list below is the one the docstring of 
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -175,13 +176,55 @@ def test_few_modules_at_the_top_level() -> None:
     assert len(top) <= MAX_TOP_LEVEL_MODULES, f"{len(top)} modules at the top of g4build/: {top}"
 
 
-def test_no_folder_named_build() -> None:
+def _ignored(paths: list[str]) -> set[str]:
+    """Which of ``paths`` (relative to the checkout) git ignores: build output such as the docs site in
+    toolkit/site/ (`mkdocs build` writes routes/build/ there) is no source folder. Outside a git checkout (an
+    sdist) nothing is taken as ignored."""
+    if not paths:
+        return set()
+    try:
+        done = subprocess.run(["git", "check-ignore", "--stdin"], input="\n".join(paths), cwd=ROOT,
+                              capture_output=True, text=True, check=False, timeout=60)
+    except OSError:
+        return set()
+    return set(done.stdout.split("\n")) & set(paths) if done.returncode in (0, 1) else set()
+
+
+def source_folders_named_build() -> list[str]:
     # tests/fixtures holds upstream-shaped test material (a build may leave its own build/ there); a folder left
-    # holding only __pycache__ (a checkout from before the move) is no source folder
+    # holding only __pycache__ (a checkout from before the move) is no source folder, nor one git ignores
     found = [p.relative_to(ROOT).as_posix() for top in (TOOLKIT, ROOT / "tests") for p in top.rglob("build")
              if p.is_dir() and "__pycache__" not in p.parts and not p.is_relative_to(ROOT / "tests" / "fixtures")
              and any(f.is_file() and "__pycache__" not in f.relative_to(p).parts for f in p.rglob("*"))]
+    ignored = _ignored(found)
+    return [p for p in found if p not in ignored]
+
+
+def test_no_folder_named_build() -> None:
+    found = source_folders_named_build()
     assert not found, f"folders named build (pytest skips them, and they read as build output): {found}"
+
+
+def test_the_built_docs_site_is_ignored_not_a_build_folder() -> None:
+    """`mkdocs build -f toolkit/mkdocs.yml` writes toolkit/site/routes/build/: git ignores it, so this test does
+    too; the same folder outside an ignored place is still found."""
+    site = ROOT / "toolkit" / "site" / "routes" / "build"
+    stray = TOOLKIT / "g4build" / "build"
+    made = [p for p in (site, stray) if not p.exists()]
+    try:
+        for folder in made:
+            folder.mkdir(parents=True)
+            (folder / "index.html").write_text("x", encoding="utf-8")
+        found = source_folders_named_build()
+        assert "toolkit/site/routes/build" not in found
+        assert ("toolkit/g4build/build" in found) == (stray in made)
+    finally:
+        for folder in made:
+            (folder / "index.html").unlink()
+            folder.rmdir()
+        for empty in (ROOT / "toolkit" / "site" / "routes", ROOT / "toolkit" / "site"):
+            if empty.is_dir() and not any(empty.iterdir()):
+                empty.rmdir()
 
 
 def test_the_wheel_gets_every_module() -> None:

@@ -1,5 +1,5 @@
 """The papercuts a new user hits in the first hour, each through the real command line: shell names as --os
-takes them, exit codes as README documents them, wheels that cannot install where the script runs, copyable
+takes them, exit codes as the docs document them, wheels that cannot install where the script runs, copyable
 dry-run steps, script modes, quiet broken pipes, `ci render --check` outside a project, and the drafter that
 follows `--set model=`."""
 
@@ -61,7 +61,7 @@ def test_an_unknown_shell_names_the_ones_taken() -> None:
     assert "expected one of bash, powershell, pwsh" in done.stderr and "fish" in done.stderr
 
 
-# --- a wheel that is not there: exit 5 everywhere (README: 5 = file missing), nothing written -------------------
+# --- a wheel that is not there: exit 5 everywhere (docs: 5 = file missing), nothing written -------------------
 
 
 @pytest.mark.parametrize("args", [
@@ -85,9 +85,9 @@ def test_a_folder_for_a_wheel_is_a_usage_error(tmp_path: Path) -> None:
     assert done.returncode == 2 and "x.whl: expected a wheel file, found a folder" in done.stderr
 
 
-def test_readme_documents_exit_5_for_a_missing_file() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert "5 index unreachable or file missing" in " ".join(readme.split())
+def test_the_docs_document_exit_5_for_a_missing_file() -> None:
+    page = (REPO / "toolkit" / "docs" / "troubleshooting.md").read_text(encoding="utf-8")  # moved out of README
+    assert "5 index unreachable or file missing" in " ".join(page.split())
 
 
 # --- the wheel must fit the script: platform (refused for .ps1) and arch (warned) ------------------------------
@@ -121,7 +121,8 @@ def test_the_arch_warning_names_validate_unless_built_for_the_card(tmp_path: Pat
     done = g4("recipe", "render", BASELINE, "--shell", "bash", "--out", str(tmp_path / "a"), "--wheel", str(overlaid))
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())
-    assert "warning [wheel-arch]" in said and f"g4build validate {LINUX_WHEEL} --arch sm120" in said
+    assert "warning [wheel-arch]" in said and f"g4build validate {overlaid} --arch sm120" in said  # as given
+    assert "g4build wheel --arch sm120 --os linux" in said  # a command that runs: --os is required
     target = {"target": {"arch": "sm120", "os": "linux", "cuda": "13.0"}}
     built = wheel(tmp_path / "b" / LINUX_WHEEL, make_manifest(pin, [], route="build", extra=target))
     done = g4("recipe", "render", BASELINE, "--shell", "bash", "--out", str(tmp_path / "b"), "--wheel", str(built))

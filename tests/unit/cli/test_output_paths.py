@@ -36,7 +36,14 @@ def _commands(tmp: Path, where: str) -> dict[str, list[str]]:
         "image extract --out": ["image", "extract", str(tmp / "missing.tar"), "--pin", "vllm-0.21.0", "--out", where],
         "overlay --out": ["overlay", str(tmp / "junk.whl"), "--pin", "vllm-0.21.0", "--out", where],
         "cuda-shim --dest": ["cuda-shim", "--dest", where],
+        "flashinfer-wheels --out": ["flashinfer-wheels", "--pin", "vllm-0.21.0", "--out", where, "--wheel",
+                                    f"{tmp / 'flashinfer_python-0.6.8.post1-py3-none-any.whl'}={'0' * 64}"],
+        "deps apply --write": ["deps", "apply", "--tree", str(tmp), "--write", where],
+        "prefetch --write": ["prefetch", "--tree", str(tmp), "--write", where],
     }
+
+
+FILE_VALUED = ("wheel --emit-script", "ci resolve --github-output", "deps apply --write", "prefetch --write")
 
 
 @pytest.mark.parametrize("command", sorted(_commands(Path("/x"), "")))
@@ -47,7 +54,7 @@ def test_a_file_in_the_way_is_a_usage_error(tmp_path: Path, capsys: pytest.Captu
     blocker.write_text("keep\n")
     (tmp_path / "junk.whl").write_bytes(b"not a zip: the output path is checked before the wheel is read")
     where = blocker / "sub" / "x" if shape == "a file on the way" else blocker
-    if command in ("wheel --emit-script", "ci resolve --github-output") and shape != "a file on the way":
+    if command in FILE_VALUED and shape != "a file on the way":
         where = blocker / "plan.sh"  # a file-valued option: its folder is the file
     args = _commands(tmp_path, str(where))[command]
     code, err = _run(capsys, *args)
@@ -56,7 +63,7 @@ def test_a_file_in_the_way_is_a_usage_error(tmp_path: Path, capsys: pytest.Captu
     assert blocker.read_text() == "keep\n"
 
 
-@pytest.mark.parametrize("command", ["wheel --emit-script", "ci resolve --github-output"])
+@pytest.mark.parametrize("command", FILE_VALUED)
 def test_a_folder_where_a_file_goes_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                       command: str) -> None:
     code, err = _run(capsys, *_commands(tmp_path, str(tmp_path))[command])

@@ -68,7 +68,8 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     done = _mkdocs(SITE / "mkdocs.yml", tmp_path / "site")
     assert done.returncode == 0, done.stderr
     for page in ("index.html", "reference/index.html", "troubleshooting/index.html", "recipes/index.html",
-                 "routes/overlay/index.html", "routes/nightly/index.html", "routes/build/index.html"):
+                 "routes/overlay/index.html", "routes/nightly/index.html", "routes/build/index.html",
+                 "wsl/index.html", "windows/index.html", "setup/index.html", "how-it-works/index.html"):
         assert (tmp_path / "site" / page).is_file(), page
     # strict means strict: a copy of the site with one broken anchor does not build
     copy = tmp_path / "copy"
@@ -112,6 +113,7 @@ def test_the_shell_blocks_parse() -> None:
 
 def test_readme_links_the_docs() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    for page in ("toolkit/docs/index.md", "toolkit/docs/troubleshooting.md", "toolkit/docs/reference.md"):
+    for page in ("toolkit/docs/index.md", "toolkit/docs/troubleshooting.md", "toolkit/docs/reference.md",
+                 "toolkit/docs/wsl.md", "toolkit/docs/windows.md", "toolkit/docs/setup.md"):
         assert f"]({page}" in readme, page
         assert (REPO / page).is_file()

@@ -3,8 +3,10 @@ the order does not depend on the folder's, and the same entries give the same by
 
 from __future__ import annotations
 
+import html
 import json
 import re
+import subprocess
 from html.parser import HTMLParser
 
 import pytest
@@ -46,7 +48,8 @@ def test_hostile_manifest_values_stay_text() -> None:
             assert "<script>" not in data.decode(), path
     page = site["wheels/vllm-0.21.0+cu130.g4.ab-cp38-abi3-manylinux_2_24_x86_64.whl.html"].decode()
     assert "&lt;script&gt;" in page and "&amp;amp;" in page
-    assert "--extra-index-url &lt;PyTorch&#x27;s cu130 wheel index&gt;" in page  # no --torch-index: named, no URL
+    # no --torch-index: no placeholder in the command (it would break the shell), the torch named beside it
+    assert "wheel index&gt;" not in page and "PyTorch's cu130 build: install it first" in page
     assert json.loads(site["simple/vllm/index.json"])["files"][0]["requires-python"] == HOSTILE
 
 
@@ -82,3 +85,30 @@ def test_filenames_that_cannot_name_a_file_are_refused(name: str) -> None:
 
 def test_cu_tag() -> None:
     assert cu_tag("13.0") == "cu130" and cu_tag("12.9") == "cu129" and cu_tag("") is None and cu_tag("x.y") is None
+
+
+def _commands(page: str) -> list[str]:
+    return [html.unescape(c) for c in re.findall(r"<pre>(.*?)</pre>", page, re.S)]
+
+
+def test_install_commands_run_as_written_and_only_where_the_wheel_installs() -> None:
+    """Every command on a page runs when copied (bash parses it; no placeholder), installs into the active venv
+    (python -m pip, never `py -3`), and a Linux wheel's page offers no Windows command nor says "OS any"."""
+    build = build_of({"pin": {"name": "vllm-0.21.0", "torch": "2.11.0", "cuda": "13.0"}, "series": [],
+                      "route": "overlay"})
+    linux = _entry("0.21.0+cu130.g4.ab", build=build)
+    windows = WheelEntry(filename="vllm-0.21.0+cu130.g4.ab-cp312-cp312-win_amd64.whl", project="vllm",
+                         version="0.21.0+cu130.g4.ab", sha256="cd" * 32, size=10, metadata=b"Metadata-Version: 2.1\n",
+                         requires_python=">=3.10", build=build)
+    site = render_site([linux, windows], SiteOptions(base_url="https://example.org/g4b", repo="owner/repo"))
+    lpage = site[f"wheels/{linux.filename}.html"].decode()
+    wpage = site[f"wheels/{windows.filename}.html"].decode()
+    assert "Windows (PowerShell)" not in lpage and "<td>linux</td>" in lpage and "<td>any</td>" not in lpage
+    assert "Linux and WSL" not in wpage and "<td>windows</td>" in wpage
+    notes = site["install.md"].decode()
+    for command in [*_commands(lpage), *_commands(wpage), *re.findall(r"```\n(.*?)\n```", notes, re.S)]:
+        assert "py -3" not in command and "<" not in command, command
+        if "pip install" in command:
+            assert command.startswith("python -m pip install ")
+        done = subprocess.run(["bash", "-n"], input=command, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, (command, done.stderr)

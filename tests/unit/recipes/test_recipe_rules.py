@@ -52,9 +52,9 @@ def test_known_pin_passes(base_data: dict[str, Any]) -> None:
     assert not found(check(recipe(base_data), ctx()), "pin")
 
 
-def test_wheel_from_another_pin_warns(base_data: dict[str, Any]) -> None:
+def test_wheel_from_another_pin_is_refused(base_data: dict[str, Any]) -> None:
     wheel = WheelInfo(file="w.whl", pin="vllm-0.33.0")
-    assert found(check(recipe(base_data), ctx(wheel=wheel)), "pin", "warning")
+    assert found(check(recipe(base_data), ctx(wheel=wheel)), "pin", "error")
     assert not found(check(recipe(base_data), ctx(wheel=dataclasses.replace(wheel, pin="vllm-0.21.0"))), "pin")
 
 

@@ -201,7 +201,8 @@ def point_cache_at(text: str, dep: CMakeDep, path: Path, label: str) -> str:
         out, n = pattern.subn(line.replace("\\", "\\\\"), out)  # a literal replacement: escape backslashes
         if n != 1:
             raise BuildError(f"the CMake initial cache names {name} {n} times: expected once (written by "
-                             f"`g4build prefetch --write`)", hint="run the prefetch step again, then this one")
+                             f"`g4build prefetch --tree SRC --write FILE`)",
+                             hint="run the prefetch step again, then this one")
     return out
 
 

@@ -100,7 +100,7 @@ def lower_option(value: str | None) -> str | None:
 
 
 def require_wheel_file(path: Path) -> Path:
-    """A wheel named on the command line must be there: missing is exit 5 (README: file missing), as for every
+    """A wheel named on the command line must be there: missing is exit 5 (docs: file missing), as for every
     command that reads a wheel, before anything is written; a folder is a usage error (exit 2). Anything else that
     exists is the reader's to judge (a socket or an unreadable file gets its own report from validate)."""
     if path.is_dir():

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from g4build.builder.depapply import apply_for_pin, check_dependency, read_patched_record, require_ok
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json
+from g4build.cli.outpaths import output_file
 from g4build.pins.model import load_pins
 from g4build.series.deps import chosen_build_series, get_build_series, load_all_build
 from g4build.series.status import series_commits
@@ -78,12 +79,14 @@ def apply_cmd(
     series: list[str] | None = typer.Option(None, "--series", help="Only these build series (repeatable)."),
     cache: Path | None = typer.Option(None, "--cache", help="Where `g4build prefetch` keeps the dependencies."),
     write: Path | None = typer.Option(
-        None, "--write", help="The CMake initial-cache file `g4build prefetch --write` made: pointed at the patched "
-                              "copies."),
+        None, "--write", help="The CMake initial-cache file `g4build prefetch --tree SRC --write FILE` made: "
+                              "pointed at the patched copies."),
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Apply the pin's build series: vLLM's own to the tree (one commit per patch), a dependency's to a patched
     copy of its prefetched clone, which the initial cache then names. Nothing half-done: a check runs first."""
+    if write is not None:  # checked before any tree is touched: exit 2, not an OSError after the work
+        output_file(write, "--write")
     p = load_pins().get(pin)
     rows = apply_for_pin(tree, chosen_build_series(p, series), p, cache=cache, write=write, status=err_console.status)
     if json_out:

@@ -12,6 +12,7 @@ from rich.table import Table
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json, require_wheel_file
 from g4build.cli.outpaths import output_file, writing
 from g4build.errors import RecipeError
+from g4build.pins.model import load_pins
 from g4build.recipes import (
     Finding,
     check_recipe,
@@ -25,6 +26,7 @@ from g4build.recipes import (
     write_script,
 )
 from g4build.recipes.argv import serve_argv
+from g4build.recipes.context import read_wheel_info
 from g4build.recipes.env_names import fit_env_to_pin, user_env_names
 from g4build.recipes.model import Recipe
 from g4build.recipes.rules import flashinfer_presence
@@ -52,6 +54,20 @@ def _check_sets(recipe: Recipe, sets: list[str] | None) -> SetsCheck:
     if result.note:
         err_console.print(f"[yellow]warning:[/] {escape(result.note)}", highlight=False)
     return result
+
+
+def _pin_follows_wheel(name: str, wheel: Path | None, sets: list[str]) -> list[str]:
+    """With --wheel and no --set pin=, the pin is the one the wheel's build-manifest.json names (a 0.33.0 wheel
+    rendered for the recipe's 0.21.0 would demand torch and transformers it cannot run with). A pin the user sets
+    is kept: rule_pin then refuses a mismatch (exit 11)."""
+    if wheel is None or any(item.split("=", 1)[0].strip() == "pin" for item in sets):
+        return sets
+    pin = read_wheel_info(wheel).pin
+    if pin is None or pin not in load_pins().pins or load_recipe(name).pin == pin:  # nothing to follow
+        return sets
+    err_console.print(f"note: pin {pin} follows the wheel's build-manifest.json (--set pin=NAME to name it)",
+                      highlight=False, markup=False)
+    return [f"pin={pin}", *sets]
 
 
 def _follow_model(name: str, sets: list[str]) -> list[str]:
@@ -126,7 +142,8 @@ def check_cmd(
     """Apply the rules (exit 11 when one fails); with --model-dir read the checkpoint's and drafter's config."""
     if wheel is not None:
         require_wheel_file(wheel)
-    r = load_recipe(name, sets or ())
+    sets = _pin_follows_wheel(name, wheel, sets or [])
+    r = load_recipe(name, sets)
     checked = _check_sets(r, sets)
     ctx = gather_context(r, model_dir=model_dir, draft_dir=draft_dir, wheel=wheel)
     r, fitted = fit_env_to_pin(r, ctx, user_env_names(sets or ()))
@@ -166,14 +183,14 @@ def render_cmd(
     if wheel is not None:
         require_wheel_file(wheel)
     sets = absolute_path_sets(sets or ())  # the script must open the same folders wherever it is started
-    sets = _follow_model(name, sets)
+    sets = _pin_follows_wheel(name, wheel, _follow_model(name, sets))
     r = load_recipe(name, sets)
     _check_sets(r, sets)
     ctx = gather_context(r, wheel=wheel, ask_transformers=False)
     r, fitted = fit_env_to_pin(r, ctx, user_env_names(sets))
     findings = (*fitted, *check_recipe(r, ctx))
     if ctx.wheel is not None and wheel is not None:
-        fits = (platform_finding(wheel.name, chosen), arch_warning(ctx.wheel, r.hardware.arch, wheel.name))
+        fits = (platform_finding(wheel.name, chosen), arch_warning(ctx.wheel, r.hardware.arch, wheel.name, str(wheel)))
         findings = (*findings, *(f for f in fits if f is not None))
     _print_findings(tuple(f for f in findings if f.severity != "info"), stderr=True)
     raise_on_errors(r, findings)

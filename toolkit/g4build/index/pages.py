@@ -31,9 +31,8 @@ from g4build.index.entry import WheelEntry
 from g4build.util.shellquote import bash_word, ps_quote
 
 API_VERSION = "1.1"
-# Without --torch-index the commands name PyTorch's index for the wheel's CUDA line by this placeholder (its
-# address is on PyTorch's install page); {cu} stands for cu130, cu129, ...
-TORCH_PLACEHOLDER = "<PyTorch's {cu} wheel index>"
+# Without --torch-index the commands name no torch index (a placeholder would break the shell that runs them):
+# the page says which torch and CUDA line the wheel needs, from the index the user's pip is set up with.
 SUMMARY = "g4build-index.json"  # the site's own record of what it lists and of every file it wrote
 # The summary's mark that the folder is a site ``index build`` wrote: the ownership check reads it (with the
 # summary's list of files) before a rebuild replaces the folder.
@@ -87,7 +86,17 @@ def cu_tag(cuda: str) -> str | None:
 
 def torch_index_of(entry: WheelEntry, options: SiteOptions) -> str | None:
     cu = cu_tag(entry.build.cuda) if entry.build else None
-    return (options.torch_index or TORCH_PLACEHOLDER).replace("{cu}", cu) if cu else None
+    return options.torch_index.replace("{cu}", cu) if cu and options.torch_index else None
+
+
+def wheel_os(entry: WheelEntry) -> str:
+    """What the wheel installs on, from its platform tags: windows, linux (WSL too) or any."""
+    platforms = set(entry.filename.removesuffix(".whl").rsplit("-", 1)[-1].split("."))  # compressed tag sets
+    if platforms and all(p.startswith("win") for p in platforms):
+        return "windows"
+    if platforms and all(p.startswith(("manylinux", "musllinux", "linux")) for p in platforms):
+        return "linux"
+    return "any"
 
 
 def _base(options: SiteOptions) -> str:
@@ -105,13 +114,34 @@ def _word(value: str, *, windows: bool) -> str:
 
 
 def install_command(entry: WheelEntry, options: SiteOptions, *, windows: bool = False) -> str:
+    """The install command, into the active venv (``python -m pip``: `py -3` would pick an interpreter outside
+    it), its URLs quoted for the shell it is shown for (``windows``: PowerShell)."""
     torch_index = torch_index_of(entry, options)
-    if torch_index and options.torch_index:
-        torch_index = _word(torch_index, windows=windows)  # the placeholder is left as it is: no URL to run
+    if torch_index:
+        torch_index = _word(torch_index, windows=windows)
     extra = f" --extra-index-url {torch_index}" if torch_index else ""
-    python = "py -3" if windows else "python3"
-    return (f'{python} -m pip install "{entry.project}=={entry.version}" '
+    return (f'python -m pip install "{entry.project}=={entry.version}" '
             f"--extra-index-url {_word(_base(options) + '/simple/', windows=windows)}{extra}")
+
+
+def _install_html(entry: WheelEntry, options: SiteOptions) -> str:
+    """The install commands for the OS the wheel installs on (a Linux wheel's page offers no Windows command)."""
+    shells = {"linux": ["Linux and WSL"], "windows": ["Windows (PowerShell)"]}.get(
+        wheel_os(entry), ["Linux and WSL", "Windows (PowerShell)"])
+    return "".join(f"<p>{where}:</p>\n<pre>{escape(install_command(entry, options))}</pre>\n" for where in shells)
+
+
+def _torch_note(entry: WheelEntry, options: SiteOptions) -> str:
+    b = entry.build
+    if b is None or not b.torch:
+        return ""
+    index = torch_index_of(entry, options)
+    cu = cu_tag(b.cuda) or b.cuda
+    if index:
+        return (f"torch {escape(b.torch)} for this wheel comes from PyTorch's index for its CUDA line: "
+                f"<code>{escape(index)}</code>")
+    return (f"torch {escape(b.torch)} for this wheel is PyTorch's {escape(cu)} build: install it first, or set "
+            f"your pip up with PyTorch's {escape(cu)} index (its address is on PyTorch's install page)")
 
 
 def verify_command(entry: WheelEntry, options: SiteOptions) -> str:
@@ -191,22 +221,21 @@ def wheel_page(entry: WheelEntry, options: SiteOptions) -> bytes:
     facts = [("project", entry.project), ("version", entry.version)]
     if b is not None:
         facts += [("pin", b.pin), ("series", ", ".join(b.series) or "none"), ("torch", b.torch),
-                  ("CUDA", b.cuda), ("GPU arch", b.arch or "as the pin's upstream wheel"), ("OS", b.os or "any"),
+                  ("CUDA", b.cuda), ("GPU arch", b.arch or "as the pin's upstream wheel"),
+                  ("OS", b.os or wheel_os(entry)),
                   ("g4build route", b.route), ("digest", b.digest)]
     else:
         facts.append(("build manifest", "none: the wheel does not say what made it"))
     facts += [("requires Python", entry.requires_python or "any"), ("sha256", entry.sha256),
               ("size", f"{entry.size} bytes")]
-    torch = torch_index_of(entry, options)
     href = file_url(entry, options, up="../")
-    torch_line = (f"<p>torch {escape(b.torch if b else '')} for this wheel comes from PyTorch's index for its CUDA "
-                  f"line: <code>{escape(torch)}</code></p>\n") if torch else ""
+    note = _torch_note(entry, options)
+    torch_line = f"<p>{note}</p>\n" if note else ""
     body = (
         f"<h1>{escape(entry.filename)}</h1>\n<table>\n{_rows(facts)}</table>\n"
         f'<p><a href="{escape(href)}#sha256={entry.sha256}">download</a> · '
         f'<a href="{escape(href)}.metadata">METADATA</a></p>\n'
-        f"<h2>Install</h2>\n<p>Linux and WSL:</p>\n<pre>{escape(install_command(entry, options))}</pre>\n"
-        f"<p>Windows (PowerShell):</p>\n<pre>{escape(install_command(entry, options, windows=True))}</pre>\n"
+        f"<h2>Install</h2>\n{_install_html(entry, options)}"
         f"{torch_line}"
         f"<h2>Verify</h2>\n<p>{escape(ATTESTATION_NOTE)}</p>\n"
         f"<pre>{escape(verify_command(entry, options))}</pre>\n"
@@ -242,9 +271,12 @@ def install_notes(entries: list[WheelEntry], options: SiteOptions) -> bytes:
         b = e.build
         needs = (f"pin {md(b.pin)}, torch {md(b.torch)}, CUDA {md(b.cuda)}, series: "
                  f"{md(', '.join(b.series) or 'none')}") if b else "no build manifest"
-        lines += [f"### {md(e.filename)}", "", f"- {needs}", f"- sha256 `{e.sha256}`", "",
-                  "Linux / WSL:", "```", install_command(e, options), "```",
-                  "Windows (PowerShell):", "```", install_command(e, options, windows=True), "```", ""]
+        shells = {"linux": [("Linux / WSL", False)], "windows": [("Windows (PowerShell)", True)]}.get(
+            wheel_os(e), [("Linux / WSL", False), ("Windows (PowerShell)", True)])
+        lines += [f"### {md(e.filename)}", "", f"- {needs}", f"- sha256 `{e.sha256}`", ""]
+        for where, windows in shells:
+            lines += [f"{where}:", "```", install_command(e, options, windows=windows), "```"]
+        lines.append("")
     lines += ["## Verify", "", ATTESTATION_NOTE, "", "```",
               *(verify_command(e, options) for e in entries), "```", "",
               "The release is immutable once published: its files cannot be replaced.", ""]

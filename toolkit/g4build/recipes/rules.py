@@ -51,10 +51,12 @@ def rule_pin(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
                                    f"(expected one of {', '.join(ctx.known_pins)})",
                            hint="fix the recipe's pin or run `g4build pins list`"))
     if ctx.wheel is not None and recipe.pin and ctx.wheel.pin and ctx.wheel.pin != recipe.pin:
-        out.append(Finding(rule="pin", severity="warning",
-                           message=f"the wheel {ctx.wheel.file} was built from pin '{ctx.wheel.pin}', "
-                                   f"the recipe names '{recipe.pin}'",
-                           hint="use a wheel built from the recipe's pin, or --set pin=" + ctx.wheel.pin))
+        # an error, not a warning: the script would demand the other pin's torch and transformers, which this
+        # wheel cannot run with, and stop at launch
+        out.append(Finding(rule="pin", severity="error",
+                           message=f"the wheel {ctx.wheel.file} was built from pin '{ctx.wheel.pin}' (its "
+                                   f"build-manifest.json), but the recipe is rendered for pin '{recipe.pin}'",
+                           hint=f"leave --set pin out (the pin then follows the wheel), or --set pin={ctx.wheel.pin}"))
     return out
 
 

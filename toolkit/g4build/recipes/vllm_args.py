@@ -8,7 +8,9 @@ The names come from the pin's sdist (the cached, sha256-checked archive; never i
   plus the literal ``--flags`` those files add by hand; ``no-NAME`` for a boolean ``NAME``.
 - ``speculative.NAME``: the fields of ``SpeculativeConfig`` (``vllm/config/speculative.py``).
 
-Values are checked modestly, only for integer fields (annotation ``int`` or ``int | None``): the value must be an
+Values are checked modestly: an option vLLM declares as a closed set of strings (a ``Literal``, see
+``vllm_choices``) must be one of them (``--set args.moe-backend=marlinx`` is refused, naming the choices); for
+integer fields (annotation ``int`` or ``int | None``): the value must be an
 integer, within the ``Field(gt=/ge=/lt=/le=)`` bounds vLLM declares (on the field itself or on the config field
 its default refers to, e.g. ``ModelConfig.max_model_len``); with no declared bound, a field whose name ends in
 ``len``, ``size``, ``tokens`` or ``seqs`` must be at least 1 (or at least its default when that is lower: 0 is
@@ -37,9 +39,10 @@ from g4build.fsutil import write_atomic
 from g4build.pins.index import cache_root, sha256_file
 from g4build.pins.model import Pin, load_pins
 from g4build.recipes.overrides import parse_override
+from g4build.recipes.vllm_choices import annotation_choices, literal_aliases, normalized, retyped_fields
 
 # Bump when the table's layout or the rules that build it change: older cache entries are then ignored.
-_TABLE_VERSION = 1
+_TABLE_VERSION = 2  # 2: "choices" (and "convert") for options typed as a Literal
 _ENGINE_FILE = "vllm/engine/arg_utils.py"
 # the server's options moved: openai/ up to 0.26.0, launchers/ in 0.29.0, common/ from 0.33.0
 _FRONTEND_FILES = ("vllm/entrypoints/openai/cli_args.py", "vllm/entrypoints/launchers/cli_args.py",
@@ -199,6 +202,8 @@ def build_table(sources: dict[str, str]) -> dict[str, Any]:
     if missing:
         raise ValueError(f"the sdist lacks {', '.join(missing)}")
     configs = _config_fields(sources)
+    aliases = literal_aliases(sources)
+    retyped = {**retyped_fields(sources[frontend]), **retyped_fields(sources[_ENGINE_FILE])}
     args: dict[str, Any] = {}
     for rel, names in ((_ENGINE_FILE, _ENGINE_CLASSES), (frontend, _FRONTEND_CLASSES)):
         classes = _classes(sources[rel])
@@ -206,13 +211,19 @@ def build_table(sources: dict[str, str]) -> dict[str, Any]:
             if cls_name not in classes:
                 raise ValueError(f"{rel} has no class {cls_name}")
             for name, annotation, default in _fields(classes[cls_name]):
-                args[name.replace("_", "-")] = _field_rule(name, annotation, default, configs)
+                rule = _field_rule(name, annotation, default, configs)
+                choices = None if rule["bool"] or rule.get("int") else annotation_choices(annotation, aliases)
+                if choices and (name not in retyped or retyped[name] is not None):
+                    rule["choices"] = choices
+                    if retyped.get(name):
+                        rule["convert"] = retyped[name]
+                args[name.replace("_", "-")] = rule
         for flag in _flags(sources[rel]):
             args.setdefault(flag, {"bool": False})
     for name, parser in _human_readable(sources[_ENGINE_FILE]).items():
-        rule = args.get(name.replace("_", "-"))
-        if rule is not None and rule.get("int"):
-            rule["human"] = parser
+        found = args.get(name.replace("_", "-"))
+        if found is not None and found.get("int"):
+            found["human"] = parser
     spec_classes = _classes(sources[_SPEC_FILE])
     if "SpeculativeConfig" not in spec_classes:
         raise ValueError(f"{_SPEC_FILE} has no class SpeculativeConfig")
@@ -317,8 +328,22 @@ def _human_int(key: str, text: str, *, auto: bool, version: str) -> int:
     return int(float(number) * scale)
 
 
+def _check_choice(key: str, value: Any, rule: dict[str, Any], version: str) -> None:
+    choices: list[str] = rule["choices"]
+    if isinstance(value, str) and normalized(value, rule.get("convert")) in choices:
+        return
+    close = _suggest(value, choices) if isinstance(value, str) else ""
+    raise UsageError(f"--set {key}={value!r}: expected one of {', '.join(choices)} (the values vLLM {version} "
+                     f"accepts), found {value!r}", hint=close or f"give {key} one of the values listed")
+
+
 def _check_value(key: str, value: Any, rule: dict[str, Any], version: str) -> None:
-    if not rule.get("int") or value is None:  # null removes the option: nothing to check
+    if value is None:  # null removes the option: nothing to check
+        return
+    if rule.get("choices"):
+        _check_choice(key, value, rule, version)
+        return
+    if not rule.get("int"):
         return
     if isinstance(value, str) and rule.get("human"):
         value = _human_int(key, value, auto=rule["human"].endswith("_or_auto"), version=version)

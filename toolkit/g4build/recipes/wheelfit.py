@@ -60,8 +60,9 @@ def platform_finding(filename: str, shell: Shell) -> Finding | None:
     return None
 
 
-def arch_warning(info: WheelInfo, arch: str, filename: str) -> Finding | None:
-    """A warning unless the wheel's manifest records a g4build build for ``arch`` (the recipe's card)."""
+def arch_warning(info: WheelInfo, arch: str, filename: str, shown: str | None = None) -> Finding | None:
+    """A warning unless the wheel's manifest records a g4build build for ``arch`` (the recipe's card). ``shown``:
+    the wheel's path as the user gave it, so the command the hint names finds it from where they stand."""
     built_for: Arch | None = None
     if info.route == "build" and info.arch:
         try:
@@ -71,6 +72,7 @@ def arch_warning(info: WheelInfo, arch: str, filename: str) -> Finding | None:
     wanted = Arch.parse(arch)
     if built_for is not None and built_for.number == wanted.number:
         return None
+    os_name = "windows" if any(p.startswith("win") for p in wheel_platforms(filename)) else "linux"
     why = (f"built by g4build for {info.arch}" if info.route == "build" else
            "an overlay: its compiled kernels are the source wheel's" if info.route == "overlay" else
            "not built by g4build (no build-manifest.json)")
@@ -79,5 +81,5 @@ def arch_warning(info: WheelInfo, arch: str, filename: str) -> Finding | None:
         message=f"{filename} is {why}; whether its kernels run natively on {arch} is not known here (the "
                 "registry's Linux wheels carry FlashAttention 2 as sm_80 code only: the driver JIT-compiles it at "
                 "every cold start)",
-        hint=f"`g4build validate {filename} --arch {arch}` says; build natively with "
-             f"`g4build wheel --arch {arch} --os ...`")
+        hint=f"`g4build validate {shown or filename} --arch {arch}` says; build natively with "
+             f"`g4build wheel --arch {arch} --os {os_name}`" + ("" if os_name == "windows" else " (`--os wsl` in WSL)"))

@@ -258,10 +258,17 @@ UNCHECKED = ("by the fatbin headers alone: no cuobjdump cross-checked them (none
              "or the nvidia-cuda-cuobjdump package, or --no-cuobjdump)")
 
 
-def arch_verdict(target: Arch, reports: list[LibraryReport], skipped: list[str], *, checked: bool = True,
-                 trusted: bool = False) -> Check:
-    """One line per arch: does the wheel run natively there, which libraries JIT from PTX, what to do. Without a
-    cross-check (``checked`` False) a native verdict passes only when the headers are ``trusted``."""
+def build_os(tags: tuple[str, ...]) -> str:
+    """The ``g4build wheel --os`` that builds a wheel for the platform ``tags`` name: windows for a win_* wheel,
+    else linux (a Linux wheel serves WSL too)."""
+    return "windows" if any(t.rsplit("-", 1)[-1].startswith("win") for t in tags) else "linux"
+
+
+def arch_verdict(target: Arch, reports: list[LibraryReport], skipped: list[str], os_name: str = "linux", *,
+                 checked: bool = True, trusted: bool = False) -> Check:
+    """One line per arch: does the wheel run natively there, which libraries JIT from PTX, what to do (a command
+    that runs as printed: the build for the wheel's OS). Without a cross-check (``checked`` False) a native
+    verdict passes only when the headers are ``trusted``."""
     sm = target.sm()
     jit = [r.file for r in reports if r.verdicts.get(sm) == "ptx-only" and r.file not in skipped]
     none = [r.file for r in reports if r.verdicts.get(sm) == "none" and r.fatbins and r.file not in skipped]
@@ -285,10 +292,10 @@ def arch_verdict(target: Arch, reports: list[LibraryReport], skipped: list[str],
                      "'no kernel image is available')")
     return Check(name=f"verdict {sm}", ok=False,
                  detail=f"not native on {sm}: {'; '.join(parts)}{unused}. Build for it: "
-                        f"g4build wheel --arch {sm.replace('_', '')}")
+                        f"g4build wheel --arch {sm.replace('_', '')} --os {os_name}")
 
 
-def check_archs(c: Contents, targets: tuple[Arch, ...], *, checked: bool = True,
+def check_archs(c: Contents, targets: tuple[Arch, ...], os_name: str = "linux", *, checked: bool = True,
                 trusted: bool = False) -> tuple[list[Check], list[LibraryReport]]:
     checks, reports = [], []
     skipped: dict[str, list[str]] = {t.sm(): [] for t in targets}
@@ -328,7 +335,8 @@ def check_archs(c: Contents, targets: tuple[Arch, ...], *, checked: bool = True,
                 else f"cuobjdump lists {cudatools.show(m.cuobjdump)}; the reader found {cudatools.show(mine)}",
             ))
     if any(r.fatbins for r in reports):
-        checks.extend(arch_verdict(t, reports, skipped[t.sm()], checked=checked, trusted=trusted) for t in targets)
+        checks.extend(arch_verdict(t, reports, skipped[t.sm()], os_name, checked=checked, trusted=trusted)
+                      for t in targets)
     else:  # an arch asked of a wheel that has no readable CUDA code at all is no pass
         unreadable = [n for n, m in c.members.items() if m.fatbin_error]
         why = (f"its native libraries are unreadable ({', '.join(Path(n).name for n in sorted(unreadable)[:5])})"
@@ -374,8 +382,8 @@ def validate_wheel(
               tags_check(wheel, contents)]
     if (cute := check_fa4_cute(contents)) is not None:
         checks.append(cute)
-    arch_checks, reports = check_archs(contents, options.archs, checked=options.cuobjdump is not None,
-                                       trusted=options.trust_fatbin)
+    arch_checks, reports = check_archs(contents, options.archs, build_os(wheel.tags),
+                                       checked=options.cuobjdump is not None, trusted=options.trust_fatbin)
     checks.extend(arch_checks)
     if options.smoke:
         if smoke is None:
