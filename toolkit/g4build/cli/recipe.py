@@ -26,6 +26,7 @@ from g4build.recipes import (
 )
 from g4build.recipes.argv import serve_argv
 from g4build.recipes.env_names import fit_env_to_pin, user_env_names
+from g4build.recipes.env_policy import asked_names
 from g4build.recipes.model import Recipe
 from g4build.recipes.rules import flashinfer_presence
 from g4build.recipes.script import absolute_path_sets, drafter_follows_model, shell_name, wheel_ref
@@ -42,6 +43,11 @@ SET_OPTION = typer.Option(
     None, "--set", metavar="KEY=VALUE",
     help="Change a recipe field (repeatable): model=PATH, env.NAME=TEXT, args.max-model-len=65536, "
     "speculative.num_speculative_tokens=15, args.quantization=null (removes it).",
+)
+ALLOW_ENV_OPTION = typer.Option(
+    None, "--allow-env", metavar="NAME",
+    help="Let the recipe (or --set env.NAME=) set this environment variable although it is not on the allow-list "
+    "of recipes/vllm-args/launch-env.yaml (repeatable; named in the output). Names on its deny-list stay refused.",
 )
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 
@@ -121,14 +127,16 @@ def check_cmd(
         None, "--draft-dir", help="Drafter folder (default: speculative.model when it is a local folder)."),
     wheel: Path | None = typer.Option(None, "--wheel", help="A wheel to check: the series its manifest carries."),
     sets: list[str] = SET_OPTION,
+    allow_env: list[str] = ALLOW_ENV_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Apply the rules (exit 11 when one fails); with --model-dir read the checkpoint's and drafter's config."""
+    allowed = asked_names(allow_env)
     if wheel is not None:
         require_wheel_file(wheel)
     r = load_recipe(name, sets or ())
     checked = _check_sets(r, sets)
-    ctx = gather_context(r, model_dir=model_dir, draft_dir=draft_dir, wheel=wheel)
+    ctx = gather_context(r, model_dir=model_dir, draft_dir=draft_dir, wheel=wheel, allow_env=allowed)
     r, fitted = fit_env_to_pin(r, ctx, user_env_names(sets or ()))
     findings = (*fitted, *check_recipe(r, ctx))
     ok = not any(f.severity == "error" for f in findings)
@@ -160,16 +168,18 @@ def render_cmd(
     sets: list[str] = SET_OPTION,
     wheel: Path | None = typer.Option(
         None, "--wheel", help="Install this wheel before serving (referenced beside the script when in --out)."),
+    allow_env: list[str] = ALLOW_ENV_OPTION,
 ) -> None:
     """Render a launch script: env, GPU check, optional wheel install, then `vllm serve` with exact arguments."""
     chosen = shell_name(shell)
+    allowed = asked_names(allow_env)
     if wheel is not None:
         require_wheel_file(wheel)
     sets = absolute_path_sets(sets or ())  # the script must open the same folders wherever it is started
     sets = _follow_model(name, sets)
     r = load_recipe(name, sets)
     _check_sets(r, sets)
-    ctx = gather_context(r, wheel=wheel, ask_transformers=False)
+    ctx = gather_context(r, wheel=wheel, ask_transformers=False, allow_env=allowed)
     r, fitted = fit_env_to_pin(r, ctx, user_env_names(sets))
     findings = (*fitted, *check_recipe(r, ctx))
     if ctx.wheel is not None and wheel is not None:

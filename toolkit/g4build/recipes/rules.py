@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from g4build.recipes.draft_groups import rule_draft_groups
-from g4build.recipes.env_names import rule_env_names
+from g4build.recipes.env_names import rule_env_allowed, rule_env_names
 from g4build.recipes.fa_kv_dtype import fp8_kv_refused, rule_fa_kv_dtype
 from g4build.recipes.findings import (
     FA2_MAX_HEAD_DIM,
@@ -371,6 +371,7 @@ RULES: tuple[Rule, ...] = (
     rule_spec_tokens,
     rule_batched_tokens,
     rule_flashinfer,
+    rule_env_allowed,
     rule_env_names,
     rule_mm_processor_cache,
     rule_vram,
