@@ -70,6 +70,12 @@ def _follow_model(name: str, sets: list[str]) -> list[str]:
     return moved
 
 
+def _launch_sets(name: str, sets: list[str] | None) -> list[str]:
+    """--set as the script applies it, the same for `show` and `render`: relative paths made absolute (the script
+    must open the same folders wherever it is started), and the drafter moved with the target."""
+    return _follow_model(name, absolute_path_sets(sets or ()))
+
+
 def _print_findings(findings: tuple[Finding, ...], *, stderr: bool) -> None:
     target = err_console if stderr else console
     for f in findings:
@@ -108,7 +114,8 @@ def list_cmd(as_json: bool = JSON_OPTION) -> None:
 def show_cmd(name: str = typer.Argument(..., help="Recipe name or path to a recipe .yaml."),
              sets: list[str] = SET_OPTION, as_json: bool = JSON_OPTION) -> None:
     """Show a recipe after --set, with the exact env and vllm arguments it launches."""
-    r = load_recipe(name, sets or ())
+    sets = _launch_sets(name, sets)
+    r = load_recipe(name, sets)
     _check_sets(r, sets)
     data = {**r.to_dict(), "argv": ["vllm", *serve_argv(r)]}
     if as_json:
@@ -175,8 +182,7 @@ def render_cmd(
     allowed = asked_names(allow_env)
     if wheel is not None:
         require_wheel_file(wheel)
-    sets = absolute_path_sets(sets or ())  # the script must open the same folders wherever it is started
-    sets = _follow_model(name, sets)
+    sets = _launch_sets(name, sets)
     r = load_recipe(name, sets)
     _check_sets(r, sets)
     ctx = gather_context(r, wheel=wheel, ask_transformers=False, allow_env=allowed)
