@@ -163,3 +163,17 @@ def test_pins_yaml_linked_to_dev_zero_is_refused(tmp_path: Path) -> None:
     link.symlink_to("/dev/zero")
     with pytest.raises(ConfigError, match="/dev"):
         load_mapping(link)
+
+
+@pytest.mark.parametrize(("option", "value"), [("max-model-len", "-131072"), ("max-num-seqs", "0"),
+                                               ("max-num-batched-tokens", "-1")])
+def test_a_negative_or_zero_count_in_a_recipe_file_fails_the_check(tmp_path: Path, option: str, value: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    text = (REPO / "recipes" / f"{RECIPE}.yaml").read_text(encoding="utf-8")
+    path = tmp_path / f"{RECIPE}.yaml"
+    lines = [f"  {option}: {value}" if line.startswith(f"  {option}: ") else line for line in text.splitlines()]
+    assert lines != text.splitlines()
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code, out = _run(["recipe", "check", str(path)], capsys)
+    assert code == 11 and f"[counts] {option} must be a whole number from 1" in out, out
+    assert option != "max-model-len" or "KV cache not estimated" in out  # no estimate from a negative length
