@@ -157,9 +157,11 @@ def writable_root() -> Path:
             hint=f"point it at your g4build checkout, or at a copy of that data elsewhere (a folder holding {markers}"
                  f", e.g. `cp -r {installed} ~/g4build-data`), and run the command again",
         )
+    found = ("none" if not _passed_over else
+             f"only {', '.join(map(str, sorted(_passed_over)))}, which is not yours alone (see the note above)")
     raise UsageError(
         f"no g4build project to write into: expected a folder holding {markers} at or above {Path.cwd()}, found "
-        "none (the installed package's data is read-only)",
+        f"{found} (the installed package's data is read-only)",
         hint="run this inside your g4build checkout, or pass `g4build --root DIR` / set G4BUILD_HOME",
     )
 
