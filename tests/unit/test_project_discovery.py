@@ -59,6 +59,7 @@ def _give_away(path: Path) -> None:
 
 needs_owners = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
                                   reason="giving a folder to another uid needs root")
+pytestmark = pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX owners and modes (Windows: see below)")
 
 
 def test_a_project_of_your_own_above_the_working_directory_is_used(
@@ -123,6 +124,16 @@ def test_a_named_project_is_used_whoever_owns_it(
     names, _ = _listed(capsys)
     assert PLANTED in names
     assert project_choice() == (top, "named by G4BUILD_HOME")
+
+
+def test_without_posix_owners_a_found_project_is_passed_over(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Windows has no uid to compare (the one thing simulated here): a found project is never trusted there."""
+    _top, work = _plant(tmp_path / "mine")
+    monkeypatch.chdir(work)
+    monkeypatch.delattr(os, "geteuid")
+    names, err = _listed(capsys)
+    assert PLANTED not in names and "no POSIX file owners" in err and project_root() == REPO
 
 
 def test_the_checkout_is_found_from_inside_it(monkeypatch: pytest.MonkeyPatch) -> None:
