@@ -86,8 +86,8 @@ def test_a_project_owned_by_someone_else_is_passed_over(
     assert project_root() == REPO
 
 
-@pytest.mark.parametrize(("where", "mode"), [("", 0o775), ("", 0o757), ("a", 0o777), ("patches", 0o775),
-                                             ("patches/pins.yaml", 0o666), ("recipes", 0o1777)])
+@pytest.mark.parametrize(("where", "mode"), [("", 0o757), ("a", 0o777), ("patches/pins.yaml", 0o666),
+                                             ("recipes", 0o1777)])
 def test_a_project_others_may_write_is_passed_over(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], where: str,
         mode: int) -> None:
@@ -95,8 +95,39 @@ def test_a_project_others_may_write_is_passed_over(
     (top / where).chmod(mode)
     monkeypatch.chdir(work)
     names, err = _listed(capsys)
-    assert PLANTED not in names and "writable by" in err, err
+    assert PLANTED not in names and "writable by others" in err, err
     assert project_root() == REPO
+
+
+@needs_owners
+@pytest.mark.parametrize("where", ["", "a", "patches", "recipes/" + PLANTED + ".yaml"])
+def test_a_project_a_shared_group_may_write_is_passed_over(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], where: str) -> None:
+    top, work = _plant(tmp_path / "shared")
+    os.chown(top / where, -1, OTHER_UID)  # a group with no entry: not the user's own
+    (top / where).chmod(0o775 if (top / where).is_dir() else 0o664)
+    monkeypatch.chdir(work)
+    names, err = _listed(capsys)
+    assert PLANTED not in names and f"writable by its group (gid {OTHER_UID})" in err, err
+
+
+@needs_owners
+def test_group_write_for_the_users_own_group_is_fine(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A umask of 002 (user private groups) leaves a user's own files group-writable by a group of one."""
+    import grp
+    import pwd
+
+    own = grp.getgrnam(pwd.getpwuid(os.geteuid()).pw_name)
+    if set(own.gr_mem) - {own.gr_name}:
+        pytest.skip("the user's group has other members here")
+    top, work = _plant(tmp_path / "mine")
+    for path in (top, top / "a", work, top / "patches", top / "patches" / "pins.yaml"):
+        os.chown(path, -1, own.gr_gid)
+        path.chmod(0o775 if path.is_dir() else 0o664)
+    monkeypatch.chdir(work)
+    names, err = _listed(capsys)
+    assert PLANTED in names and "not using" not in err, err
 
 
 def test_a_link_in_recipes_to_a_file_others_may_write_is_passed_over(

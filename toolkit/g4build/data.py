@@ -7,7 +7,8 @@ file; commands that write data refuse the copy an installed wheel carries (``wri
 A project found by walking up from the working directory is code, not just data (its patches go into wheels, its
 recipes into launch scripts), so it is used only when it passes an ownership check like git's ``safe.directory``:
 the project folder, its data folders and files, and every folder walked from the working directory up to it are
-owned by the user running g4build and writable by no one else. A ``patches/`` planted in ``/tmp`` or a shared
+owned by the user running g4build and writable by no one else (group-writable only where the group is the user's
+own, as a umask of 002 with user private groups leaves files). A ``patches/`` planted in ``/tmp`` or a shared
 parent folder is then passed over with a one-line note; naming a project (``--root``, ``G4BUILD_HOME``) uses it
 as named. ``project_choice`` says which project is used and why (``g4build doctor`` shows it).
 """
@@ -63,9 +64,29 @@ def _unsafe_entry(path: Path) -> str | None:
         return f"{path} cannot be checked ({exc.strerror or exc})"
     if info.st_uid != os.geteuid():
         return f"{path} is owned by uid {info.st_uid}, not by you (uid {os.geteuid()})"
-    if not stat.S_ISLNK(info.st_mode) and info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"{path} is writable by {'others' if info.st_mode & stat.S_IWOTH else 'its group'}"
+    if stat.S_ISLNK(info.st_mode):
+        return None  # a link's own mode means nothing; its target is checked
+    if info.st_mode & stat.S_IWOTH:
+        return f"{path} is writable by others"
+    if info.st_mode & stat.S_IWGRP and not _private_group(info.st_gid):
+        return f"{path} is writable by its group (gid {info.st_gid}), which has other members"
     return None
+
+
+def _private_group(gid: int) -> bool:
+    """True for the user's own group (user private groups: a umask of 002 makes files group-writable, but the
+    group is the user alone): named as the user, no member but the user."""
+    try:
+        import grp
+        import pwd
+    except ImportError:
+        return False
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+        group = grp.getgrgid(gid)
+    except KeyError:
+        return False
+    return group.gr_name == user and set(group.gr_mem) <= {user}
 
 
 def ownership_problem(project: Path, start: Path) -> str | None:
