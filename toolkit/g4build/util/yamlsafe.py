@@ -8,8 +8,8 @@ the key and the line. ``confined`` keeps a path taken from a data file inside th
 Plain values are typed as YAML 1.2's core schema types them (``true``/``false``, ``null``, decimal/``0x``/``0o``
 integers, decimals): a plain value that YAML 1.1 (PyYAML's default, and many other readers) types differently is
 refused, naming the key, rather than read either way. ``off``, ``no``, ``yes`` and ``on`` (booleans in 1.1, text in
-1.2), ``36:24:32`` (a base-60 number in 1.1), ``010`` (octal 8 in 1.1, 10 in 1.2), ``1_000``, ``0b11``, ``1e5``
-and dates: quote them for text, or write ``false`` / ``10`` / ``1.0e+5``. Numbers are at most
+1.2), ``36:24:32`` (a base-60 number in 1.1), ``010`` (octal 8 in 1.1, 10 in 1.2), ``1_000``, ``0b11``, ``0o17``,
+``1e5`` and dates: quote them for text, or write ``false`` / ``10`` / ``1.0e+5``. Numbers are at most
 ``MAX_NUMBER_CHARS`` characters long.
 """
 
