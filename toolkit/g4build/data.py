@@ -1,13 +1,23 @@
 """Where g4build's data lives (patches/, recipes/, ci/) and small YAML helpers.
 
-The data folders sit at the repository's top level. A command finds them through ``--root``, ``G4BUILD_HOME``,
-the project the working directory is in, or, for an editable/source install, relative to this file; commands
-that write data refuse the copy an installed wheel carries (``writable_root``).
+The data folders sit at the repository's top level. A command finds them through ``--root`` (``--project``),
+``G4BUILD_HOME``, the project the working directory is in, or, for an editable/source install, relative to this
+file; commands that write data refuse the copy an installed wheel carries (``writable_root``).
+
+A project found by walking up from the working directory is code, not just data (its patches go into wheels, its
+recipes into launch scripts), so it is used only when it passes an ownership check like git's ``safe.directory``:
+the project folder, its data folders and files, and every folder walked from the working directory up to it are
+owned by the user running g4build and writable by no one else (group-writable only where the group is the user's
+own, as a umask of 002 with user private groups leaves files). A ``patches/`` planted in ``/tmp`` or a shared
+parent folder is then passed over with a one-line note; naming a project (``--root``, ``G4BUILD_HOME``) uses it
+as named. ``project_choice`` says which project is used and why (``g4build doctor`` shows it).
 """
 
 from __future__ import annotations
 
 import os
+import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +34,17 @@ def set_root_option(root: Path | None) -> None:
     """``g4build --root DIR``: the project for this command (set, or cleared, by the root callback)."""
     global _root_option
     _root_option = root
+    _passed_over.clear()
+    _checked.clear()
 
 
 def is_project(folder: Path) -> bool:
     return all((folder / marker).is_file() for marker in MARKERS)
+
+
+DATA_FOLDERS = ("patches", "recipes", "ci")
+_passed_over: set[Path] = set()  # projects already named in a note, so a command says it once
+_checked: dict[tuple[Path, Path], str | None] = {}  # (project, working directory) -> ownership_problem, per command
 
 
 def find_project(start: Path) -> Path | None:
@@ -39,25 +56,106 @@ def find_project(start: Path) -> Path | None:
     return None
 
 
+def _unsafe_entry(path: Path) -> str | None:
+    """Why ``path`` is not the current user's alone (another owner, or writable by group or others), or None."""
+    try:
+        info = path.lstat()
+    except OSError as exc:
+        return f"{path} cannot be checked ({exc.strerror or exc})"
+    if info.st_uid != os.geteuid():
+        return f"{path} is owned by uid {info.st_uid}, not by you (uid {os.geteuid()})"
+    if stat.S_ISLNK(info.st_mode):
+        return None  # a link's own mode means nothing; its target is checked
+    if info.st_mode & stat.S_IWOTH:
+        return f"{path} is writable by others"
+    if info.st_mode & stat.S_IWGRP and not _private_group(info.st_gid):
+        return f"{path} is writable by its group (gid {info.st_gid}), which has other members"
+    return None
+
+
+def _private_group(gid: int) -> bool:
+    """True for the user's own group (user private groups: a umask of 002 makes files group-writable, but the
+    group is the user alone): named as the user, no member but the user."""
+    try:
+        import grp
+        import pwd
+    except ImportError:
+        return False
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+        group = grp.getgrgid(gid)
+    except KeyError:
+        return False
+    return group.gr_name == user and set(group.gr_mem) <= {user}
+
+
+def ownership_problem(project: Path, start: Path) -> str | None:
+    """Why a project found at or above ``start`` must not be trusted, or None (see the module docstring).
+
+    Checked: each folder from ``start`` up to ``project``, the project's data folders, and every file and folder
+    under ``patches/`` and ``recipes/`` (what becomes code); a link inside them counts as its target too. Where
+    the system has no POSIX owners (Windows), a found project is never trusted: name it instead.
+    """
+    if not hasattr(os, "geteuid"):
+        return "this system has no POSIX file owners to check it by"
+    here, top = start.resolve(), project.resolve()
+    walked = [here, *(p for p in here.parents if p.is_relative_to(top))]
+    for folder in walked:
+        if problem := _unsafe_entry(folder):
+            return problem
+    for name in DATA_FOLDERS:
+        data = top / name
+        if not data.exists():
+            continue
+        entries = [data, *data.rglob("*")] if name != "ci" else [data, *data.iterdir()]
+        for entry in entries:
+            if problem := _unsafe_entry(entry):
+                return problem
+            if entry.is_symlink() and (problem := _unsafe_entry(entry.resolve())):
+                return f"{entry} links to {entry.resolve()}, and {problem}"
+    return None
+
+
+def _checkout() -> Path:
+    return Path(__file__).resolve().parents[2]  # toolkit/g4build/data.py -> repository root
+
+
 def _installed_data() -> Path:
     return Path(__file__).resolve().parent / "_data"  # an installed wheel: g4build/_data/{patches,recipes,ci}
 
 
-def project_root() -> Path:
-    """Where the data is read: ``--root``; ``G4BUILD_HOME``; the project the working directory is in; the source
-    checkout this module lives in (an editable install); else the read-only data the installed wheel carries."""
+def project_choice() -> tuple[Path, str]:
+    """The project this command reads and writes, and why that one (for doctor and notes)."""
     if _root_option is not None:
-        return _root_option
+        return _root_option, "named with --root"
     env = os.environ.get("G4BUILD_HOME")
     if env:
-        return Path(env)
-    found = find_project(Path.cwd())
+        return Path(env), "named by G4BUILD_HOME"
+    cwd = Path.cwd()
+    found = find_project(cwd)
+    checkout = _checkout()
+    if found is not None and found == checkout:
+        return found, "the g4build checkout the working directory is in (this g4build's own source)"
     if found is not None:
-        return found
-    checkout = Path(__file__).resolve().parents[2]  # toolkit/g4build/data.py -> repository root
+        if (found, cwd) not in _checked:
+            _checked[found, cwd] = ownership_problem(found, cwd)
+        problem = _checked[found, cwd]
+        if problem is None:
+            return found, "the project the working directory is in (owned by you, writable by no one else)"
+        if found not in _passed_over:
+            _passed_over.add(found)
+            print(f"note: not using the g4build project at {found}: {problem}; pass `g4build --root {found}` "
+                  "(or set G4BUILD_HOME) to use it anyway", file=sys.stderr)
     if is_project(checkout):
-        return checkout
-    return _installed_data()
+        return checkout, "the g4build checkout this g4build runs from"
+    return _installed_data(), "the data the installed g4build package carries"
+
+
+def project_root() -> Path:
+    """Where the data is read: ``--root``; ``G4BUILD_HOME``; the project the working directory is in when it
+    passes the ownership check; the source checkout this module lives in (an editable install); else the
+    read-only data the installed wheel carries."""
+    return project_choice()[0]
 
 
 def writable_root() -> Path:
@@ -80,9 +178,11 @@ def writable_root() -> Path:
             hint=f"point it at your g4build checkout, or at a copy of that data elsewhere (a folder holding {markers}"
                  f", e.g. `cp -r {installed} ~/g4build-data`), and run the command again",
         )
+    found = ("none" if not _passed_over else
+             f"only {', '.join(map(str, sorted(_passed_over)))}, which is not yours alone (see the note above)")
     raise UsageError(
         f"no g4build project to write into: expected a folder holding {markers} at or above {Path.cwd()}, found "
-        "none (the installed package's data is read-only)",
+        f"{found} (the installed package's data is read-only)",
         hint="run this inside your g4build checkout, or pass `g4build --root DIR` / set G4BUILD_HOME",
     )
 

@@ -65,27 +65,44 @@ if ($python) {
 WANT = [(''transformers'', ''>=5.5.1,<5.15'', True, True, ''vLLM 0.21.0 reads the configs of the published Gemma 4 checkpoints with these transformers only (g4build pin data)''), (''torch'', ''==2.11.0'', True, False, ''vLLM 0.21.0 is built against torch 2.11.0''), (''flashinfer-python'', ''==0.6.8.post1'', False, False, ''vLLM 0.21.0 is tested with FlashInfer 0.6.8.post1'')]
 try:
     from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
 except ImportError:
     SpecifierSet = None
+def shown(text):
+    return text if text.isascii() and text.isprintable() else ascii(text)
 rows = []
 for project, spec, required, fatal, why in WANT:
     try:
         found = m.version(project)
     except m.PackageNotFoundError:
         found = None
+    unparsed = False
     if found is None:
         ok = not required
+    elif not isinstance(found, str):
+        found, ok, unparsed = repr(found), False, True
+    elif SpecifierSet is None:
+        ok = None
     else:
-        ok = None if SpecifierSet is None else SpecifierSet(spec).contains(found, prereleases=True)
-    rows.append((project, spec, required, fatal, why, found, ok))
+        try:
+            ok = SpecifierSet(spec).contains(Version(found), prereleases=True)
+        except Exception:
+            ok, unparsed = False, True
+    rows.append((project, spec, required, fatal, why, found, ok, unparsed))
 if sys.argv[1:] == [''--json'']:
-    print(json.dumps([dict(zip(''project spec required fatal why found ok''.split(), row)) for row in rows]))
+    keys = ''project spec required fatal why found ok unparsed''.split()
+    print(json.dumps([dict(zip(keys, row)) for row in rows]))
     sys.exit(0)
 stop = False
-for project, spec, required, fatal, why, found, ok in rows:
+for project, spec, required, fatal, why, found, ok, unparsed in rows:
     if ok is not False:
         continue
-    have = ''is not installed'' if found is None else found + '' is installed''
+    if found is None:
+        have = ''is not installed''
+    elif unparsed:
+        have = shown(found) + '' is installed, which does not parse as a version,''
+    else:
+        have = shown(found) + '' is installed''
     level = ''error'' if fatal else ''warning''
     print(''%s: %s %s here, expected %s%s: %s'' % (level, project, have, project, spec, why), file=sys.stderr)
     if fatal:
@@ -93,7 +110,10 @@ for project, spec, required, fatal, why, found, ok in rows:
         print(''hint: pip install %r (in this environment), then start again'' % (project + spec), file=sys.stderr)
 sys.exit(3 if stop else 0)
 '
-    if ($LASTEXITCODE -eq 3) {
+    if ($LASTEXITCODE -ne 0) {
+        if ($LASTEXITCODE -ne 3) {
+            [Console]::Error.WriteLine('error: the environment check did not run to its end (python exited ' + $LASTEXITCODE + ')')
+        }
         if ($env:G4BUILD_ALLOW_ENVIRONMENT -ne '1') {
             [Console]::Error.WriteLine('hint: where the checkpoint''s config was adapted to this transformers, G4BUILD_ALLOW_ENVIRONMENT=1 serves anyway')
             exit 1

@@ -101,7 +101,7 @@ def test_hostile_values_reach_vllm_exactly_and_run_nothing(tmp_path: Path, stubs
     value = HOSTILE[key]
     sets = [
         "--set", f"args.tool-call-parser={yaml_text(value)}",
-        "--set", f"env.G4_HOSTILE={yaml_text(value)}",
+        "--set", f"env.G4_HOSTILE={yaml_text(value)}", "--allow-env", "G4_HOSTILE",  # a name off the list
         "--set", f"speculative.model={yaml_text(value)}",
         "--set", f"served_model_names=[{yaml_text('name ' + value if value.startswith('-') else value or 'x')}]",
     ]

@@ -178,9 +178,11 @@ def test_the_pins_environment_is_checked_before_serving(tmp_path: Path) -> None:
     [program] = [n for n in walk(check) if n.type == "string_literal"]
     assert ps._value(program) == check_program(load_pins().get("vllm-0.21.0"))  # exactly, under PS quoting
     text = ps.root.text.decode()
-    # exit 3 stops the launch unless G4BUILD_ALLOW_ENVIRONMENT is '1' (then a note and on to vllm)
-    stop = text.index("if ($LASTEXITCODE -eq 3) {")
-    assert text.index("if ($env:G4BUILD_ALLOW_ENVIRONMENT -ne '1') {", stop) < text.index("exit 1", stop) \
+    # exit 3 (a mismatch) or any other failure of the check itself (fail closed, saying so) stops the launch
+    # unless G4BUILD_ALLOW_ENVIRONMENT is '1' (then a note and on to vllm)
+    stop = text.index("if ($LASTEXITCODE -ne 0) {", text.index("importlib.metadata as m"))
+    assert text.index("if ($LASTEXITCODE -ne 3) {", stop) < text.index("did not run to its end", stop) \
+        < text.index("if ($env:G4BUILD_ALLOW_ENVIRONMENT -ne '1') {", stop) < text.index("exit 1", stop) \
         < text.index("G4BUILD_ALLOW_ENVIRONMENT=1: serving outside", stop)
     commands = ps.commands()
     assert commands.index(check.text.decode()) < commands.index("& vllm @argv")

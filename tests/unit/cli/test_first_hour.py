@@ -148,6 +148,19 @@ def test_the_drafter_follows_set_model(model: str) -> None:
     assert "speculative.model follows --set model=" in done.stderr
 
 
+@pytest.mark.parametrize("model", ["D:\\models\\x", "D:/models/x", "/srv/models/x", "./elsewhere/x"])
+def test_show_and_render_agree_on_the_drafter_after_set_model(model: str) -> None:
+    shown = g4("recipe", "show", RECIPE, "--json", "--set", f"model={model}")
+    rendered = g4("recipe", "render", RECIPE, "--shell", "bash", "--set", f"model={model}")
+    assert shown.returncode == 0 and rendered.returncode == 0, shown.stderr + rendered.stderr
+    data = json.loads(shown.stdout)
+    argv = data["argv"]
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec == _spec_json(rendered.stdout) and data["speculative"]["model"] == spec["model"]
+    assert argv[1:] == shlex.split(rendered.stdout.split("vllm_args=(", 1)[1].split(")", 1)[0])  # every word
+    assert spec["model"] != "./models/gemma4-dflash-0.2b"  # moved beside the target, in both
+
+
 def test_an_explicit_drafter_or_a_hub_id_is_left_alone() -> None:
     mine = g4("recipe", "render", RECIPE, "--shell", "bash", "--set", "model=/srv/m/target",
               "--set", "speculative.model=/elsewhere/drafter")

@@ -48,9 +48,10 @@ def _root(
         False, "--plain", help="Plain, untruncated output even on a terminal (as when piped; G4BUILD_PLAIN=1 too).",
     ),
     root: Path | None = typer.Option(
-        None, "--root", file_okay=False, exists=True,
-        help="The g4build project (patches/, recipes/, ci/) to read and write; default: the one the working "
-        "directory is in, like git finds its repository (G4BUILD_HOME also sets it).",
+        None, "--project", "--root", file_okay=False, exists=True,
+        help="The g4build project (patches/, recipes/, ci/) to read and write (G4BUILD_HOME also sets it); "
+        "default: the one the working directory is in, like git finds its repository, when it and the folders "
+        "up to it are yours alone (owned by you, writable by no one else), else the installed package's data.",
     ),
 ) -> None:
     """g4build: pin → source → patches → build → validate → emit."""

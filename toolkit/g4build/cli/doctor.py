@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -10,7 +11,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json, require_wheel_file
+from g4build.data import project_choice
 from g4build.doctor import ROUTES, SystemProbe, run_doctor
+from g4build.doctor.checks import Finding
 from g4build.errors import DoctorFailed, UsageError
 from g4build.pins.model import load_pins
 from g4build.recipes.context import read_wheel_info
@@ -70,6 +73,10 @@ def doctor(
     with err_console.status("checking") as live:
         report = run_doctor(SystemProbe(), python=python, pin_torch=chosen.torch, pin=chosen, workdir=workdir,
                             step=lambda name: live.update(f"checking {name}"), route=chosen_route)
+    root, why = project_choice()
+    used = Finding(check="project", status="ok", summary=f"g4build data from {root}: {why}",
+                   fix="g4build --root DIR (or G4BUILD_HOME) names another", detail={"root": str(root), "why": why})
+    report = dataclasses.replace(report, findings=(used, *report.findings))
     if json_out:
         print_json(report.to_dict())
     else:

@@ -28,6 +28,7 @@ from g4build.recipes import (
 from g4build.recipes.argv import serve_argv
 from g4build.recipes.context import read_wheel_info
 from g4build.recipes.env_names import fit_env_to_pin, user_env_names
+from g4build.recipes.env_policy import asked_names
 from g4build.recipes.model import Recipe
 from g4build.recipes.rules import flashinfer_presence
 from g4build.recipes.script import absolute_path_sets, drafter_follows_model, shell_name, wheel_ref
@@ -44,6 +45,11 @@ SET_OPTION = typer.Option(
     None, "--set", metavar="KEY=VALUE",
     help="Change a recipe field (repeatable): model=PATH, env.NAME=TEXT, args.max-model-len=65536, "
     "speculative.num_speculative_tokens=15, args.quantization=null (removes it).",
+)
+ALLOW_ENV_OPTION = typer.Option(
+    None, "--allow-env", metavar="NAME",
+    help="Let the recipe (or --set env.NAME=) set this environment variable although it is not on the allow-list "
+    "of recipes/vllm-args/launch-env.yaml (repeatable; named in the output). Names on its deny-list stay refused.",
 )
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 
@@ -78,6 +84,12 @@ def _follow_model(name: str, sets: list[str]) -> list[str]:
     if note:
         err_console.print(f"note: {note}", highlight=False, markup=False)
     return moved
+
+
+def _launch_sets(name: str, sets: list[str] | None) -> list[str]:
+    """--set as the script applies it, the same for `show` and `render`: relative paths made absolute (the script
+    must open the same folders wherever it is started), and the drafter moved with the target."""
+    return _follow_model(name, absolute_path_sets(sets or ()))
 
 
 def _print_findings(findings: tuple[Finding, ...], *, stderr: bool) -> None:
@@ -118,7 +130,8 @@ def list_cmd(as_json: bool = JSON_OPTION) -> None:
 def show_cmd(name: str = typer.Argument(..., help="Recipe name or path to a recipe .yaml."),
              sets: list[str] = SET_OPTION, as_json: bool = JSON_OPTION) -> None:
     """Show a recipe after --set, with the exact env and vllm arguments it launches."""
-    r = load_recipe(name, sets or ())
+    sets = _launch_sets(name, sets)
+    r = load_recipe(name, sets)
     _check_sets(r, sets)
     data = {**r.to_dict(), "argv": ["vllm", *serve_argv(r)]}
     if as_json:
@@ -137,15 +150,17 @@ def check_cmd(
         None, "--draft-dir", help="Drafter folder (default: speculative.model when it is a local folder)."),
     wheel: Path | None = typer.Option(None, "--wheel", help="A wheel to check: the series its manifest carries."),
     sets: list[str] = SET_OPTION,
+    allow_env: list[str] = ALLOW_ENV_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Apply the rules (exit 11 when one fails); with --model-dir read the checkpoint's and drafter's config."""
+    allowed = asked_names(allow_env)
     if wheel is not None:
         require_wheel_file(wheel)
     sets = _pin_follows_wheel(name, wheel, sets or [])
     r = load_recipe(name, sets)
     checked = _check_sets(r, sets)
-    ctx = gather_context(r, model_dir=model_dir, draft_dir=draft_dir, wheel=wheel)
+    ctx = gather_context(r, model_dir=model_dir, draft_dir=draft_dir, wheel=wheel, allow_env=allowed)
     r, fitted = fit_env_to_pin(r, ctx, user_env_names(sets or ()))
     findings = (*fitted, *check_recipe(r, ctx))
     ok = not any(f.severity == "error" for f in findings)
@@ -177,16 +192,17 @@ def render_cmd(
     sets: list[str] = SET_OPTION,
     wheel: Path | None = typer.Option(
         None, "--wheel", help="Install this wheel before serving (referenced beside the script when in --out)."),
+    allow_env: list[str] = ALLOW_ENV_OPTION,
 ) -> None:
     """Render a launch script: env, GPU check, optional wheel install, then `vllm serve` with exact arguments."""
     chosen = shell_name(shell)
+    allowed = asked_names(allow_env)
     if wheel is not None:
         require_wheel_file(wheel)
-    sets = absolute_path_sets(sets or ())  # the script must open the same folders wherever it is started
-    sets = _pin_follows_wheel(name, wheel, _follow_model(name, sets))
+    sets = _pin_follows_wheel(name, wheel, _launch_sets(name, sets))
     r = load_recipe(name, sets)
     _check_sets(r, sets)
-    ctx = gather_context(r, wheel=wheel, ask_transformers=False)
+    ctx = gather_context(r, wheel=wheel, ask_transformers=False, allow_env=allowed)
     r, fitted = fit_env_to_pin(r, ctx, user_env_names(sets))
     findings = (*fitted, *check_recipe(r, ctx))
     if ctx.wheel is not None and wheel is not None:

@@ -38,6 +38,8 @@ def check_serving(probe: Probe, python: str, pin: Pin) -> list[Finding]:
         if check is None:
             continue
         found, spec, ok = row.get("found"), str(row.get("spec")), row.get("ok")
+        if isinstance(found, str) and not (found.isascii() and found.isprintable()):
+            found = ascii(found)  # a package's metadata: no escape sequence reaches the terminal
         wanted = f"{row.get('project')}{spec}"
         detail = {"found": found, "expected": wanted, "pin": pin.name}
         status: Status

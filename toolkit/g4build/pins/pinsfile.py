@@ -10,20 +10,19 @@ import re
 import tempfile
 from pathlib import Path
 
-import yaml
-
 from g4build.errors import ConfigError, UsageError
 from g4build.pins.index import cache_lock, cache_root
 from g4build.pins.model import Pin, PinSet, load_pins
+from g4build.util.yamlsafe import load_text
 
 
 def scalar(value: str, *, quote: bool = False) -> str:
     """``value`` as YAML text that reads back as this very string (quoted where plain text would not)."""
     if not quote and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+/:@-]*", value):
         try:
-            if yaml.safe_load(value) == value:  # e.g. a commit of digits only would read as a number
+            if load_text(value, "a value") == value:  # e.g. a commit of digits only would read as a number
                 return value
-        except yaml.YAMLError:
+        except ConfigError:  # one YAML 1.1 reads another way (yes, 0o17): quoted
             pass
     return json.dumps(value)  # a JSON string is a YAML double-quoted scalar
 

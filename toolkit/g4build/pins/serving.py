@@ -4,8 +4,10 @@ data (``patches/pins.yaml``), and one small Python program that compares them wi
 The program runs where vLLM will run: launch scripts run it before ``vllm serve`` (a clear message naming the
 installed and the expected version, instead of a model-load traceback minutes later) and ``g4build doctor`` runs
 it with ``--json``. It reads installed versions with ``importlib.metadata`` (nothing is imported) and compares them
-with ``packaging`` (which transformers requires; without it the program says nothing). It holds single quotes
-only: Windows PowerShell 5.1 drops double quotes from the arguments it passes to a program.
+with ``packaging`` (which transformers requires; without it the program says nothing). An installed version that
+does not parse is outside every range (the launch stops: fail closed), and is printed escaped (``ascii``), so no
+escape sequence from a package's metadata reaches the terminal. It holds single quotes only: Windows PowerShell
+5.1 drops double quotes from the arguments it passes to a program.
 """
 
 from __future__ import annotations
@@ -49,27 +51,44 @@ import importlib.metadata as m, json, sys
 WANT = %s
 try:
     from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
 except ImportError:
     SpecifierSet = None
+def shown(text):
+    return text if text.isascii() and text.isprintable() else ascii(text)
 rows = []
 for project, spec, required, fatal, why in WANT:
     try:
         found = m.version(project)
     except m.PackageNotFoundError:
         found = None
+    unparsed = False
     if found is None:
         ok = not required
+    elif not isinstance(found, str):
+        found, ok, unparsed = repr(found), False, True
+    elif SpecifierSet is None:
+        ok = None
     else:
-        ok = None if SpecifierSet is None else SpecifierSet(spec).contains(found, prereleases=True)
-    rows.append((project, spec, required, fatal, why, found, ok))
+        try:
+            ok = SpecifierSet(spec).contains(Version(found), prereleases=True)
+        except Exception:
+            ok, unparsed = False, True
+    rows.append((project, spec, required, fatal, why, found, ok, unparsed))
 if sys.argv[1:] == ['--json']:
-    print(json.dumps([dict(zip('project spec required fatal why found ok'.split(), row)) for row in rows]))
+    keys = 'project spec required fatal why found ok unparsed'.split()
+    print(json.dumps([dict(zip(keys, row)) for row in rows]))
     sys.exit(0)
 stop = False
-for project, spec, required, fatal, why, found, ok in rows:
+for project, spec, required, fatal, why, found, ok, unparsed in rows:
     if ok is not False:
         continue
-    have = 'is not installed' if found is None else found + ' is installed'
+    if found is None:
+        have = 'is not installed'
+    elif unparsed:
+        have = shown(found) + ' is installed, which does not parse as a version,'
+    else:
+        have = shown(found) + ' is installed'
     level = 'error' if fatal else 'warning'
     print('%%s: %%s %%s here, expected %%s%%s: %%s' %% (level, project, have, project, spec, why), file=sys.stderr)
     if fatal:

@@ -6,15 +6,30 @@ config is flat. Both are read the same way: a key is looked up in ``text_config`
 
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from g4build.errors import ConfigError, UsageError
 from g4build.recipes.model import KvGeometry
+from g4build.util.safeload import read_json
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
+MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few KB (a quantization config's module lists, a few hundred)
+# The range each geometry number a rule computes with may take (a model outside them is not one vLLM serves): a
+# value out of range (negative or zero heads, a 10^9 layer count) is an error, not an estimate.
+GEOMETRY_RANGES = {
+    "num_hidden_layers": (1, 4096),
+    "num_attention_heads": (1, 4096),
+    "num_key_value_heads": (1, 4096),
+    "num_global_key_value_heads": (1, 4096),
+    "head_dim": (1, 65536),
+    "global_head_dim": (1, 65536),
+    "hidden_size": (1, 1 << 24),
+    "num_kv_shared_layers": (0, 4096),
+    "sliding_window": (0, 1 << 31),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,10 +67,7 @@ class CheckpointInfo:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
+    data = read_json(path, MAX_CONFIG_BYTES, f"a checkpoint's {path.name}")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object at the top level")
     return data
@@ -86,28 +98,45 @@ def _quantization(config: dict[str, Any], folder: Path) -> tuple[str | None, str
     return (None if method is None else str(method), None if algo is None else str(algo))
 
 
-def kv_geometry(text: dict[str, Any]) -> KvGeometry | None:
-    """KV-holding layers from a (text) config; None when the config lacks the needed keys."""
-    layers = _int_or_none(text.get("num_hidden_layers"))
-    kv_heads = _int_or_none(text.get("num_key_value_heads")) or _int_or_none(text.get("num_attention_heads"))
-    head_dim = _int_or_none(text.get("head_dim"))
+def geometry_int(text: dict[str, Any], key: str, where: str) -> int | None:
+    """``text[key]`` when it is a whole number (None when absent or not one), refused when out of its range."""
+    value = _int_or_none(text.get(key))
+    low, high = GEOMETRY_RANGES[key]
+    if value is not None and not low <= value <= high:
+        raise ConfigError(f"{where}: {key} is {value}, expected a whole number from {low} to {high}",
+                          hint="the rules cannot estimate memory from it; check that this is the model's own config")
+    return value
+
+
+def kv_geometry(text: dict[str, Any], where: str = "config.json") -> KvGeometry | None:
+    """KV-holding layers from a (text) config; None when the config lacks the needed keys; ConfigError when one
+    of them is out of range (``GEOMETRY_RANGES``)."""
+    def get(key: str) -> int | None:
+        return geometry_int(text, key, where)
+
+    layers = get("num_hidden_layers")
+    kv_heads = get("num_key_value_heads") or get("num_attention_heads")
+    head_dim = get("head_dim")
     if head_dim is None:
-        hidden, heads = _int_or_none(text.get("hidden_size")), _int_or_none(text.get("num_attention_heads"))
+        hidden, heads = get("hidden_size"), get("num_attention_heads")
         head_dim = hidden // heads if hidden and heads else None
     if not layers or not kv_heads or not head_dim:
         return None
-    shared = _int_or_none(text.get("num_kv_shared_layers")) or 0
+    shared = get("num_kv_shared_layers") or 0
+    if shared >= layers:
+        raise ConfigError(f"{where}: num_kv_shared_layers is {shared}, expected fewer than num_hidden_layers "
+                          f"({layers})", hint="check that this is the model's own config")
     layer_types = text.get("layer_types")
     if not isinstance(layer_types, list) or len(layer_types) != layers:
         layer_types = ["full_attention"] * layers
     owning = layer_types[: layers - shared]  # shared layers reuse earlier layers' cache
     full = sum(1 for t in owning if t != "sliding_attention")
     sliding = len(owning) - full
-    full_head_dim = _int_or_none(text.get("global_head_dim")) or head_dim
+    full_head_dim = get("global_head_dim") or head_dim
     full_kv_heads = kv_heads
     if text.get("attention_k_eq_v"):
-        full_kv_heads = _int_or_none(text.get("num_global_key_value_heads")) or kv_heads
-    window = _int_or_none(text.get("sliding_window")) or 0
+        full_kv_heads = get("num_global_key_value_heads") or kv_heads
+    window = get("sliding_window") or 0
     return KvGeometry(
         full_layers=full,
         full_kv_heads=full_kv_heads,
@@ -122,7 +151,7 @@ def kv_geometry(text: dict[str, Any]) -> KvGeometry | None:
 def read_checkpoint(folder: Path) -> CheckpointInfo:
     """Read ``folder/config.json``; weights are the sizes of the weight files in the folder."""
     config_path = folder / "config.json"
-    if not config_path.is_file():
+    if not os.path.lexists(config_path):
         raise UsageError(
             f"{folder}: expected a checkpoint folder with config.json, found none",
             hint="pass the folder that holds the model's config.json and *.safetensors files",
@@ -141,8 +170,8 @@ def read_checkpoint(folder: Path) -> CheckpointInfo:
         model_type=str(config.get("model_type") or ""),
         quant_method=method,
         quant_algo=algo,
-        head_dim=_int_or_none(merged.get("head_dim")),
-        global_head_dim=_int_or_none(merged.get("global_head_dim")),
-        kv=kv_geometry(merged),
+        head_dim=geometry_int(merged, "head_dim", str(config_path)),
+        global_head_dim=geometry_int(merged, "global_head_dim", str(config_path)),
+        kv=kv_geometry(merged, str(config_path)),
         weights_bytes=weights,
     )

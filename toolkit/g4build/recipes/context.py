@@ -9,6 +9,7 @@ from pathlib import Path
 from g4build.errors import UsageError
 from g4build.pins.model import load_pins
 from g4build.recipes.checkpoint import CheckpointInfo, read_checkpoint
+from g4build.recipes.env_policy import load_env_policy
 from g4build.recipes.flashinfer import wheel_flashinfer
 from g4build.recipes.model import Recipe
 from g4build.recipes.renamed_env import load_renamed
@@ -84,7 +85,9 @@ def gather_context(
     draft_dir: Path | None = None,
     wheel: Path | None = None,
     ask_transformers: bool = True,
+    allow_env: frozenset[str] = frozenset(),
 ) -> CheckContext:
+    """What the rules need; ``allow_env``: the names the command line allowed (``--allow-env``)."""
     pins = load_pins()
     wheel_info = read_wheel_info(wheel) if wheel is not None else None
     pin_name = recipe.pin or (wheel_info.pin if wheel_info else None)
@@ -107,4 +110,6 @@ def gather_context(
         vllm_envs=pinned_envs(pin) if pin is not None else None,
         vllm_options=frozenset(table["args"]) if table is not None and isinstance(table.get("args"), dict) else None,
         renamed_env=load_renamed(),
+        env_policy=load_env_policy(),
+        allowed_env=allow_env,
     )

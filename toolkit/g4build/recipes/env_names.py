@@ -99,3 +99,28 @@ def rule_env_names(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
                                 + respelling_hint(name, ctx.renamed_env, ctx.vllm_options)
                                 + "drop it for this pin, or use the pin's own option for it (vllm serve --help)"))
     return out
+
+
+def rule_env_allowed(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
+    policy = ctx.env_policy
+    if policy is None:
+        return []
+    out = []
+    for name in sorted(recipe.env):
+        verdict = policy.verdict(name, ctx.pin.name if ctx.pin else recipe.pin, ctx.allowed_env)
+        if verdict == "denied":
+            out.append(Finding(rule="env-allowed", severity="error",
+                               message=f"env {name}: refused: a launch script never sets it (it can run code when "
+                                       f"the script starts; deny-list of {policy.source}), even with --allow-env",
+                               hint=f"drop env.{name} from the recipe; if you need it, set it in your own shell "
+                                    "before starting the script"))
+        elif verdict == "unknown":
+            out.append(Finding(rule="env-allowed", severity="error",
+                               message=f"env {name}: refused: not a name vLLM, CUDA, NCCL, PyTorch or the launch "
+                                       f"reads (allow-list of {policy.source}), and a recipe is data",
+                               hint=f"drop it, or pass --allow-env {name} to set it anyway (you vouch for it)"))
+        elif verdict == "asked":
+            out.append(Finding(rule="env-allowed", severity="warning",
+                               message=f"env {name}: set because the command line said --allow-env {name} (it is "
+                                       f"not on the allow-list of {policy.source})"))
+    return out

@@ -8,6 +8,7 @@ from typing import Literal
 
 from g4build.pins.model import Pin
 from g4build.recipes.checkpoint import CheckpointInfo
+from g4build.recipes.env_policy import EnvPolicy
 from g4build.recipes.flashinfer import FlashInferInfo
 from g4build.recipes.model import Recipe
 from g4build.recipes.renamed_env import Renamed
@@ -53,6 +54,8 @@ class CheckContext:
     vllm_envs: frozenset[str] | None = None  # the pin's envs.py names; None: its sdist is not here
     vllm_options: frozenset[str] | None = None  # the pin's serve options (its argument table); None: not here
     renamed_env: Mapping[str, Renamed] = field(default_factory=dict)  # recipes/vllm-args/renamed-env.yaml
+    env_policy: EnvPolicy | None = None  # recipes/vllm-args/launch-env.yaml; None: not read (no env rule)
+    allowed_env: frozenset[str] = frozenset()  # --allow-env names (upper case)
 
 
 Rule = Callable[[Recipe, CheckContext], list[Finding]]

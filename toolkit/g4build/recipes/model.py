@@ -54,6 +54,8 @@ KV_KEYS = (
     "sliding_window",
 )
 FOOTPRINT_KEYS = ("weights_gib", "kv")
+MAX_COUNT = 1 << 31  # a layer, head or window count past this is a mistake, not a model
+MAX_GB = 1 << 20  # a card's memory or a checkpoint's weights, in GB / GiB
 # sliding_attention_backend: the backends a model's sliding-window layers can be given apart from its other layers
 # (vLLM's attention_config.backend_per_kind), by the name vLLM's enum gives each. FlashAttention is the one the
 # series make exact for multimodal-prefix models (Gemma 4) without FA4.
@@ -193,15 +195,21 @@ def _text(raw: Any, where: str, *, allow_none: bool = False) -> str | None:
     return raw
 
 
-def _number(raw: Any, where: str) -> float:
+def _number(raw: Any, where: str, *, low: float, high: float, above_low: bool = False) -> float:
+    """A finite number in ``[low, high]`` (``(low, high]`` with ``above_low``): the rules compute with it."""
     if isinstance(raw, bool) or not isinstance(raw, (int, float)):
         raise ConfigError(f"{where}: expected a number, found {type(raw).__name__} ({raw!r})")
-    return float(raw)
+    value = float(raw)
+    if not (low < value if above_low else low <= value) or not value <= high:  # also refuses nan and inf
+        span = f"above {low:g} and at most {high:.0f}" if above_low else f"from {low:g} to {high:.0f}"
+        raise ConfigError(f"{where}: expected a finite number {span}, found {raw!r}",
+                          hint="write the size as a plain number, e.g. 32")
+    return value
 
 
 def _count(raw: Any, where: str) -> int:
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
-        raise ConfigError(f"{where}: expected a whole number >= 0, found {raw!r}")
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= MAX_COUNT:
+        raise ConfigError(f"{where}: expected a whole number from 0 to {MAX_COUNT}, found {raw!r}")
     return raw
 
 
@@ -314,7 +322,7 @@ def parse_recipe(data: dict[str, Any], where: str, *, source: Path | None = None
         fp = _mapping(footprint_raw, f"{where}.footprint")
         _check_keys(fp, FOOTPRINT_KEYS, f"{where}.footprint")
         footprint = Footprint(
-            weights_gib=_number(fp.get("weights_gib"), f"{where}.footprint.weights_gib"),
+            weights_gib=_number(fp.get("weights_gib"), f"{where}.footprint.weights_gib", low=0, high=MAX_GB),
             kv=_kv(fp.get("kv"), f"{where}.footprint.kv"),
         )
     speculative = data.get("speculative")
@@ -333,7 +341,8 @@ def parse_recipe(data: dict[str, Any], where: str, *, source: Path | None = None
             quant_algo=_text(checkpoint_raw.get("quant_algo"), f"{where}.checkpoint.quant_algo", allow_none=True),
         ),
         hardware=Hardware(
-            vram_gb=_number(hardware_raw["vram_gb"], f"{where}.hardware.vram_gb"),
+            vram_gb=_number(hardware_raw["vram_gb"], f"{where}.hardware.vram_gb", low=0, high=MAX_GB,
+                            above_low=True),
             arch=arch,
         ),
         pin=_text(data.get("pin"), f"{where}.pin", allow_none=True),

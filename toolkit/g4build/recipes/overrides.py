@@ -25,6 +25,7 @@ from g4build.recipes.model import (
     OPTION_RE,
     TOP_LEVEL_KEYS,
 )
+from g4build.util.safeload import MAX_NUMBER_CHARS
 from g4build.util.yamlsafe import load_text, text_problem
 
 _INT = re.compile(r"^[-+]?[0-9]+$")
@@ -70,6 +71,11 @@ def typed_value(text: str, *, raw: bool = False) -> Any:
         return lowered == "true"
     if lowered in ("null", "~"):
         return None
+    if (_INT.fullmatch(text) or _FLOAT.fullmatch(text)) and len(text) > MAX_NUMBER_CHARS:
+        raise UsageError(f"--set value {text[:20]}... is a number of {len(text)} characters, more than the "
+                         f"{MAX_NUMBER_CHARS} a recipe's number may have",
+                         hint="give the value a recipe needs (e.g. args.max-model-len=65536); quote it "
+                              "(--set \"KEY='...'\") if it is text")
     if _INT.fullmatch(text):
         return int(text)
     if _FLOAT.fullmatch(text):

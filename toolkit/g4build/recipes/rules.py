@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from g4build.recipes.draft_groups import rule_draft_groups
-from g4build.recipes.env_names import rule_env_names
+from g4build.recipes.env_names import rule_env_allowed, rule_env_names
 from g4build.recipes.fa_kv_dtype import fp8_kv_refused, rule_fa_kv_dtype
 from g4build.recipes.findings import (
     FA2_MAX_HEAD_DIM,
@@ -22,7 +22,7 @@ from g4build.recipes.findings import (
     is_gemma4,
 )
 from g4build.recipes.flashinfer import FlashInferInfo, fixed_paths, off_switches
-from g4build.recipes.model import KvGeometry, Recipe
+from g4build.recipes.model import MAX_COUNT, KvGeometry, Recipe
 from g4build.recipes.prefix_cache import rule_prefix_cache
 from g4build.recipes.sliding_fa import rule_sliding_fa
 from g4build.series.model import Series, unmet_requirements
@@ -234,9 +234,27 @@ def rule_spec_tokens(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     return []
 
 
+COUNT_OPTIONS = ("max-model-len", "max-num-seqs", "max-num-batched-tokens")  # what the rules compute with
+
+
 def _int_arg(recipe: Recipe, option: str) -> int | None:
+    """A whole-number option in range (1 to ``MAX_COUNT``); None when unset, not whole, or out of range (which
+    ``rule_counts`` refuses): no estimate is made from a negative or absurd count."""
     value = recipe.args.get(option)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    return value if 1 <= value <= MAX_COUNT else None
+
+
+def rule_counts(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
+    out = []
+    for option in COUNT_OPTIONS:
+        value = recipe.args.get(option)
+        if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= MAX_COUNT:
+            out.append(Finding(rule="counts", severity="error",
+                               message=f"{option} must be a whole number from 1 to {MAX_COUNT}, found {value}",
+                               hint=f"--set args.{option}=N with a count vLLM can serve"))
+    return out
 
 
 def rule_batched_tokens(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
@@ -371,8 +389,10 @@ RULES: tuple[Rule, ...] = (
     rule_series,
     rule_mtp_transformers,
     rule_spec_tokens,
+    rule_counts,
     rule_batched_tokens,
     rule_flashinfer,
+    rule_env_allowed,
     rule_env_names,
     rule_mm_processor_cache,
     rule_vram,

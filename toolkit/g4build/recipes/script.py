@@ -47,6 +47,8 @@ def shell_name(value: str) -> Shell:
 ALLOW_HINT = ("hint: where the checkpoint's config was adapted to this transformers, G4BUILD_ALLOW_ENVIRONMENT=1 "
               "serves anyway")
 ALLOW_NOTE = "note: G4BUILD_ALLOW_ENVIRONMENT=1: serving outside the environment this vLLM was checked with"
+# The check itself failed (not its verdict, exit 3): the launch stops as for a mismatch (fails closed)
+UNCHECKED = "error: the environment check did not run to its end (python exited "
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,12 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from g4build.data import recipes_dir
-from g4build.errors import G4BuildError, UsageError
+from g4build.errors import ConfigError, G4BuildError, UsageError
 from g4build.fsutil import write_atomic
 from g4build.pins.index import cache_root, sha256_file
 from g4build.pins.model import Pin, load_pins
 from g4build.recipes.overrides import parse_override
 from g4build.recipes.vllm_choices import annotation_choices, literal_aliases, normalized, retyped_fields
+from g4build.util.safeload import read_json
 
 # Bump when the table's layout or the rules that build it change: older cache entries are then ignored.
 _TABLE_VERSION = 2  # 2: "choices" (and "convert") for options typed as a Literal
@@ -239,6 +240,7 @@ def _cache_file(pin: Pin) -> Path:
     return cache_root() / "vllm-args" / f"{pin.name}-{pin.sdist.sha256[:16]}.json"
 
 
+TABLE_MAX_BYTES = 4 << 20  # a table is ~20 KB
 TABLES_DIR = "vllm-args"  # recipes/vllm-args/<pin>.json: the tables recorded with the project's pins
 
 
@@ -250,8 +252,8 @@ def recorded_table(pin: Pin) -> dict[str, Any] | None:
     """The table recorded in the project for ``pin`` (written by `pins add`, kept current by a test), when it was
     built from this pin's sdist with the current rules; else None."""
     try:
-        data = json.loads(recorded_table_path(pin).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_json(recorded_table_path(pin), TABLE_MAX_BYTES, "a recorded argument table")
+    except ConfigError:  # absent, or not a regular, bounded JSON file: built from the sdist instead
         return None
     if (isinstance(data, dict) and data.get("table_version") == _TABLE_VERSION
             and data.get("sdist_sha256") == pin.sdist.sha256.lower()):
@@ -283,10 +285,10 @@ def pinned_table(pin: Pin) -> dict[str, Any] | None:
         return recorded
     cached = _cache_file(pin)
     try:
-        data = json.loads(cached.read_text(encoding="utf-8"))
+        data = read_json(cached, TABLE_MAX_BYTES, "a cached argument table")
         if isinstance(data, dict) and data.get("table_version") == _TABLE_VERSION:
             return data
-    except (OSError, ValueError):
+    except ConfigError:
         pass
     archive = cache_root() / "sdists" / pin.sdist.file
     if not archive.is_file() or sha256_file(archive) != pin.sdist.sha256.lower():

@@ -9,8 +9,10 @@ import os
 import tarfile
 from pathlib import Path
 
+from g4build.errors import ConfigError
 from g4build.pins.index import cache_root, sha256_file
 from g4build.pins.model import Pin
+from g4build.util.safeload import read_json
 
 ENVS_FILE = "vllm/envs.py"
 _CACHE_VERSION = 1
@@ -47,10 +49,10 @@ def pinned_envs(pin: Pin) -> frozenset[str] | None:
     """The pin's names from the cache, else from the cached sdist; None when neither is here (offline)."""
     cached = cache_root() / "vllm-envs" / f"{pin.name}-{pin.sdist.sha256[:16]}.json"
     try:
-        data = json.loads(cached.read_text(encoding="utf-8"))
+        data = read_json(cached, 4 << 20, "a cached list of vLLM's environment variables")
         if isinstance(data, dict) and data.get("version") == _CACHE_VERSION:
             return frozenset(data["envs"])
-    except (OSError, ValueError, KeyError):
+    except (ConfigError, KeyError, TypeError):
         pass
     archive = cache_root() / "sdists" / pin.sdist.file
     if not archive.is_file() or sha256_file(archive) != pin.sdist.sha256.lower():

@@ -4,19 +4,30 @@ PyYAML's ``safe_load`` still lets a hostile file do harm: a repeated key silentl
 anchors and aliases expand into exponential trees (an "alias bomb"), and escapes such as ``"\\0"`` or
 ``"\\ud800"`` put NUL or a lone surrogate into a value. ``load_text`` refuses all of these, naming the file,
 the key and the line. ``confined`` keeps a path taken from a data file inside the folder it belongs to.
+
+Plain values are typed as YAML 1.2's core schema types them (``true``/``false``, ``null``, decimal/``0x``/``0o``
+integers, decimals): a plain value that YAML 1.1 (PyYAML's default, and many other readers) types differently is
+refused, naming the key, rather than read either way. ``off``, ``no``, ``yes`` and ``on`` (booleans in 1.1, text in
+1.2), ``36:24:32`` (a base-60 number in 1.1), ``010`` (octal 8 in 1.1, 10 in 1.2), ``1_000``, ``0b11``, ``0o17``,
+``1e5`` and dates: quote them for text, or write ``false`` / ``10`` / ``1.0e+5``. Numbers are at most
+``MAX_NUMBER_CHARS`` characters long.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
-from yaml.events import AliasEvent
+from yaml.constructor import SafeConstructor
+from yaml.events import AliasEvent, ScalarEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.resolver import Resolver
 
 from g4build.errors import ConfigError
+from g4build.util.safeload import MAX_NUMBER_CHARS, read_regular
 
 # C0 controls other than tab, LF and CR; DEL and C1 controls; surrogates (only ever lone in a str).
 _BAD_CHAR = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
@@ -25,6 +36,22 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 # Data files here are a few KB; the cap keeps a huge or deeply nested file from costing memory or the stack.
 MAX_DATA_BYTES = 4 * 1024 * 1024
 MAX_DEPTH = 64
+_INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+# YAML 1.2 core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution), plus the merge key, kept so that '<<'
+# gets its own refusal below
+_CORE_12 = (
+    ("tag:yaml.org,2002:null", r"~|null|Null|NULL|", "~nN"),
+    ("tag:yaml.org,2002:bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
+    (_INT_TAG, r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+", "-+0123456789"),
+    (_FLOAT_TAG, r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)",
+     "-+.0123456789"),
+    (_MERGE_TAG, r"<<", "<"),
+)
+_YAML_HINT = "g4build reads data files as YAML 1.2 and refuses plain values other YAML readers take another way"
+_YAML_11 = Resolver()  # PyYAML's own (1.1) resolution, to find the values the two versions read differently
+_TYPE_WORDS = {"tag:yaml.org,2002:str": "text", "tag:yaml.org,2002:bool": "a boolean", _INT_TAG: "an integer",
+               _FLOAT_TAG: "a number", "tag:yaml.org,2002:timestamp": "a date",
+               "tag:yaml.org,2002:value": "a default-value marker"}
 
 
 def text_problem(text: str) -> str | None:
@@ -66,6 +93,7 @@ class _Loader(yaml.SafeLoader):
     """SafeLoader that refuses anchors and aliases while composing, before anything can expand."""
 
     source_name = "<yaml>"
+    yaml_implicit_resolvers = {}  # noqa: RUF012 - filled once, below (YAML 1.2 core)
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         event = self.peek_event()  # type: ignore[no-untyped-call]
@@ -83,7 +111,42 @@ class _Loader(yaml.SafeLoader):
                 "anchors and aliases are not allowed in g4build data files",
                 hint="drop the anchor and write the value out in full where it is needed",
             )
-        return super().compose_node(parent, index)
+        node = super().compose_node(parent, index)
+        if isinstance(event, ScalarEvent) and event.tag not in (None, "!"):
+            setattr(node, "explicit_tag", True)  # noqa: B010 - a tagged scalar means what its tag says
+        return node
+
+
+for _tag, _pattern, _first in _CORE_12:
+    _Loader.add_implicit_resolver(_tag, re.compile(f"^(?:{_pattern})$"), list(_first))
+
+
+def _int_12(text: str) -> int:
+    sign, digits = (-1, text[1:]) if text[:1] == "-" else (1, text.lstrip("+"))
+    base = 16 if digits[:2] == "0x" else 8 if digits[:2] == "0o" else 10
+    return sign * int(digits[2:] if base != 10 else digits, base)
+
+
+def _plain_problem(loader: _Loader, node: ScalarNode) -> str | None:
+    """Why a plain scalar is refused: it reads differently in YAML 1.1 than in 1.2, or it is a number too long."""
+    if node.style is not None or getattr(node, "explicit_tag", False):
+        return None  # quoted, or explicitly tagged: it means what it says
+    old = _YAML_11.resolve(ScalarNode, node.value, (True, False))  # type: ignore[no-untyped-call]
+    if {node.tag, old} & {_INT_TAG, _FLOAT_TAG} and len(node.value) > MAX_NUMBER_CHARS:
+        return (f"the number {node.value[:20]}... has {len(node.value)} characters, more than the "
+                f"{MAX_NUMBER_CHARS} a data file's number may have; quote it if it is text")
+    if old == node.tag == _INT_TAG:
+        was_int, now_int = SafeConstructor().construct_yaml_int(node), _int_12(node.value)
+        if was_int == now_int:
+            return None
+        was, now = f"the integer {was_int}", f"the integer {now_int}"
+    elif old == node.tag:
+        return None
+    else:
+        was, now = (_TYPE_WORDS.get(tag, tag.rsplit(":", 1)[-1]) for tag in (old, node.tag))
+    return (f"the plain value {node.value!r} reads as {was} in YAML 1.1 but as {now} in YAML 1.2, so readers "
+            f"disagree on it; quote it ('{node.value}') for the text, or write what YAML 1.2 reads as meant "
+            "(true/false, 10, 1.0e+5)")
 
 
 def _line(node: Node) -> int:
@@ -104,6 +167,8 @@ def _check_nodes(loader: _Loader, root: Node, source: str) -> None:
             if problem:
                 raise ConfigError(f"{at}: the value holds {problem}",
                                   hint="remove it; values must be plain Unicode text")
+            if problem := _plain_problem(loader, node):
+                raise ConfigError(f"{at}: {problem}", hint=_YAML_HINT)
         elif isinstance(node, SequenceNode):
             stack.extend((child, f"{path}[{i}]", depth + 1) for i, child in enumerate(node.value))
         elif isinstance(node, MappingNode):
@@ -120,6 +185,9 @@ def _check_nodes(loader: _Loader, root: Node, source: str) -> None:
                 if problem:
                     raise ConfigError(f"{source}:{_line(key_node)}: the key {key_node.value!r} under "
                                       f"{path or 'the top level'} holds {problem}", hint="remove it")
+                if problem := _plain_problem(loader, key_node):
+                    raise ConfigError(f"{source}:{_line(key_node)}: a key under {path or 'the top level'}: {problem}",
+                                      hint=_YAML_HINT)
                 key = loader.construct_object(key_node)
                 name = f"{path}.{key}" if path else str(key)
                 try:
@@ -161,16 +229,13 @@ def load_text(text: str, source: str) -> Any:
 
 
 def load_mapping(path: Path) -> dict[str, Any]:
-    """Read a YAML data file whose top level must be a mapping, refusing what ``load_text`` refuses."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError as exc:
-        raise ConfigError(f"{path}: file not found", hint="is G4BUILD_HOME set to the g4build checkout?") from exc
-    except IsADirectoryError as exc:
-        raise ConfigError(f"{path}: expected a YAML file, found a folder") from exc
-    if len(raw) > MAX_DATA_BYTES:
-        raise ConfigError(f"{path}: {len(raw)} bytes, more than a data file may hold ({MAX_DATA_BYTES})",
-                          hint="check that this is the right file")
+    """Read a YAML data file whose top level must be a mapping, refusing what ``load_text`` refuses (and a path
+    that is not a regular file of at most ``MAX_DATA_BYTES``: ``safeload.read_regular``)."""
+    if path.is_dir():
+        raise ConfigError(f"{path}: expected a YAML file, found a folder")
+    if not os.path.lexists(path):
+        raise ConfigError(f"{path}: file not found", hint="is G4BUILD_HOME set to the g4build checkout?")
+    raw = read_regular(path, MAX_DATA_BYTES, "a YAML data file")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from g4build.errors import ValidationError
+from g4build.util.safeload import loads_json
 
 MANIFEST_NAME = "build-manifest.json"
 SCHEMA = 1
@@ -23,14 +24,10 @@ MAX_BYTES = 4 << 20  # a manifest is a few KB; a bigger member is read no furthe
 def loads(raw: bytes, where: str) -> dict[str, Any]:
     """A manifest's JSON, checked for its schema and for the types the readers use: ``series`` a list of objects
     with a text ``name`` and an integer ``version``, ``pin`` an object with a text ``name``. Anything else, and
-    nesting past Python's recursion limit, is a ValidationError (exit 10), never a traceback."""
+    nesting or numbers past ``safeload``'s bounds, is a ValidationError (exit 10), never a traceback."""
     if len(raw) > MAX_BYTES:
         raise ValidationError(f"{where}: {MANIFEST_NAME} is {len(raw)} bytes, over the {MAX_BYTES} a manifest may be")
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise ValidationError(f"{where}: {MANIFEST_NAME} is not valid JSON (or nests too deeply): "
-                              f"{str(exc)[:200]}") from exc
+    data = loads_json(raw, f"{where}: {MANIFEST_NAME}", error=ValidationError)
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("series"), list):
         raise ValidationError(f"{where}: {MANIFEST_NAME} is not a g4build manifest of schema {SCHEMA}")
     for n, entry in enumerate(data["series"]):
