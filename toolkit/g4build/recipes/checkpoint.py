@@ -123,8 +123,8 @@ def kv_geometry(text: dict[str, Any], where: str = "config.json") -> KvGeometry 
     if not layers or not kv_heads or not head_dim:
         return None
     shared = get("num_kv_shared_layers") or 0
-    if shared >= layers:
-        raise ConfigError(f"{where}: num_kv_shared_layers is {shared}, expected fewer than num_hidden_layers "
+    if shared > layers:  # equal: a drafter whose every layer reads the target's cache (Gemma 4's MTP)
+        raise ConfigError(f"{where}: num_kv_shared_layers is {shared}, expected at most num_hidden_layers "
                           f"({layers})", hint="check that this is the model's own config")
     layer_types = text.get("layer_types")
     if not isinstance(layer_types, list) or len(layer_types) != layers:
