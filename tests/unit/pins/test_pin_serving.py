@@ -82,7 +82,8 @@ def test_doctor_fails_an_installed_transformers_outside_the_range(tmp_path: Path
     [transformers, flashinfer] = check_serving(SystemProbe(), sys.executable, pin)
     assert (transformers.check, transformers.status) == ("transformers", "fail")
     assert "transformers 5.17.0 installed; vLLM 0.21.0 (vllm-0.21.0) wants >=5.5.1,<5.15" in transformers.summary
-    assert transformers.fix == "python -m pip install 'transformers>=5.5.1,<5.15' in the environment that serves (its venv active)"
+    assert transformers.fix == ("python -m pip install 'transformers>=5.5.1,<5.15' in the environment that serves "
+                                "(its venv active)")
     assert (flashinfer.check, flashinfer.status) == ("flashinfer-version", "ok")
     monkeypatch.setenv("PYTHONPATH", str(_site(tmp_path / "b", transformers="5.14.0")))
     assert [f.status for f in check_serving(SystemProbe(), sys.executable, pin)] == ["ok", "ok"]
