@@ -224,6 +224,11 @@ def test_add_writes_the_pin_the_maintainers_wrote_by_hand(tmp_path: Path, index:
     recorded = root / "recipes" / "vllm-args" / "vllm-0.33.0.json"
     assert recorded.read_bytes() == (REPO / "recipes" / "vllm-args" / "vllm-0.33.0.json").read_bytes()
     assert f"recorded its vLLM argument names (recipe --set checks) in {recorded}" in proc.stdout
+    # and the environment variables its envs.py reads, beside it (render and check are right offline)
+    envs = root / "recipes" / "vllm-args" / "vllm-0.33.0.envs.json"
+    assert envs.read_bytes() == (REPO / "recipes" / "vllm-args" / "vllm-0.33.0.envs.json").read_bytes()
+    assert f"recorded the environment variables it reads (recipe render/check) in {envs}" in proc.stdout.replace(
+        "\n", "")
     assert (tmp_path / "cache" / "sdists" / sdist33.name).is_file()  # verified copy in the test's own cache
     again = _g4build(tmp_path, index, "--root", str(root), "pins", "add", "--release", "0.33.0", "--name", "other",
                      "--dry-run", "--json")

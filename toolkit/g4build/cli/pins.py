@@ -13,6 +13,7 @@ from g4build.pins.add import Given, read_release
 from g4build.pins.model import Pin, load_pins
 from g4build.pins.pinsfile import render_entry, write_pin
 from g4build.recipes.vllm_args import record_table
+from g4build.recipes.vllm_envs import record_envs
 
 pins_app = typer.Typer(help="The pinned upstream vLLM releases.", no_args_is_help=True)
 
@@ -73,9 +74,11 @@ def add_pin(
     proposal = read_release(release, given, pinset)
     written = None if dry_run else write_pin(proposal.pin, pinset)
     table, why = (None, "dry run") if written is None else _record_args(proposal.pin)
+    envs = None if table is None else _record_envs(proposal.pin)
     if json_out:
         print_json(proposal.to_dict() | {"file": str(pinset.source), "written": written is not None,
-                                         "args_table": None if table is None else str(table)})
+                                         "args_table": None if table is None else str(table),
+                                         "env_names": None if envs is None else str(envs)})
         return
     console.print(render_entry(proposal.pin), end="", markup=False, highlight=False)
     for key, where in proposal.sources.items():
@@ -91,6 +94,9 @@ def add_pin(
                       f"{proposal.pin.name}` (the series must be ported before the pin is usable)", highlight=False)
         if table is not None:
             console.print(f"recorded its vLLM argument names (recipe --set checks) in {table}", highlight=False)
+            if envs is not None:
+                console.print(f"recorded the environment variables it reads (recipe render/check) in {envs}",
+                              highlight=False)
         else:
             console.print(f"[yellow]not recorded[/] its vLLM argument names: {why}", highlight=False)
 
@@ -103,6 +109,15 @@ def _record_args(pin: Pin) -> tuple[Path | None, str]:
     except ValueError as exc:
         return None, f"its sdist could not be read ({exc}); recipe --set names stay unchecked for it"
     return table, "" if table is not None else "its sdist is not in the cache"
+
+
+def _record_envs(pin: Pin) -> Path | None:
+    """The environment variables the pin's vLLM reads, recorded beside its argument table (render and check use
+    them offline); None when its envs.py cannot be read (they then come from the cached sdist, if any)."""
+    try:
+        return record_envs(pin, writable_root())
+    except ValueError:
+        return None
 
 
 def register(app: typer.Typer) -> None:

@@ -1,5 +1,8 @@
 """The environment variables the pinned vLLM reads: the keys of ``environment_variables`` in the pin's own
-``vllm/envs.py``, read from the cached, sha256-checked sdist (never imported; parsed with ``ast``), cached per pin."""
+``vllm/envs.py`` (never imported; parsed with ``ast``). Each pin's names are recorded in the project as data beside
+its argument table (``recipes/vllm-args/<pin>.envs.json``, stamped with the sdist's sha256; ``pins add`` writes it,
+a test keeps it equal to what the sdist gives), so render and check are right for every pin offline; a pin without
+one falls back to the cache (keyed by the sdist's sha256) or the cached sdist."""
 
 from __future__ import annotations
 
@@ -8,14 +11,18 @@ import json
 import os
 import tarfile
 from pathlib import Path
+from typing import Any
 
+from g4build.data import recipes_dir
 from g4build.errors import ConfigError
+from g4build.fsutil import write_atomic
 from g4build.pins.index import cache_root, sha256_file
 from g4build.pins.model import Pin
 from g4build.util.safeload import read_json
 
 ENVS_FILE = "vllm/envs.py"
 _CACHE_VERSION = 1
+TABLES_DIR = "vllm-args"  # beside the argument tables (vllm_args.TABLES_DIR)
 
 
 def env_names(text: str) -> set[str]:
@@ -45,8 +52,55 @@ def _read_envs_file(archive: Path) -> str:
     raise ValueError(f"the sdist {archive.name} lacks {ENVS_FILE}")
 
 
+def recorded_envs_path(pin: Pin, root: Path | None = None) -> Path:
+    return (root / "recipes" if root is not None else recipes_dir()) / TABLES_DIR / f"{pin.name}.envs.json"
+
+
+def envs_from_sdist(pin: Pin, archive: Path) -> dict[str, Any]:
+    """What the project records for ``pin``: its envs.py names, stamped with the sdist's sha256."""
+    return {"version": _CACHE_VERSION, "pin": pin.name, "sdist_sha256": pin.sdist.sha256.lower(),
+            "envs": sorted(env_names(_read_envs_file(archive)))}
+
+
+def recorded_envs(pin: Pin) -> frozenset[str] | None:
+    """The names recorded in the project for ``pin`` when they were read from this pin's sdist; else None."""
+    path = recorded_envs_path(pin)
+    if not path.is_file():
+        return None
+    try:
+        data = read_json(path, 4 << 20, f"the recorded list of vLLM {pin.version}'s environment variables")
+    except ConfigError:
+        return None
+    if (isinstance(data, dict) and data.get("version") == _CACHE_VERSION
+            and data.get("sdist_sha256") == pin.sdist.sha256.lower() and isinstance(data.get("envs"), list)):
+        return frozenset(str(n) for n in data["envs"])
+    return None
+
+
+def _verified_sdist(pin: Pin) -> Path | None:
+    archive = cache_root() / "sdists" / pin.sdist.file
+    if not archive.is_file() or sha256_file(archive) != pin.sdist.sha256.lower():
+        return None
+    return archive
+
+
+def record_envs(pin: Pin, root: Path) -> Path | None:
+    """Write ``pin``'s names into the project at ``root`` from the cached, sha256-checked sdist (as `pins add`
+    leaves it); None when that sdist is not in the cache."""
+    archive = _verified_sdist(pin)
+    if archive is None:
+        return None
+    path = recorded_envs_path(pin, root)
+    write_atomic(path, (json.dumps(envs_from_sdist(pin, archive), indent=1, sort_keys=True) + "\n").encode())
+    return path
+
+
 def pinned_envs(pin: Pin) -> frozenset[str] | None:
-    """The pin's names from the cache, else from the cached sdist; None when neither is here (offline)."""
+    """The pin's names as recorded in the project, else from the cache, else from the cached sdist; None when none
+    of them is here (a pin added by hand, offline)."""
+    recorded = recorded_envs(pin)
+    if recorded is not None:
+        return recorded
     cached = cache_root() / "vllm-envs" / f"{pin.name}-{pin.sdist.sha256[:16]}.json"
     try:
         data = read_json(cached, 4 << 20, "a cached list of vLLM's environment variables")
@@ -54,8 +108,8 @@ def pinned_envs(pin: Pin) -> frozenset[str] | None:
             return frozenset(data["envs"])
     except (ConfigError, KeyError, TypeError):
         pass
-    archive = cache_root() / "sdists" / pin.sdist.file
-    if not archive.is_file() or sha256_file(archive) != pin.sdist.sha256.lower():
+    archive = _verified_sdist(pin)
+    if archive is None:
         return None
     names = sorted(env_names(_read_envs_file(archive)))
     cached.parent.mkdir(parents=True, exist_ok=True)
