@@ -83,6 +83,25 @@ def test_cutlass_or_flashinfer_moe_for_gemma4_is_an_error(base_data: dict[str, A
     assert "GELU_TANH" in finding.message
 
 
+@pytest.mark.parametrize(("pin", "refused", "accepted"), [
+    ("vllm-0.26.0", ("flashinfer_cutedsl", "flashinfer_b12x"), ("cutlass", "flashinfer_cutlass", "marlin")),
+    ("vllm-0.29.0", ("flashinfer_cutedsl", "b12x"), ("flashinfer_b12x", "flashinfer_cutlass", "marlin")),
+    ("vllm-0.33.0", ("flashinfer_cutedsl", "flashinfer_moe_ep_cutedsl", "b12x"), ("flashinfer_b12x", "marlin")),
+])
+def test_later_pins_refuse_the_moe_kernels_that_still_reject_gelu_tanh(
+        base_data: dict[str, Any], pin: str, refused: tuple[str, ...], accepted: tuple[str, ...]) -> None:
+    on = ctx(pin=PINS.get(pin))
+    for backend in refused:
+        [finding] = found(check(recipe(base_data, pin=pin, args={"moe-backend": backend}), on), "moe-backend", "error")
+        assert "GELU_TANH" in finding.message and pin in finding.message
+        spec = recipe(base_data, pin=pin, speculative={**DFLASH, "moe_backend": backend})
+        assert found(check(spec, on), "moe-backend", "error")
+    for backend in accepted:
+        assert not found(check(recipe(base_data, pin=pin, args={"moe-backend": backend}), on), "moe-backend")
+    # 0.21.0's switch is not read there: env-names says so, not this rule
+    assert not found(check(recipe(base_data, pin=pin, env={"VLLM_USE_FLASHINFER_MOE_FP4": "1"}), on), "moe-backend")
+
+
 def test_flashinfer_moe_env_for_gemma4_is_an_error(base_data: dict[str, Any]) -> None:
     r = recipe(base_data, env={"VLLM_USE_FLASHINFER_MOE_FP4": "1"})
     assert found(check(r, ctx()), "moe-backend", "error")

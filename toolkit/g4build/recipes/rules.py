@@ -7,8 +7,6 @@ Nothing here reads files or imports vLLM; the CLI gathers the context at the edg
 
 from __future__ import annotations
 
-from typing import Any
-
 from g4build.recipes.draft_groups import rule_draft_groups
 from g4build.recipes.env_names import rule_env_allowed, rule_env_names
 from g4build.recipes.fa_kv_dtype import fp8_kv_refused, rule_fa_kv_dtype
@@ -23,6 +21,7 @@ from g4build.recipes.findings import (
 )
 from g4build.recipes.flashinfer import FlashInferInfo, fixed_paths, off_switches
 from g4build.recipes.model import MAX_COUNT, KvGeometry, Recipe
+from g4build.recipes.moe_backend import rule_moe_backend
 from g4build.recipes.prefix_cache import rule_prefix_cache
 from g4build.recipes.sliding_fa import rule_sliding_fa
 from g4build.series.model import Series, unmet_requirements
@@ -33,7 +32,6 @@ MAX_SPEC_TOKENS = 16  # DFlash drafters verify blocks of 16 (15 drafted); MTP us
 RUNTIME_OVERHEAD_GIB = 1.5  # CUDA context, activations, CUDA graphs: a rough allowance
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
 GIB = 1024**3
-MOE_BACKENDS_REJECTING_GELU_TANH = ("cutlass", "flashinfer")
 
 
 def _is_modelopt_nvfp4(recipe: Recipe, ctx: CheckContext) -> bool:
@@ -70,36 +68,6 @@ def rule_quantization(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
                     message=f"--quantization {forced} is forced for a modelopt NVFP4 checkpoint: vLLM detects "
                             "the checkpoint's quantization itself, and forcing it breaks the drafter path",
                     hint="remove it (--set args.quantization=null)")]
-
-
-def _bad_moe_backend(value: Any) -> bool:
-    return isinstance(value, str) and value.lower().startswith(MOE_BACKENDS_REJECTING_GELU_TANH)
-
-
-# The releases whose CUTLASS and FlashInfer NVFP4 MoE kernels reject GELU_TANH (read from their trees: from 0.26.0
-# both accept it, tests/integration/recipes/test_recipe_moe_gelu_tanh.py); None (no pin) is judged as 0.21.0.
-GELU_TANH_REJECTED = ("0.21.0",)
-
-
-def rule_moe_backend(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
-    if not is_gemma4(recipe, ctx) or (ctx.pin is not None and ctx.pin.version not in GELU_TANH_REJECTED):
-        return []
-    out = []
-    why = "Gemma 4's MoE uses GELU_TANH, which the CUTLASS and FlashInfer MoE kernels reject"
-    places = [("--moe-backend", recipe.args.get("moe-backend"), "--set args.moe-backend=null")]
-    if recipe.speculative:
-        places.append(("speculative moe_backend", recipe.speculative.get("moe_backend"),
-                       "--set speculative.moe_backend=null"))
-    for where, value, fix in places:
-        if _bad_moe_backend(value):
-            out.append(Finding(rule="moe-backend", severity="error", message=f"{where} {value}: {why}",
-                               hint=f"leave the MoE backend on auto (it lands on Marlin): {fix}"))
-    flag = recipe.env.get("VLLM_USE_FLASHINFER_MOE_FP4", "").strip().lower()
-    if flag in ("1", "true", "yes", "on"):
-        out.append(Finding(rule="moe-backend", severity="error",
-                           message=f"VLLM_USE_FLASHINFER_MOE_FP4={recipe.env['VLLM_USE_FLASHINFER_MOE_FP4']}: {why}",
-                           hint="set it to 0 (--set env.VLLM_USE_FLASHINFER_MOE_FP4=0)"))
-    return out
 
 
 def rule_dflash_backend(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
