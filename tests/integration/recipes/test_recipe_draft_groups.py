@@ -22,6 +22,7 @@ from g4build.series.model import load_all
 
 TARGET_KV = KvGeometry(full_layers=5, full_kv_heads=2, full_head_dim=512, sliding_layers=25, sliding_kv_heads=8,
                        sliding_head_dim=256, sliding_window=1024)
+SMALL_KV = dataclasses.replace(TARGET_KV, full_layers=10, sliding_layers=4)
 
 
 def _info(path: str, kv: KvGeometry) -> CheckpointInfo:
@@ -29,17 +30,18 @@ def _info(path: str, kv: KvGeometry) -> CheckpointInfo:
                           head_dim=128, global_head_dim=None, kv=kv, weights_bytes=0)
 
 
-def _drafter(layers: int) -> CheckpointInfo:
+def _drafter(layers: int, heads: int = 2, head_dim: int = 128) -> CheckpointInfo:
     sliding = max(0, layers - 1)
-    return _info("drafter", KvGeometry(full_layers=layers - sliding, full_kv_heads=2, full_head_dim=128,
-                                       sliding_layers=sliding, sliding_kv_heads=2, sliding_head_dim=128,
-                                       sliding_window=2048))
+    return dataclasses.replace(_info("drafter", KvGeometry(
+        full_layers=layers - sliding, full_kv_heads=heads, full_head_dim=head_dim, sliding_layers=sliding,
+        sliding_kv_heads=heads, sliding_head_dim=head_dim, sliding_window=2048)), head_dim=head_dim)
 
 
-def _findings(layers: int, pin: str = "vllm-0.21.0") -> list[tuple[str, str]]:
+def _findings(layers: int, pin: str = "vllm-0.21.0", drafter: CheckpointInfo | None = None,
+              target: KvGeometry = TARGET_KV) -> list[tuple[str, str]]:
     pins = load_pins()
     ctx = CheckContext(pin=pins.get(pin), known_pins=tuple(pins.pins), series=tuple(load_all()),
-                       target=_info("target", TARGET_KV), drafter=_drafter(layers))
+                       target=_info("target", target), drafter=drafter or _drafter(layers))
     recipe = load_recipe("gemma4-26b-a4b-nvfp4-dflash")
     recipe = dataclasses.replace(recipe, pin=pin)
     return [(f.severity, f.message) for f in check(recipe, ctx) if f.rule == "draft-groups"]
@@ -56,6 +58,18 @@ def test_rule_matches_the_trees_own_grouping(tmp_path: Path) -> None:
     # the review's figures: 1 layer -> 31 groups, 2 -> 17, 3 -> 12; 5 fits (7); 6 splits the drafter
     assert [facts[str(n)]["groups"] for n in (1, 2, 3, 5)] == [31, 17, 12, 7]
     assert facts["6"]["draft_groups"] == 2
+    # a drafter of the target's full-layer spec joins that kind (fourth review, 7): the rule refuses exactly where
+    # the tree splits it, and warns where the joined kind adds groups
+    for n in range(1, 9):
+        joined = facts[f"joined-{n}"]
+        said = _findings(n, drafter=_drafter(n, heads=2, head_dim=512))
+        assert [s for s, _ in said if s == "error"] == (["error"] if joined["draft_groups"] > 1 else []), (n, said)
+        grouping = kv_groups([25, 5 + n])
+        assert (joined["groups"], joined["size"]) == (grouping.total, grouping.size), n
+        padded = joined["groups"] * joined["size"] > 30 + n  # the target alone: 6 groups of 5, no padding
+        assert bool(said) is (joined["draft_groups"] > 1 or padded), (n, joined, said)
+    assert facts["split"]["draft_groups"] == 2
+    assert [s for s, _ in _findings(2, drafter=_drafter(2, heads=2, head_dim=512), target=SMALL_KV)] == ["error"]
 
 
 def test_check_refuses_split_drafters_and_warns_on_small_ones() -> None:
@@ -66,6 +80,19 @@ def test_check_refuses_split_drafters_and_warns_on_small_ones() -> None:
         (severity, message), = _findings(n)
         assert severity == "warning" and f"{groups} groups instead of 7" in message, message
     assert _findings(6, "vllm-0.33.0") == []  # later pins group (or refuse) drafters themselves
+
+
+def test_a_drafter_of_the_full_layers_spec_is_counted_with_them() -> None:
+    """Beside 26B-A4B its layers join the 5 full layers: that kind stays one group (the drafter whole) and sets the
+    group size, padding the sliding kind; beside a target whose full layers are the larger kind, the joined kind is
+    split and the drafter with it."""
+    for n, groups, size, padding in ((1, 6, 6, 5), (2, 5, 7, 3), (5, 4, 10, 5)):
+        (severity, message), = _findings(n, drafter=_drafter(n, heads=2, head_dim=512))
+        assert severity == "warning" and "join the target's full-attention layers" in message, message
+        assert f"{groups} KV cache groups of {size} layers" in message and f"{padding} padding layers" in message
+    assert _findings(5, drafter=_drafter(5, heads=2, head_dim=512)) != _findings(5)  # head dim 128: its own kind
+    (severity, message), = _findings(2, drafter=_drafter(2, heads=2, head_dim=512), target=SMALL_KV)
+    assert severity == "error" and "same KV spec as the target's 10 full-attention layers" in message
 
 
 def _write_config(folder: Path, config: dict[str, object]) -> Path:
