@@ -2,6 +2,7 @@
 acceptance by context length and tokens/s.
 
   python acceptance_runs.py --variant VARIANT --models DIR --json OUT [--phases main,prefix,context,speed]
+                            [--prefix-cache-retention-interval TOKENS|None]
 
 VARIANT  target                   the trained target alone (the greedy reference)
          dflash                   target + the trained DFlash drafter, 15 speculative tokens, flash_attn
@@ -90,8 +91,18 @@ def ablate(variant: str) -> str | None:
     return None
 
 
+def retention_value(text: str | None) -> int | str | None:
+    """--prefix-cache-retention-interval as vLLM's command line reads it ("None": dense), or UNSET for its default."""
+    if text is None:
+        return UNSET
+    return None if text == "None" else int(text)
+
+
+UNSET = "unset"  # leave prefix_cache_retention_interval to vLLM (0.29.0: 0, its default)
+
+
 def engine_kwargs(variant: str, models: Path, meta: dict[str, Any], compilation: dict[str, Any],
-                  gpu_mem: float = 0.5) -> dict[str, Any]:
+                  gpu_mem: float = 0.5, retention: int | str | None = UNSET) -> dict[str, Any]:
     kw: dict[str, Any] = {
         "model": str(models / "target"), "seed": 0, "dtype": er.DTYPE, "max_model_len": MAX_MODEL_LEN,
         "max_num_seqs": MAX_NUM_SEQS, "gpu_memory_utilization": gpu_mem, "enable_chunked_prefill": True,
@@ -100,6 +111,8 @@ def engine_kwargs(variant: str, models: Path, meta: dict[str, Any], compilation:
         "hf_overrides": meta.get("target_hf_overrides") or {}, "max_num_batched_tokens": STEP_BUDGET,
     }
     kw.update(er.target_backend())
+    if retention != UNSET:  # the launch scripts' setting for the pin (run_e2e.sh G4E2E_RETENTION)
+        kw["prefix_cache_retention_interval"] = retention
     if variant == "mtp":
         kw["speculative_config"] = {"method": "mtp", "model": str(models / "mtp"),
                                     "num_speculative_tokens": NUM_SPEC_MTP}
@@ -234,7 +247,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         os.environ["VLLM_DISABLE_COMPILE_CACHE"] = "1"
     for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_NO_USAGE_STATS"):
         os.environ.setdefault(k, "1")
-    kw = engine_kwargs(args.variant, models, meta, compilation, args.gpu_memory_utilization)
+    kw = engine_kwargs(args.variant, models, meta, compilation, args.gpu_memory_utilization,
+                       retention_value(args.prefix_cache_retention_interval))
     result["engine_kwargs"] = dict(kw)
     result["env"] = {k: v for k, v in sorted(os.environ.items()) if k.startswith("VLLM_")}  # e.g. the FA version
     log_path = args.json.with_suffix(".log")
@@ -290,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--phases", default="main")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.5,
                     help="the engine's share of the GPU; lower lets correctness runs share one GPU (speed runs: alone)")
+    ap.add_argument("--prefix-cache-retention-interval", default=None, metavar="TOKENS|None",
+                    help="vLLM's prefix_cache_retention_interval (None: dense); unset: vLLM's default")
     args = ap.parse_args(argv)
     return 0 if run(args)["ok"] else 1
 

@@ -46,6 +46,9 @@
 # batch-invariant-casts adds Inductor's emulate_precision_casts (NAME-bi-casts), batch-invariant-eager the
 # "eager" compile backend (NAME-bi-eager): the bit-exact lossless checks (engine_runs.py says why).
 # G4E2E_DTYPE=float16 runs them in fp16 (results NAME-float16).
+# G4E2E_RETENTION=rendered runs the acc: steps with the --prefix-cache-retention-interval that `g4build recipe
+# render` writes into the pin's DFlash and MTP launch scripts (results NAME-retention); None or a number of tokens
+# sets that value (NAME-retentionVALUE).
 #
 # Every step writes its JSON and log under the stage; a failed run is recorded, not fatal, so one call
 # brings back everything that could run.
@@ -367,10 +370,32 @@ serve_run() {  # RECIPE DRAFTER
 }
 
 
+rendered_retention() {  # the --prefix-cache-retention-interval `g4build recipe render` writes for $pin's drafter
+  # recipes (DFlash's; MTP's must agree): the value the acceptance runs then use, so they run what users get
+  local recipe value first=
+  for recipe in gemma4-26b-a4b-nvfp4-dflash gemma4-26b-a4b-nvfp4-mtp; do
+    value=$(env PYTHONPATH="$stage/g4:$stage/deps" "$py" -m g4build recipe render "$recipe" --shell bash \
+      --set "pin=$pin" 2>/dev/null | "$py" -c 'import re, sys
+found = re.findall(r"\x27--prefix-cache-retention-interval\x27\s+\x27([^\x27]*)\x27", sys.stdin.read())
+print(found[0] if len(found) == 1 else "")') || return 1
+    [ -n "$value" ] || { echo "G4E2E_RETENTION=rendered: $recipe rendered for $pin sets no retention" >&2; return 2; }
+    [ -z "$first" ] || [ "$first" = "$value" ] \
+      || { echo "G4E2E_RETENTION=rendered: the DFlash and MTP scripts differ ($first, $value)" >&2; return 2; }
+    first=$value
+  done
+  printf '%s' "$first"
+}
+
 acc_run() {  # VARIANT PHASES: one engine start with the trained models on the overlaid wheel
-  local variant=$1 phases=$2 name start rc=0 suffix
+  local variant=$1 phases=$2 name start rc=0 suffix retention=
   suffix=$(run_suffix) || return 2
   name=$variant$suffix
+  case ${G4E2E_RETENTION:-} in  # the prefix-cache retention interval: unset = vLLM's default (NAME as is)
+    '') ;;
+    rendered) retention=$(rendered_retention) || return $?; name=$name-retention ;;
+    None|[0-9]*) retention=$G4E2E_RETENTION; name=$name-retention$G4E2E_RETENTION ;;
+    *) echo "G4E2E_RETENTION=$G4E2E_RETENTION: expected rendered, None or a number of tokens" >&2; return 2 ;;
+  esac
   [ -d "$stage/patched" ] || { echo "step $name: overlaid wheel not installed (run prepare first)"; return 7; }
   [ -f "$stage/trained/dflash/model.safetensors" ] || { echo "step $name: no trained models (run train)"; return 7; }
   if [ "$variant" = mtp ] && [ ! -f "$stage/trained/mtp/model.safetensors" ]; then
@@ -381,6 +406,7 @@ acc_run() {  # VARIANT PHASES: one engine start with the trained models on the o
   PYTHONPATH=$(runpath patched "$here") timeout -k 20 "$run_limit" "$py" "$here/acceptance_runs.py" \
     --variant "$variant" --phases "$phases" --models "$stage/trained" --json "$stage/acc/$name.json" \
     ${G4E2E_GPU_MEM:+--gpu-memory-utilization "$G4E2E_GPU_MEM"} \
+    ${retention:+--prefix-cache-retention-interval "$retention"} \
     > "$stage/logs/acc-$name.log" 2>&1 || rc=$?
   say "acceptance run $name exited $rc after $(( $(date +%s) - start )) s"
   tail -4 "$stage/logs/acc-$name.log"

@@ -362,3 +362,17 @@ def test_a_second_run_that_read_no_cache_is_not_judged_a_hit(report: ModuleType)
     res = report.build(train, {"summary": {}}, {"target": target, "dflash": _prefix_run([0, 0, 0])}, {})
     assert res["checks"]["prefix_cache_hits"] == {"ok": False, "pairs_with_a_hit": 0, "pairs": 3,
                                                   "target_alone_cached_tokens_on_hit": [0, 96, 192]}
+
+
+def test_acceptance_runs_take_the_rendered_retention(tmp_path: Path) -> None:
+    """run_e2e.sh G4E2E_RETENTION passes the launch scripts' --prefix-cache-retention-interval through: "None" is
+    dense retention (vLLM's own reading), a number is that many tokens, and without it vLLM keeps its default."""
+    runs = _load("acceptance_runs")
+    meta: dict[str, Any] = {}
+    default = runs.engine_kwargs("dflash", tmp_path, meta, {})
+    assert "prefix_cache_retention_interval" not in default
+    dense = runs.engine_kwargs("dflash", tmp_path, meta, {}, 0.5, runs.retention_value("None"))
+    assert dense["prefix_cache_retention_interval"] is None
+    assert runs.engine_kwargs("mtp", tmp_path, meta, {}, 0.5, runs.retention_value("32"))[
+        "prefix_cache_retention_interval"] == 32
+    assert {k: v for k, v in dense.items() if k != "prefix_cache_retention_interval"} == default

@@ -30,6 +30,7 @@ from g4build.recipes.context import read_wheel_info
 from g4build.recipes.env_names import fit_env_to_pin, user_env_names
 from g4build.recipes.env_policy import asked_names
 from g4build.recipes.model import Recipe
+from g4build.recipes.prefix_cache import fit_retention_to_pin
 from g4build.recipes.rules import flashinfer_presence
 from g4build.recipes.script import absolute_path_sets, drafter_follows_model, shell_name, wheel_ref
 from g4build.recipes.vllm_args import SetsCheck, check_sets
@@ -162,6 +163,7 @@ def check_cmd(
     checked = _check_sets(r, sets)
     ctx = gather_context(r, model_dir=model_dir, draft_dir=draft_dir, wheel=wheel, allow_env=allowed)
     r, fitted = fit_env_to_pin(r, ctx, user_env_names(sets or ()))
+    r = fit_retention_to_pin(r, ctx)
     findings = (*fitted, *check_recipe(r, ctx))
     ok = not any(f.severity == "error" for f in findings)
     if as_json:
@@ -204,6 +206,7 @@ def render_cmd(
     _check_sets(r, sets)
     ctx = gather_context(r, wheel=wheel, ask_transformers=False, allow_env=allowed)
     r, fitted = fit_env_to_pin(r, ctx, user_env_names(sets))
+    r = fit_retention_to_pin(r, ctx)
     findings = (*fitted, *check_recipe(r, ctx))
     if ctx.wheel is not None and wheel is not None:
         fits = (platform_finding(wheel.name, chosen), arch_warning(ctx.wheel, r.hardware.arch, wheel.name, str(wheel)))

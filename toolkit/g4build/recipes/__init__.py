@@ -22,6 +22,7 @@ from g4build.recipes.env_names import fit_env_to_pin
 from g4build.recipes.flashinfer import FlashInferInfo
 from g4build.recipes.model import Recipe, load_recipe_data, parse_recipe, recipe_names
 from g4build.recipes.overrides import apply_overrides
+from g4build.recipes.prefix_cache import fit_retention_to_pin
 from g4build.recipes.render_bash import render_bash
 from g4build.recipes.render_powershell import render_powershell
 from g4build.recipes.rules import CheckContext, Finding, check, errors
@@ -107,6 +108,7 @@ def render_for_wheel(recipe: Recipe | str, shell: str, wheel_path: Path) -> str:
     chosen = load_recipe(recipe) if isinstance(recipe, str) else recipe
     ctx = gather_context(chosen, wheel=wheel_path, ask_transformers=False)
     chosen, _ = fit_env_to_pin(chosen, ctx)
+    chosen = fit_retention_to_pin(chosen, ctx)
     raise_on_errors(chosen, check(chosen, ctx))
     info = ctx.wheel.flashinfer if ctx.wheel is not None else None
     ref = with_flashinfer_wheels(WheelRef(path=wheel_path.name, beside_script=True), wheel_path, info)
