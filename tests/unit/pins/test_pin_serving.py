@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 
 from g4build.builder.probe import SystemProbe
 from g4build.doctor.serving import check_serving
@@ -89,12 +90,33 @@ def test_doctor_fails_an_installed_transformers_outside_the_range(tmp_path: Path
     assert [f.status for f in check_serving(SystemProbe(), sys.executable, pin)] == ["ok", "ok"]
 
 
+# Each release's own transformers requirement (requirements/common.txt, as its wheel's METADATA says it); a network
+# test holds these texts equal to the sdists' (tests/integration/pins/test_pin_transformers.py).
+RELEASE_TRANSFORMERS = {
+    "vllm-0.21.0": "transformers >= 4.56.0, != 5.0.*, != 5.1.*, != 5.2.*, != 5.3.*, != 5.4.*, != 5.5.0",
+    "vllm-0.26.0": "transformers >= 5.5.3", "vllm-0.29.0": "transformers >= 5.10.4",
+    "vllm-0.33.0": "transformers >= 5.16.1, < 5.21.0"}
+# transformers releases on the registry around the edges (Gemma 4 first in 5.5; per-layer head_dim from 5.15)
+REGISTRY = ("4.57.6", "5.4.0", "5.5.0", "5.5.1", "5.5.2", "5.5.3", "5.5.4", "5.10.4", "5.14.0", "5.14.1", "5.15.0",
+            "5.15.1", "5.16.1", "5.20.2", "5.21.0", "5.24.0")
+
+
+def test_the_recorded_ranges_are_the_releases_own_narrowed_only_where_they_cannot_read_gemma4() -> None:
+    """0.29.0 and 0.33.0 record their own requirement as it is (0.29.0 reads per-layer configs: no upper bound;
+    0.33.0 below 5.16 reads the full layers' head size wrong, which its own lower bound excludes); 0.21.0 and 0.26.0
+    their own, from the first release with Gemma 4 (5.5.1; 0.26.0's own 5.5.3) to before 5.15 (per-layer head_dim
+    they cannot read). Offline, over the registry's releases around the edges."""
+    narrowing = {"vllm-0.21.0": ">=5.5.1,<5.15", "vllm-0.26.0": "<5.15", "vllm-0.29.0": "", "vllm-0.33.0": ""}
+    for name, line in RELEASE_TRANSFORMERS.items():
+        recorded = Requirement(f"transformers{load_pins().get(name).transformers}").specifier
+        expected = Requirement(line).specifier & SpecifierSet(narrowing[name])
+        assert [v for v in REGISTRY if v in recorded] == [v for v in REGISTRY if v in expected], name
+
+
 def test_the_recorded_ranges_are_within_each_releases_own() -> None:
     """pins.yaml narrows a release's own requirement (requirements/common.txt, as its wheel's METADATA says it),
     never widens it: the releases' own lines, as read from their sdists."""
-    own = {"vllm-0.21.0": "transformers >= 4.56.0, != 5.0.*, != 5.1.*, != 5.2.*, != 5.3.*, != 5.4.*, != 5.5.0",
-           "vllm-0.26.0": "transformers >= 5.5.3", "vllm-0.29.0": "transformers >= 5.10.4",
-           "vllm-0.33.0": "transformers >= 5.16.1, < 5.21.0"}
+    own = RELEASE_TRANSFORMERS
     for name, line in own.items():
         recorded = load_pins().get(name).transformers
         assert recorded is not None
