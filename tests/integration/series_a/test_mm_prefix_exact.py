@@ -270,3 +270,100 @@ def test_cuda_graph_cap_follows_the_config_the_layers_run_under(tree_facts: Fact
     assert cap["layer_version"] == 2
     assert cap["config_current"] == "UNIFORM_BATCH"
     assert cap["no_current_config"] == "UNIFORM_BATCH"
+
+
+STEP_PINS = ["vllm-0.26.0", "vllm-0.29.0", "vllm-0.33.0"]
+
+
+@pytest.mark.parametrize("pin", STEP_PINS)
+def test_rows_are_placed_once_per_step_for_every_kv_group(mm_prefix_module: Any, pin: str) -> None:
+    """Fourth review, 6: every KV group's builder asks for the step's rows with the runner's same objects; the
+    spans are computed once, and the groups' layers share one calls cache (one device copy per window kind per step,
+    not one per group). A new step (a new range dict, as the runners make each step) is placed again."""
+    mm = mm_prefix_module(pin)
+    placed = [0]
+    real = mm.mm_prefix_spans
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        placed[0] += 1
+        return real(*args, **kwargs)
+
+    mm.mm_prefix_spans = counted
+    try:
+        starts, seq_lens = torch.tensor([0, 40, 80]), torch.tensor([40, 50])
+        ranges = {0: [(2, 30)], 1: [(0, 9), (12, 40)]}
+        groups = [mm.step_mm_prefix_spans(ranges, starts, seq_lens) for _ in range(5)]  # five sliding groups
+        assert placed[0] == 1
+        assert all(g[0] is groups[0][0] and g[1] is groups[0][1] for g in groups)
+        assert groups[0][0] == real(ranges, starts, seq_lens)
+        first = mm.cached_mm_prefix_calls(groups[1][1], groups[1][0], 8, False, "cpu")
+        assert mm.cached_mm_prefix_calls(groups[4][1], groups[4][0], 8, False, "cpu") is first
+        same_content = {0: [(2, 30)], 1: [(0, 9), (12, 40)]}  # the next step's dict
+        later = mm.step_mm_prefix_spans(same_content, starts, seq_lens)
+        assert placed[0] == 2 and later[1] is not groups[0][1] and later[0] == groups[0][0]
+        # the drafter's metadata: the same ranges, its own query rows
+        mm.step_mm_prefix_spans(same_content, torch.tensor([0, 4, 8]), seq_lens)
+        assert placed[0] == 3
+    finally:
+        mm.mm_prefix_spans = real
+
+
+@pytest.mark.parametrize("pin", STEP_PINS)
+def test_a_step_without_prefill_rows_places_none_and_no_upper_bound_is_refused(mm_prefix_module: Any,
+                                                                              pin: str) -> None:
+    """Fourth review, 4 and 6: 0.26.0's runner hands its ranges on every step of an image request, decode-only steps
+    included: with no request prefilling nothing is placed. Without seq_lens_cpu_upper_bound the rows cannot be
+    placed: refused (0.26.0 skipped them silently, leaving image rows causal; 0.29.0 and 0.33.0 assert)."""
+    mm = mm_prefix_module(pin)
+    starts, seq_lens = torch.tensor([0, 1, 2]), torch.tensor([300, 410])
+    ranges = {0: [(2, 30)], 1: [(0, 9)]}
+    real = mm.mm_prefix_spans
+
+    def not_on_a_decode_step(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("rows placed on a step without prefill rows")
+
+    mm.mm_prefix_spans = not_on_a_decode_step
+    try:
+        spans, cache = mm.step_mm_prefix_spans(ranges, starts, seq_lens, torch.tensor([False, False]))
+    finally:
+        mm.mm_prefix_spans = real
+    assert spans == [] and cache == {}
+    prefill_starts, prefill_lens = torch.tensor([0, 40, 41]), torch.tensor([40, 411])
+    spans, _ = mm.step_mm_prefix_spans(ranges, prefill_starts, prefill_lens, torch.tensor([True, False]))
+    assert [(s.req_idx, s.num_rows) for s in spans] == [(0, 29)]
+    with pytest.raises(AssertionError, match="mm_prefix requires seq_lens_cpu_upper_bound"):
+        mm.step_mm_prefix_spans(ranges, prefill_starts, None)
+    assert mm.step_mm_prefix_spans({}, prefill_starts, None)[0] == []  # no ranges: nothing to place
+
+
+@pytest.mark.parametrize("pin", STEP_PINS)
+def test_the_builder_places_rows_through_the_step_and_never_skips_them(pin: str) -> None:
+    """The patched builders call step_mm_prefix_spans unguarded (0.26.0 no longer behind `upper bound is not
+    None`), and hand the layers its shared calls cache; mm_prefix_spans is no longer called per group."""
+    from tests.support.trees import patched_tree
+
+    text = (patched_tree(pin) / "vllm" / "v1" / "attention" / "backends" / "flash_attn.py").read_text()
+    assert text.count("= step_mm_prefix_spans(") == 1
+    assert "attn_metadata.mm_prefix_calls_cache,\n" in text
+    assert " mm_prefix_spans(" not in text
+    assert "seq_lens_cpu_upper_bound is not None:\n                attn_metadata.mm_prefix_spans" not in text
+
+
+@pytest.mark.parametrize("pin", ["vllm-0.26.0", "vllm-0.29.0"])
+def test_cascade_stays_off_for_fa4_too_because_its_call_has_no_mask_mod(pin: str) -> None:
+    """Fourth review, 5: the series turns cascade attention off for every mm-prefix model on FlashAttention, FA4
+    included. The reason, in the pristine trees (the trees with a cascade path): their cascade call passes no
+    mask_mod, so FA4's bidirectional image rows would be causal under cascade. The series says so."""
+    import ast
+
+    from tests.support.trees import sdist_tree
+
+    from g4build.series.model import load_all
+
+    text = (sdist_tree(pin) / "vllm" / "v1" / "attention" / "backends" / "flash_attn.py").read_text()
+    cascade = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == "cascade_attention")
+    calls = [c for c in ast.walk(cascade)
+             if isinstance(c, ast.Call) and ast.unparse(c.func) == "flash_attn_varlen_func"]
+    assert len(calls) == 2 and all(kw.arg != "mask_mod" for c in calls for kw in c.keywords)
+    why = " ".join(next(s for s in load_all() if s.name == "mm-prefix-fa").why.split())
+    assert "Cascade attention stays off for every mm-prefix model on FlashAttention, FA4 included" in why
