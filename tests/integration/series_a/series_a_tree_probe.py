@@ -517,14 +517,18 @@ def runner_ranges_facts(flash_attn: Any) -> dict[str, Any] | None:
     scan of rows per layer). Trees whose builder records the rows (0.26.0 on) report None."""
     if "mm_prefix_range" not in flash_attn.FlashAttentionMetadata.__dataclass_fields__:
         return None
+    from vllm.v1.attention.backends import mm_prefix_fa
+
     scans = [0]
-    real_spans = flash_attn.mm_prefix_spans
+    # the module's own function: flash_attn places rows through mm_prefix_fa (step_mm_prefix_spans from v10)
+    owner = flash_attn if hasattr(flash_attn, "mm_prefix_spans") else mm_prefix_fa
+    real_spans = owner.mm_prefix_spans
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         scans[0] += 1
         return real_spans(*args, **kwargs)
 
-    flash_attn.mm_prefix_spans = counted
+    owner.mm_prefix_spans = counted
     rng = random.Random(13)
     out: dict[str, Any] = {"calls": [], "refused": [], "text_scans": 0}
     for trial in range(6):
@@ -554,7 +558,7 @@ def runner_ranges_facts(flash_attn: Any) -> dict[str, Any] | None:
             {what: refusal is not None and "TRITON_ATTN" in refusal
              for what, refusal in refusals(impl, layer, batch.query, kv_cache, metadata).items()}
         )
-    flash_attn.mm_prefix_spans = real_spans
+    owner.mm_prefix_spans = real_spans
     return out
 
 

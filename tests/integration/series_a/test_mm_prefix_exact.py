@@ -275,7 +275,7 @@ def test_cuda_graph_cap_follows_the_config_the_layers_run_under(tree_facts: Fact
 STEP_PINS = ["vllm-0.26.0", "vllm-0.29.0", "vllm-0.33.0"]
 
 
-@pytest.mark.parametrize("pin", STEP_PINS)
+@pytest.mark.parametrize("pin", PINS)
 def test_rows_are_placed_once_per_step_for_every_kv_group(mm_prefix_module: Any, pin: str) -> None:
     """Fourth review, 6: every KV group's builder asks for the step's rows with the runner's same objects; the
     spans are computed once, and the groups' layers share one calls cache (one device copy per window kind per step,
@@ -336,15 +336,18 @@ def test_a_step_without_prefill_rows_places_none_and_no_upper_bound_is_refused(m
     assert mm.step_mm_prefix_spans({}, prefill_starts, None)[0] == []  # no ranges: nothing to place
 
 
-@pytest.mark.parametrize("pin", STEP_PINS)
+@pytest.mark.parametrize("pin", PINS)
 def test_the_builder_places_rows_through_the_step_and_never_skips_them(pin: str) -> None:
     """The patched builders call step_mm_prefix_spans unguarded (0.26.0 no longer behind `upper bound is not
-    None`), and hand the layers its shared calls cache; mm_prefix_spans is no longer called per group."""
+    None`; 0.21.0 places them in the forward, once per metadata), and hand the layers its shared calls cache;
+    mm_prefix_spans is no longer called per group."""
     from tests.support.trees import patched_tree
 
     text = (patched_tree(pin) / "vllm" / "v1" / "attention" / "backends" / "flash_attn.py").read_text()
     assert text.count("= step_mm_prefix_spans(") == 1
-    assert "attn_metadata.mm_prefix_calls_cache,\n" in text
+    shared = "attn_metadata.mm_prefix_calls_cache = cache" if pin == "vllm-0.21.0" else (
+        "attn_metadata.mm_prefix_calls_cache,\n")
+    assert shared in text
     assert " mm_prefix_spans(" not in text
     assert "seq_lens_cpu_upper_bound is not None:\n                attn_metadata.mm_prefix_spans" not in text
 
@@ -367,3 +370,19 @@ def test_cascade_stays_off_for_fa4_too_because_its_call_has_no_mask_mod(pin: str
     assert len(calls) == 2 and all(kw.arg != "mask_mod" for c in calls for kw in c.keywords)
     why = " ".join(next(s for s in load_all() if s.name == "mm-prefix-fa").why.split())
     assert "Cascade attention stays off for every mm-prefix model on FlashAttention, FA4 included" in why
+
+
+@pytest.mark.parametrize("pin", STEP_PINS)
+def test_the_trees_own_builders_place_rows_once_per_step_and_refuse_without_the_bound(
+        probe_inputs: Any, pin: str) -> None:
+    """Fourth review, 4 and 6, on the patched tree's own FlashAttentionMetadataBuilder (two KV groups, one step, on
+    CPU): the groups share the rows and the calls cache, placed once; a step without prefill rows places none
+    (0.29.0/0.33.0 upstream find no rows there first); a step without seq_lens_cpu_upper_bound is refused (0.26.0
+    skipped its rows silently before)."""
+    from tests.integration.series_a.conftest import run_probe
+
+    boot, target, _, _ = probe_inputs
+    facts = run_probe(pin, "patched", boot, "builder_step_probe.py", [str(target)], "BUILDER_STEP ", target.parent)
+    assert facts["prefill"] == {"rows": [[0, 29]], "spans_shared": True, "calls_cache_shared": True, "placed": 1}
+    assert facts["decode_only"] == {"rows": 0, "placed": 0}
+    assert facts["without_upper_bound"] == "refused: mm_prefix requires seq_lens_cpu_upper_bound"
