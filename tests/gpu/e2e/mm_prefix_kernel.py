@@ -663,6 +663,8 @@ class Harness:
             def patched(out: Any, cold: bool = False) -> Any:
                 if cold:
                     md_mm.mm_prefix_calls_cache = None
+                    if hasattr(self.mm, "_STEP"):  # mm-prefix-fa v10 keeps the step's rows and calls too
+                        self.mm._STEP = None
                 return run(md_mm, out)
 
             def causal(out: Any) -> Any:
