@@ -222,6 +222,31 @@ def test_report_judges(report: ModuleType) -> None:
     assert cmp["greedy_equal"] is False and cmp["differ"] == [{"id": "a", "first_difference": 2}]
 
 
+def _judged(report: ModuleType, got: float, want: float) -> bool:
+    train = {"target": {"steps": 1, "seconds": 1, "log": [{"loss": 1.0}]},
+             "dflash": {"steps": 1, "seconds": 1, "log": [{"loss": 2.0, "token_acc": 0.5}]}}
+    ref = {"summary": {"series": {"drafts": 10, "accepted": 90, "acceptance_length": want}}}
+    res = report.build(train, ref, {"dflash": _run(got, {"a": [1]})}, {})
+    return bool(res["checks"]["dflash_matches_reference"]["ok"])
+
+
+@pytest.mark.parametrize(("got", "ok"), [(12.75, True), (12.25, True), (12.8, False), (12.2, False), (13.0, False),
+                                         (12.0, False)])
+def test_acceptance_tolerance_is_two_percent_either_way(report: ModuleType, got: float, ok: bool) -> None:
+    """12.5 +- 0.25 (2%, exact in binary) is within; 2.4% and 4% away, above or below, are not."""
+    assert report.ACCEPTANCE_TOLERANCE == 0.02
+    assert _judged(report, got, 12.5) is ok
+
+
+def test_greedy_equality_needs_every_request_of_both_runs(report: ModuleType) -> None:
+    target = {"a": [1, 2, 3], "b": [4, 5]}
+    for fewer, more in ((target, {**target, "c": [6]}), ({**target, "c": [6]}, target), (target, {"a": [1, 2, 3]})):
+        cmp = report.compare(fewer, more)
+        assert cmp["differ"] == [] and cmp["greedy_equal"] is False, cmp
+    assert report.compare(target, dict(target))["greedy_equal"] is True
+    assert report.compare({}, {})["greedy_equal"] is False  # nothing compared is no evidence
+
+
 SERVED = {"vllm-0.21.0": {"dflash", "mtp"}, "vllm-0.26.0": {"dflash", "mtp"}, "vllm-0.29.0": {"dflash", "mtp"},
           "vllm-0.33.0": {"dflash"}}
 # pins on which a repeated prompt read nothing from the prefix cache once a drafter was configured (the target

@@ -83,6 +83,13 @@ def test_filenames_that_cannot_name_a_file_are_refused(name: str) -> None:
         safe_filename(name)
 
 
+@pytest.mark.parametrize("name", ["x..y-1.0-py3-none-any.whl", "x-1.0..2-py3-none-any.whl", "x-1.0-py3-none-any..whl"])
+def test_a_double_dot_is_refused_even_where_every_character_is_allowed(name: str) -> None:
+    with pytest.raises(ValidationError, match="letters, digits"):
+        safe_filename(name)
+    assert safe_filename("x.y-1.0-py3-none-any.whl") == "x.y-1.0-py3-none-any.whl"  # one dot at a time is fine
+
+
 def test_cu_tag() -> None:
     assert cu_tag("13.0") == "cu130" and cu_tag("12.9") == "cu129" and cu_tag("") is None and cu_tag("x.y") is None
 

@@ -30,7 +30,13 @@ def findings(data: dict[str, Any], pin: str, wheel: WheelInfo | None = None, **c
     return [f for f in check(r, ctx) if f.rule == "prefix-cache"]
 
 
-@pytest.mark.parametrize(("spec", "name"), [(DFLASH, "a DFlash"), (MTP, "an MTP")])
+@pytest.mark.parametrize(("spec", "name"), [
+    (DFLASH, "a DFlash"), (MTP, "an MTP"),
+    # the rest of 0.29.0's EAGLE family (its use_eagle()) drops the same last block
+    ({"method": "eagle3", "model": "e", "num_speculative_tokens": 3}, "an EAGLE-3"),
+    ({"method": "eagle", "model": "e", "num_speculative_tokens": 3}, "an EAGLE"),
+    ({"method": "dspark", "model": "e", "num_speculative_tokens": 3}, "a DSpark"),
+])
 def test_warns_on_029_with_a_drafter_and_names_the_pins_that_kept_hits(base_data: dict[str, Any],
                                                                       spec: dict[str, Any], name: str) -> None:
     [f] = findings(base_data, "vllm-0.29.0", speculative=spec)

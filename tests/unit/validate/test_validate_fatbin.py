@@ -76,6 +76,23 @@ def test_sass_compatibility(sass: str, target: str, runs: bool) -> None:
     assert lib.entries[0].runs_on(Arch.parse(target)) is runs
 
 
+@pytest.mark.parametrize(
+    ("ptx", "target", "jits"),
+    [("compute_100f", "sm_103", True), ("compute_100f", "sm_120", False), ("compute_120f", "sm_100", False),
+     ("compute_120a", "sm_120", True), ("compute_120a", "sm_121", False), ("compute_90", "sm_120", True),
+     ("compute_120", "sm_90", False)],
+)
+def test_ptx_jit_compatibility(ptx: str, target: str, jits: bool) -> None:
+    """Plain PTX JIT-compiles for any newer arch; family (f) PTX only within its major, arch-specific (a) PTX
+    only for its own arch."""
+    a = Arch.parse(ptx.replace("compute_", ""))
+    flags = 0x11 | (FLAG_ARCH_SPECIFIC if a.suffix == "a" else FLAG_FAMILY if a.suffix == "f" else 0)
+    lib = library_archs(elf({".nv_fatbin": container(entry(1, a.number, b"ptx", flags=flags))}), "x.so")
+    assert lib.entries[0].name == ptx
+    assert lib.entries[0].jits_for(Arch.parse(target)) is jits
+    assert lib.verdict(Arch.parse(target)).verdict == ("ptx-only" if jits else "none")
+
+
 def test_arch_parsing() -> None:
     assert Arch.parse("sm120") == Arch.parse("sm_120") == Arch.parse("12.0") == Arch.parse("120")
     assert Arch.parse("sm_90a").sm() == "sm_90a"
