@@ -23,7 +23,7 @@ from g4build.overlay.wheel import OverlayPlan, overlay_wheel, plan_overlay
 from g4build.pins.model import load_pins
 from g4build.series.model import load_all
 from g4build.validate.wheel import ValidateOptions, validate_wheel
-from g4build.wheelfile.safety import Hashed
+from g4build.wheelfile.safety import Hashed, hash_members
 
 PIN = "vllm-0.21.0"
 CHANGED = "vllm/version.py"  # a member no series touches: copied raw, so only its RECORD row could vouch for it
@@ -61,7 +61,7 @@ def tampered_copy(out: Path, *, regenerate_record: bool) -> Path:
 def spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many members each per-member verification hashed."""
     calls: list[int] = []
-    real = sourcecheck.hash_members
+    real = hash_members
 
     def counting(data: bytes, infos: list[zipfile.ZipInfo], workers: int) -> list[Hashed]:
         calls.append(len(infos))
