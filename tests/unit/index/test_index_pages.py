@@ -83,6 +83,14 @@ def test_filenames_that_cannot_name_a_file_are_refused(name: str) -> None:
         safe_filename(name)
 
 
+def test_links_carry_requires_python_so_pip_skips_a_wheel_for_another_python() -> None:
+    site = render_site([_entry("0.21.0", requires=">=3.10"), _entry("0.9.0", requires=None)], SiteOptions())
+    html = site["simple/vllm/index.html"].decode()
+    assert html.count("data-requires-python=") == 1 and 'data-requires-python="&gt;=3.10"' in html
+    files = json.loads(site["simple/vllm/index.json"])["files"]
+    assert [f.get("requires-python") for f in files] == [">=3.10", None]
+
+
 @pytest.mark.parametrize("name", ["x..y-1.0-py3-none-any.whl", "x-1.0..2-py3-none-any.whl", "x-1.0-py3-none-any..whl"])
 def test_a_double_dot_is_refused_even_where_every_character_is_allowed(name: str) -> None:
     with pytest.raises(ValidationError, match="letters, digits"):
