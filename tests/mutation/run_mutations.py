@@ -34,7 +34,9 @@ PKG = "toolkit/g4build"
 
 INDEX = ("tests/unit/index", "tests/integration/index/test_index_pip.py", "tests/integration/index/test_index_build.py")
 VALIDATE = ("tests/unit/validate", "tests/integration/validate/test_validate_small.py",
-            "tests/integration/validate/test_validate_claims.py", "tests/integration/overlay/test_overlay_small.py")
+            "tests/integration/validate/test_validate_claims.py",
+            "tests/integration/validate/test_validate_untrusted_binaries.py",
+            "tests/integration/overlay/test_overlay_small.py")
 ACCEPTANCE = ("tests/unit/gpu_scripts/test_acceptance.py",)
 RECIPES = ("tests/unit/recipes", "tests/integration/recipes/test_recipe_draft_groups.py",
            "tests/integration/recipes/test_recipe_cli.py", "tests/unit/cli/test_first_hour.py")

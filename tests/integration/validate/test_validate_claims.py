@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 from tests.support.wheelsfactory import PRISTINE, build_wheel, container, elf, entry
 
+from g4build.emit.manifest import make_manifest
 from g4build.overlay.wheel import overlay_wheel, plan_overlay
 from g4build.pins.model import load_pins
 from g4build.series.model import load_all
 from g4build.validate.fatbin import Arch
 from g4build.validate.wheel import ValidateOptions, validate_wheel
+from g4build.wheelfile.manifestfile import dumps
 
 FA3 = "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so"
 FLASHMLA = "vllm/_flashmla_C.abi3.so"
@@ -41,6 +43,22 @@ def test_a_fingerprinted_file_missing_from_the_wheel_is_reported(tmp_path: Path,
     meta.write_text(meta.read_text().replace("vllm/spec/utils.py:", "vllm/spec/gone.py:"))
     ok, detail = _checks(wheel, ValidateOptions())["series"]
     assert not ok and detail == "beta: vllm/spec/gone.py is not in the wheel"
+
+
+def test_the_local_label_must_end_with_the_manifests_digest(tmp_path: Path, project: Path) -> None:
+    manifest = make_manifest(load_pins().get("vllm-0.21.0"), [], route="build")
+    for label, ok in ((f"cu130.g4.{manifest['digest']}", True), ("cu130.g4.0123abcd", False)):
+        version = f"0.21.0+{label}"
+        files: dict[str, str | bytes] = {**PRISTINE, f"vllm-{version}.dist-info/build-manifest.json": dumps(manifest)}
+        wheel = build_wheel(tmp_path / label, files, version=version)
+        got, detail = _checks(wheel, ValidateOptions())["metadata"]
+        assert got is ok, detail
+    assert detail == (f"local label 'cu130.g4.0123abcd' does not end with g4.{manifest['digest']} "
+                      "(the build-manifest's digest)")
+    # a label that claims g4 series without a manifest to say which
+    bare = build_wheel(tmp_path / "bare", version="0.21.0+cu130.g4.0123abcd")
+    got, detail = _checks(bare, ValidateOptions())["metadata"]
+    assert not got and "claims g4 series but there is no build-manifest.json" in detail
 
 
 @pytest.mark.parametrize(
