@@ -52,7 +52,8 @@ class Mutation:
     new: str
     tests: tuple[str, ...]
     breaks: str  # the behaviour the bug breaks
-    source: str = "own"  # "issue": one of the issue's 17; "network": one of its 7 network/heavy-only ones
+    source: str = "own"  # "issue": one of the issue's 17; "network": the pinned overlay path the issue found held only
+    # by tests marked network or heavy (it counts seven)
 
 
 M = Mutation
@@ -182,8 +183,10 @@ MUTATIONS: tuple[Mutation, ...] = (
       OVERLAY, "a file named as the pin's wheel is held against its sha256", "network"),
     M("ovl-cli-no-refetch", f"{PKG}/cli/overlay.py", "            if not registry:\n", "            if True:\n",
       OVERLAY, "a damaged cached registry wheel is fetched again", "network"),
-    M("ovl-cache-ignored", f"{PKG}/overlay/registry.py", "    return path if path.is_file() else None",
-      "    return None", OVERLAY, "a cached registry wheel is reused"),
+    M("ovl-cli-not-registry", f"{PKG}/cli/overlay.py", "    registry = wheel is None  #", "    registry = False  #",
+      OVERLAY, "the pin's registry wheel (cached) must be the pin's bytes", "network"),
+    M("ovl-cli-require-pin-off", f"{PKG}/cli/overlay.py", "require_pin=registry, check=", "require_pin=False, check=",
+      OVERLAY, "a cached registry wheel that is not the pin's is refused, not verified as the user's", "network"),
     M("ovl-fetch-unverified", f"{PKG}/overlay/registry.py",
       "fetch_verified(PROJECT, ref.file, ref.sha256,", "fetch_verified(PROJECT, ref.file, None,", OVERLAY,
       "the registry wheel is verified while it downloads"),
