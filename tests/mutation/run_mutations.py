@@ -32,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PKG = "toolkit/g4build"
 
-INDEX = ("tests/unit/index", "tests/integration/index/test_index_pip.py", "tests/integration/index/test_index_build.py")
+INDEX = ("tests/unit/index/test_index_pages.py", "tests/integration/index/test_index_pip.py",
+         "tests/integration/index/test_index_build.py")
 VALIDATE = ("tests/unit/validate", "tests/integration/validate/test_validate_small.py",
             "tests/integration/validate/test_validate_claims.py",
             "tests/integration/validate/test_validate_untrusted_binaries.py",
@@ -63,17 +64,17 @@ MUTATIONS: tuple[Mutation, ...] = (
       INDEX, "one failing wheel among good ones still stops the build", "issue"),
     M("idx-validate-source", f"{PKG}/index/site.py", "validate_wheel(copy, ValidateOptions(pin=pin))",
       "validate_wheel(wheel, ValidateOptions(pin=pin))", INDEX, "the served copy is what is validated", "issue"),
-    M("idx-publish-deletes", f"{PKG}/index/site.py", "        os.rename(out, previous)\n",
+    M("idx-publish-deletes", f"{PKG}/index/site.py", "        os.rename(out, aside)\n",
       "        shutil.rmtree(out)\n", INDEX, "the earlier site is moved aside, not deleted, until the new lands",
       "issue"),
     M("idx-dotdot", f"{PKG}/index/entry.py", 'if not _FILENAME.match(name) or ".." in name:',
       "if not _FILENAME.match(name):", INDEX, "a '..' in a wheel name is refused", "issue"),
-    M("idx-no-restore", f"{PKG}/index/site.py", "            os.rename(previous, out)\n", "            pass\n",
+    M("idx-no-restore", f"{PKG}/index/site.py", "            os.rename(aside, out)\n", "            pass\n",
       INDEX, "a failed publish puts the earlier site back"),
     M("idx-sha-of-metadata", f"{PKG}/index/entry.py", "sha256=file_sha256(path),",
       "sha256=hashlib.sha256(metadata).hexdigest(),", INDEX, "links carry the wheel's own sha256"),
     M("idx-any-folder", f"{PKG}/index/site.py",
-      "if out.is_dir() and any(out.iterdir()) and not (out / SUMMARY).is_file():", "if False:", INDEX,
+      "if out.is_dir() and any(out.iterdir()) and (why := site_problem(out)):", "if False:", INDEX,
       "the site replaces only an earlier site or an empty folder"),
     M("idx-oldest-first", f"{PKG}/index/pages.py", "key=lambda e: Version(e.version), reverse=True)",
       "key=lambda e: Version(e.version), reverse=False)", INDEX, "newest version first on every page"),

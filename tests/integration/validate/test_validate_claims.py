@@ -73,7 +73,8 @@ def test_an_arch_specific_library_is_checked_on_the_generations_that_use_it(
     only_sm80 = elf({".nv_fatbin": container(entry(2, 80, b"cubin"))})
     wheel = build_wheel(tmp_path, {**PRISTINE, library: only_sm80})
     used, unused = Arch.parse(used_on).sm(), Arch.parse(unused_on).sm()
-    checks = _checks(wheel, ValidateOptions(archs=(Arch.parse(used_on), Arch.parse(unused_on))))
+    # the headers alone (no cuobjdump here), as the nightly's check job reads them
+    checks = _checks(wheel, ValidateOptions(archs=(Arch.parse(used_on), Arch.parse(unused_on)), trust_fatbin=True))
     ok, detail = checks[f"arch {used} {library}"]
     assert not ok and detail.startswith(f"no code for {used}"), detail
     ok, detail = checks[f"verdict {used}"]

@@ -74,7 +74,7 @@ def test_a_bash_script_warns_for_a_wheel_linux_pip_cannot_install(platform: str)
 
 @pytest.mark.parametrize("built", ["sm121", "sm100", "sm90"])
 def test_a_build_for_another_arch_warns(built: str) -> None:
-    info = WheelInfo(file="w.whl", pin="vllm-0.21.0", route="build", arch=built)
-    found = arch_warning(info, "sm120", "w.whl")
+    name = "vllm-0.21.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    found = arch_warning(WheelInfo(file=name, pin="vllm-0.21.0", route="build", arch=built), "sm120", name)
     assert found is not None and f"built by g4build for {built}" in found.message
-    assert arch_warning(WheelInfo(file="w.whl", pin=None, route="build", arch="sm_120"), "sm120", "w.whl") is None
+    assert arch_warning(WheelInfo(file=name, pin=None, route="build", arch="sm_120"), "sm120", name) is None
