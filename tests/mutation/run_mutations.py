@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PKG = "toolkit/g4build"
 
-INDEX = ("tests/unit/index/test_index_pages.py", "tests/integration/index/test_index_pip.py",
+INDEX = ("tests/unit/index", "tests/integration/index/test_index_pip.py",
          "tests/integration/index/test_index_build.py")
 VALIDATE = ("tests/unit/validate", "tests/integration/validate/test_validate_small.py",
             "tests/integration/validate/test_validate_claims.py",
@@ -210,14 +210,16 @@ def copy_tree(dest: Path, tests_from: str | None) -> None:
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
 
 
-def run_tests(tree: Path, tests: tuple[str, ...], network: bool, timeout: int) -> tuple[str, float, str]:
+def run_tests(tree: Path, tests: tuple[str, ...], network: bool, timeout: int,
+              deselect: tuple[str, ...] = ()) -> tuple[str, float, str]:
     """('pass' | 'fail' | 'timeout' | 'none', seconds, last lines) of the covering tests that exist in ``tree``."""
     present = [t for t in tests if (tree / t).exists()]
     if not present:
         return "none", 0.0, "no covering test file in this tree"
     env = {k: v for k, v in os.environ.items() if k not in ("G4BUILD_HOME", "PYTHONPATH")}
     env["PYTHONPATH"] = os.pathsep.join([str(tree / "toolkit"), str(tree)])
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", *present]
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", *present,
+               *(f"--deselect={d}" for d in deselect)]
     if not network:
         command[4:4] = ["-m", "not network and not heavy"]
     start = time.monotonic()
@@ -236,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests-from", metavar="REF", help="use the tests of this git ref (e.g. the base commit)")
     parser.add_argument("--network", action="store_true", help="also run tests marked network or heavy")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per test run (default 900)")
+    parser.add_argument("--deselect", action="append", default=[], metavar="NODEID",
+                        help="leave out a test that fails unmutated (repeatable; a failing baseline proves nothing)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
     args = parser.parse_args(argv)
@@ -252,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         tree = Path(tmp)
         copy_tree(tree, args.tests_from)
         for tests in dict.fromkeys(m.tests for m in chosen):  # unmutated first: a failing baseline proves nothing
-            outcome, seconds, tail = run_tests(tree, tests, args.network, args.timeout)
+            outcome, seconds, tail = run_tests(tree, tests, args.network, args.timeout, tuple(args.deselect))
             print(f"baseline {' '.join(tests)}: {outcome} ({seconds:.0f}s)", flush=True)
             if outcome not in ("pass", "none"):
                 print(tail, file=sys.stderr)
@@ -265,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 try:
                     path.write_text(original.replace(m.old, m.new), encoding="utf-8")
-                    outcome, seconds, tail = run_tests(tree, m.tests, args.network, args.timeout)
+                    outcome, seconds, tail = run_tests(tree, m.tests, args.network, args.timeout,
+                                                       tuple(args.deselect))
                 finally:
                     path.write_text(original, encoding="utf-8")
             verdict = {"fail": "caught", "pass": "SURVIVED"}.get(outcome, outcome)
