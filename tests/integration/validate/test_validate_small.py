@@ -22,7 +22,7 @@ def _checks(wheel: Path, **kw: object) -> dict[str, tuple[bool, str]]:
 
 def test_a_sound_wheel_passes_every_check(small_wheel: Path, project: Path) -> None:
     checks = _checks(small_wheel, pin="vllm-0.21.0")
-    assert set(checks) == {"filename", "metadata", "record", "members", "series"}
+    assert set(checks) == {"filename", "metadata", "record", "members", "series", "tags"}
     assert all(ok for ok, _ in checks.values()), checks
     assert "no build-manifest.json" in checks["series"][1]
 
