@@ -18,12 +18,10 @@ from tests.support.index_server import serve_index
 from tests.support.wheelsfactory import PRISTINE, build_wheel, record_hash, run_g4build
 
 from g4build.errors import IntegrityError, ValidationError
-from g4build.overlay import sourcecheck
 from g4build.overlay.wheel import OverlayPlan, overlay_wheel, plan_overlay
 from g4build.pins.model import load_pins
 from g4build.series.model import load_all
 from g4build.validate.wheel import ValidateOptions, validate_wheel
-from g4build.wheelfile.safety import Hashed, hash_members
 
 PIN = "vllm-0.21.0"
 CHANGED = "vllm/version.py"  # a member no series touches: copied raw, so only its RECORD row could vouch for it
@@ -55,20 +53,6 @@ def tampered_copy(out: Path, *, regenerate_record: bool) -> Path:
     original = PRISTINE[CHANGED].encode()
     keep = {} if regenerate_record else {CHANGED: f"{CHANGED},{record_hash(original)},{len(original)}"}
     return build_wheel(out, {**PRISTINE, CHANGED: TAMPERED}, record_override=keep)
-
-
-@pytest.fixture
-def spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many members each per-member verification hashed."""
-    calls: list[int] = []
-    real = hash_members
-
-    def counting(data: bytes, infos: list[zipfile.ZipInfo], workers: int) -> list[Hashed]:
-        calls.append(len(infos))
-        return real(data, infos, workers)
-
-    monkeypatch.setattr(sourcecheck, "hash_members", counting)
-    return calls
 
 
 def test_the_pinned_wheel_is_not_verified_member_by_member_and_comes_out_valid(

@@ -17,13 +17,12 @@ import pytest
 from tests.support.wheelsfactory import SeriesSpec, git_patch, make_project, record_hash, run_g4build
 
 from g4build.errors import IntegrityError, ValidationError
-from g4build.overlay import sourcecheck
 from g4build.overlay.wheel import OverlayPlan, overlay_wheel, plan_overlay
 from g4build.pins.index import cache_root, fetch_verified
 from g4build.pins.model import load_pins
 from g4build.series.model import load_all
 from g4build.validate.wheel import ValidateOptions, validate_wheel
-from g4build.wheelfile.safety import Hashed, hash_members, record_problems
+from g4build.wheelfile.safety import hash_members, record_problems
 from g4build.wheelfile.sources import Snapshot
 from g4build.wheelfile.wheelfile import format_record, parse_record
 from g4build.wheelfile.zipraw import RawZipWriter
@@ -87,20 +86,6 @@ def tampered_copy(source: Path, out: Path, *, regenerate_record: bool) -> Path:
                 writer.copy_raw(snap, info)
         writer.close()
     return path
-
-
-@pytest.fixture
-def spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many members each per-member verification hashed."""
-    calls: list[int] = []
-    real = hash_members
-
-    def counting(data: bytes, infos: list[zipfile.ZipInfo], workers: int) -> list[Hashed]:
-        calls.append(len(infos))
-        return real(data, infos, workers)
-
-    monkeypatch.setattr(sourcecheck, "hash_members", counting)
-    return calls
 
 
 def test_the_pinned_wheel_is_not_verified_member_by_member_and_comes_out_valid(
