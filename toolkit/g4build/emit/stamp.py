@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import shutil
 import zipfile
 from collections.abc import Mapping
@@ -13,17 +11,13 @@ from typing import Any
 from g4build.errors import BuildError
 from g4build.validate.tags import expected_tag, read_tag_facts
 from g4build.wheelfile.manifestfile import MANIFEST_NAME, dumps
-from g4build.wheelfile.wheelfile import metadata_fields, narrow_requires_dist
-
-
-def _record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+from g4build.wheelfile.wheelfile import metadata_fields, narrow_requires_dist, record_hash
 
 
 def _record_line(line: str, rewritten: Mapping[str, bytes]) -> str:
     name = line.split(",", 1)[0]
     new = rewritten.get(name)
-    return line if new is None else f"{name},{_record_hash(new)},{len(new)}"
+    return line if new is None else f"{name},{record_hash(new)},{len(new)}"
 
 
 def _retagged(wheel_text: bytes, tag: str) -> bytes:
@@ -69,7 +63,7 @@ def add_to_wheel(wheel: Path, manifest: dict[str, Any], requires: Mapping[str, s
                              if ln and not ln.startswith(member + ",")]
                     lines = [_record_line(ln, rewritten) for ln in lines]
                     lines.insert(len(lines) - 1 if lines and lines[-1].startswith(records[0]) else len(lines),
-                                 f"{member},{_record_hash(data)},{len(data)}")
+                                 f"{member},{record_hash(data)},{len(data)}")
                     dst.writestr(info, "\n".join(lines) + "\n", compress_type=zipfile.ZIP_DEFLATED)
                 else:
                     with src.open(info) as fin, dst.open(info, "w") as fout:
