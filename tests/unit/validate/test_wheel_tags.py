@@ -149,3 +149,19 @@ def test_stamp_retags_the_wheel_and_validate_agrees(tmp_path: Path) -> None:
     with zipfile.ZipFile(out / want) as zf:
         assert zf.read("vllm/__init__.py") == b"# newer\n"
     assert read_tag_facts(out / want).glibc == glibc
+
+
+def test_an_interrupted_stamp_leaves_the_wheel_as_it_was_and_no_copy(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    wheel = build_wheel(tmp_path, {"vllm/__init__.py": "", "vllm/big.py": "X = 1\n" * 1000},
+                        version="0.21.0+cu130.local", tag="cp312-cp312-linux_x86_64")
+    before = wheel.read_bytes()
+
+    def interrupted(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("g4build.emit.stamp.shutil.copyfileobj", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        stamp(tmp_path, {"schema": 1, "series": [], "digest": "x"}, version="0.21.0+cu130.local", retag=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [wheel.name]  # no copy, no manifest naming a new wheel
+    assert wheel.read_bytes() == before

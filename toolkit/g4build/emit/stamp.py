@@ -39,38 +39,42 @@ def add_to_wheel(wheel: Path, manifest: dict[str, Any], requires: Mapping[str, s
     if tag is not None:
         target = wheel.with_name("-".join([*wheel.name[:-len(".whl")].split("-")[:-3], tag]) + ".whl")
     tmp = target.with_suffix(".whl.tmp")
-    with zipfile.ZipFile(wheel) as src:
-        names = src.namelist()
-        records = [n for n in names if n.endswith(".dist-info/RECORD") and n.count("/") == 1]
-        if len(records) != 1:
-            raise BuildError(f"{wheel.name}: expected one *.dist-info/RECORD, found {len(records)}")
-        dist_info = records[0].rsplit("/", 1)[0]
-        member = f"{dist_info}/{MANIFEST_NAME}"
-        meta_name = f"{dist_info}/METADATA"
-        wheel_name = f"{dist_info}/WHEEL"
-        metadata = src.read(meta_name) if requires and meta_name in names else None
-        narrowed = narrow_requires_dist(metadata, requires or {}) if metadata is not None else None
-        tags_file = _retagged(src.read(wheel_name), tag) if tag is not None and wheel_name in names else None
-        rewritten = {n: b for n, b in ((meta_name, narrowed), (wheel_name, tags_file)) if b is not None}
-        with zipfile.ZipFile(tmp, "w") as dst:
-            for info in src.infolist():
-                if info.filename == member:
-                    continue
-                if info.filename in rewritten:
-                    dst.writestr(info, rewritten[info.filename], compress_type=zipfile.ZIP_DEFLATED)
-                elif info.filename == records[0]:
-                    lines = [ln for ln in src.read(info).decode().splitlines()
-                             if ln and not ln.startswith(member + ",")]
-                    lines = [_record_line(ln, rewritten) for ln in lines]
-                    lines.insert(len(lines) - 1 if lines and lines[-1].startswith(records[0]) else len(lines),
-                                 f"{member},{record_hash(data)},{len(data)}")
-                    dst.writestr(info, "\n".join(lines) + "\n", compress_type=zipfile.ZIP_DEFLATED)
-                else:
-                    with src.open(info) as fin, dst.open(info, "w") as fout:
-                        shutil.copyfileobj(fin, fout)
-            dst.writestr(zipfile.ZipInfo(member, date_time=(2020, 1, 1, 0, 0, 0)), data,
-                         compress_type=zipfile.ZIP_DEFLATED)
-    tmp.replace(target)
+    try:
+        with zipfile.ZipFile(wheel) as src:
+            names = src.namelist()
+            records = [n for n in names if n.endswith(".dist-info/RECORD") and n.count("/") == 1]
+            if len(records) != 1:
+                raise BuildError(f"{wheel.name}: expected one *.dist-info/RECORD, found {len(records)}")
+            dist_info = records[0].rsplit("/", 1)[0]
+            member = f"{dist_info}/{MANIFEST_NAME}"
+            meta_name = f"{dist_info}/METADATA"
+            wheel_name = f"{dist_info}/WHEEL"
+            metadata = src.read(meta_name) if requires and meta_name in names else None
+            narrowed = narrow_requires_dist(metadata, requires or {}) if metadata is not None else None
+            tags_file = _retagged(src.read(wheel_name), tag) if tag is not None and wheel_name in names else None
+            rewritten = {n: b for n, b in ((meta_name, narrowed), (wheel_name, tags_file)) if b is not None}
+            with zipfile.ZipFile(tmp, "w") as dst:
+                for info in src.infolist():
+                    if info.filename == member:
+                        continue
+                    if info.filename in rewritten:
+                        dst.writestr(info, rewritten[info.filename], compress_type=zipfile.ZIP_DEFLATED)
+                    elif info.filename == records[0]:
+                        lines = [ln for ln in src.read(info).decode().splitlines()
+                                 if ln and not ln.startswith(member + ",")]
+                        lines = [_record_line(ln, rewritten) for ln in lines]
+                        lines.insert(len(lines) - 1 if lines and lines[-1].startswith(records[0]) else len(lines),
+                                     f"{member},{record_hash(data)},{len(data)}")
+                        dst.writestr(info, "\n".join(lines) + "\n", compress_type=zipfile.ZIP_DEFLATED)
+                    else:
+                        with src.open(info) as fin, dst.open(info, "w") as fout:
+                            shutil.copyfileobj(fin, fout)
+                dst.writestr(zipfile.ZipInfo(member, date_time=(2020, 1, 1, 0, 0, 0)), data,
+                             compress_type=zipfile.ZIP_DEFLATED)
+        tmp.replace(target)
+    except BaseException:  # an interrupt or a full disk: no half-written copy left beside the wheel
+        tmp.unlink(missing_ok=True)
+        raise
     if target != wheel:
         wheel.unlink()
     return target
@@ -119,9 +123,11 @@ def stamp(out: Path, manifest: dict[str, Any], *, project: str = "vllm", version
     stale = [w for w in mine if w not in chosen]
     names = sorted({*(w.name for w in wheels if w not in mine), *planned})
     manifest = {**manifest, "wheels": names, **({"tags": {n: why[n] for n in sorted(planned)}} if retag else {})}
-    for w in stale:
-        w.unlink()
-    (out / MANIFEST_NAME).write_bytes(dumps(manifest))
     for _, (w, tag) in sorted(planned.items()):
         add_to_wheel(w, manifest, requires, tag=tag)
+    for w in stale:  # an older wheel of a final name was replaced by the rewrite itself
+        if w.name not in planned:
+            w.unlink()
+    # beside the wheels last: an interrupted stamp leaves no manifest naming wheels that are not there
+    (out / MANIFEST_NAME).write_bytes(dumps(manifest))
     return sorted(planned)
