@@ -194,6 +194,21 @@ MUTATIONS: tuple[Mutation, ...] = (
 )
 
 
+def _more_mutations() -> tuple[Mutation, ...]:
+    """The mutations kept beside this file, one module per topic (``sets/<topic>.py``, each a ``MUTATIONS``
+    tuple built with this module's ``Mutation``): later passes add a module instead of growing this list."""
+    import importlib.util
+
+    found: list[Mutation] = []
+    for path in sorted((Path(__file__).parent / "sets").glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"g4build_mutation_sets.{path.stem}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        found.extend(module.MUTATIONS)
+    return tuple(found)
+
+
 def copy_tree(dest: Path, tests_from: str | None) -> None:
     """This checkout's files (tracked and untracked, not ignored) into ``dest``; the tests of git ``tests_from``
     instead of the checkout's when given."""
@@ -243,9 +258,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
     args = parser.parse_args(argv)
-    chosen = [m for m in MUTATIONS if not args.only or m.id in args.only]
+    every = MUTATIONS + _more_mutations()
+    ids = [m.id for m in every]
+    if len(ids) != len(set(ids)):
+        parser.error(f"mutation ids twice: {sorted({i for i in ids if ids.count(i) > 1})}")
+    chosen = [m for m in every if not args.only or m.id in args.only]
     if args.only and len(chosen) != len(set(args.only)):
-        unknown = sorted(set(args.only) - {m.id for m in MUTATIONS})
+        unknown = sorted(set(args.only) - {m.id for m in every})
         parser.error(f"unknown mutation id(s): {', '.join(unknown)} (see --list)")
     if args.list:
         for m in chosen:
