@@ -67,7 +67,8 @@ def _fa_tree(dest: Path, *, patched: bool) -> Path:
 _TREES: dict[bool, Path] = {}
 
 
-def configure(tmp: Path, arch_list: str, *, patched: bool, vllm_cmake: tuple[Path, str]) -> tuple[str, str]:
+def configure(tmp: Path, arch_list: str, *, patched: bool, vllm_cmake: tuple[Path, str],
+              flash_attn: str = "") -> tuple[str, str]:
     """Configure the harness around a (patched) vllm-flash-attn tree; returns (output, build.ninja). One build
     folder per tree is configured again for each list (CMake detects the CUDA compiler once, which is slow)."""
     assert CMAKE is not None
@@ -81,7 +82,8 @@ def configure(tmp: Path, arch_list: str, *, patched: bool, vllm_cmake: tuple[Pat
     proc = subprocess.run(
         [CMAKE, "-S", str(HARNESS), "-B", str(build), "-G", "Ninja",
          f"-DTORCH_CMAKE_DIR={torch.utils.cmake_prefix_path}", f"-DVLLM_UTILS={utils}",
-         f"-DVLLM_CUDA_SUPPORTED_ARCHS={supported}", f"-DFA_SRC_DIR={fa}", f"-DPython_EXECUTABLE={sys.executable}"],
+         f"-DVLLM_CUDA_SUPPORTED_ARCHS={supported}", f"-DFA_SRC_DIR={fa}", f"-DPython_EXECUTABLE={sys.executable}",
+         f"-DG4B_FLASH_ATTN={flash_attn}"],  # given every time: the build folder's cache keeps it
         capture_output=True, text=True, check=False, env={**os.environ, "TORCH_CUDA_ARCH_LIST": arch_list},
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -118,6 +120,19 @@ def test_patched_fa2_gets_the_requested_archs_and_fa3_needs_hopper(
         assert re.search(r"^build _vllm_fa3_C: phony", ninja, re.MULTILINE)  # the empty target setup.py asks for
     else:
         assert {frozenset(u.codes) for u in fa3_units if u.language == "CUDA"} == {frozenset(fa3)}
+
+
+@need_tools
+@pytest.mark.parametrize("arch_list", ["9.0a", "9.0a;12.0f"])
+def test_flash_attn_2_alone_leaves_fa3_out_with_a_hopper_arch(work: Path, vllm_cmake: tuple[Path, str],
+                                                               arch_list: str) -> None:
+    """The plan's --flash-attn 2 (G4B_FLASH_ATTN=2): FA2 for the list, no FA3 unit even for 9.0a, the empty
+    target setup.py asks for; without it the same list compiles FA3 (the test above)."""
+    out, ninja = configure(work, arch_list, patched=True, vllm_cmake=vllm_cmake, flash_attn="2")
+    assert "FA3 is disabled: G4B_FLASH_ATTN=2" in out
+    assert [u for u in units_from_ninja(ninja) if u.target == "_vllm_fa3_C"] == []
+    assert re.search(r"^build _vllm_fa3_C: phony", ninja, re.MULTILINE)
+    assert "sm_90" in set().union(*codes_of(ninja, "_vllm_fa2_C"))
 
 
 @need_tools

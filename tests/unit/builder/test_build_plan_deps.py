@@ -55,11 +55,13 @@ def test_the_windows_base_takes_the_dependency_series_only_and_says_so(pin21: Pi
 def test_plan_json_lists_the_build_series_with_patch_sha256(pin21: Pin) -> None:
     record, _ = _plan(pin21).to_dict()["build_series"]
     series, _ = load_all_build()
-    (patch,) = series.series.patches_for(pin21.name)
+    patches = series.series.patches_for(pin21.name)
+    assert [p.file for p in patches] == ["vllm-0.21.0/0001-fa2-requested-archs-fa3-hopper-only.patch",
+                                         "vllm-0.21.0/0002-fa2-only-when-asked.patch"]
     assert record == {"name": "vllm-flash-attn", "version": series.version, "project": "vllm-flash-attn",
                       "commit": "f5bc33cfc02c744d24a2e9d50e6db656de40611c",
-                      "patches": [{"file": patch.file, "subject": patch.subject,
-                                   "sha256": hashlib.sha256(patch.read_bytes()).hexdigest()}]}
+                      "patches": [{"file": p.file, "subject": p.subject,
+                                   "sha256": hashlib.sha256(p.read_bytes()).hexdigest()} for p in patches]}
 
 
 def test_build_series_are_part_of_the_wheel_version_and_the_manifest_agrees(pin21: Pin) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from g4build.builder.arch import ArchInfo, check_cuda, check_os_arch, cuda_arch_list, flashinfer_arch_list
 from g4build.builder.flashinfer import FlashInferWheel
+from g4build.builder.kernels import build_option_args
 from g4build.errors import ConfigError, UsageError
 from g4build.pins.baseroutes import no_base_routes
 from g4build.pins.model import Pin, cuda_problem, version_problem
@@ -129,6 +130,8 @@ class Options:
     python_exe: str | None = None  # --python-exe: an interpreter named by path (no active venv needed)
     recipes: tuple[str, ...] = ()  # launch recipes to render beside the wheels (--recipes)
     flashinfer_wheels: tuple[FlashInferWheel, ...] = ()  # Windows: FlashInfer wheels given (--flashinfer-wheel)
+    kernels: str = "all"  # --kernels: vLLM's kernel profile (KERNEL_PROFILES), a CMake variable of the build series
+    flash_attn: str = "all"  # --flash-attn: "2" builds FlashAttention 2 alone (no FA3 even for 9.0a)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,6 +240,8 @@ def build_env(target: Target, pin: Pin | None, version: str, layout: Layout, opt
         if opts.launcher == "ccache":
             env["VLLM_DISABLE_SCCACHE"] = "1"  # vLLM prefers sccache when both exist; pick the one we found
         env.update(compiler_cache_env(opts.launcher, layout))
+    if extra := build_option_args(opts.kernels, opts.flash_attn):
+        env["CMAKE_ARGS"] = f"{env['CMAKE_ARGS']} {extra}"
     return env
 
 
@@ -330,6 +335,7 @@ def vllm_steps(
         Step(name="manifest", title="write build-manifest.json into the wheel, tag it", resumable=False,
              command=(*g4b, "manifest", "--pin", pin.name, "--out", out, "--state", layout.state_file,
                       "--arch", arch, "--os", target.os, "--cuda", target.cuda,
+                      "--kernels", opts.kernels, "--flash-attn", opts.flash_attn,
                       *(a for w in opts.flashinfer_wheels for a in ("--flashinfer-wheel", f"{w.filename}={w.sha256}"))),
              cwd=layout.root),
         Step(name="validate", title="validate the wheels", resumable=False,

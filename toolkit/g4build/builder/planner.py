@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from g4build.builder.flashinfer import check_names
+from g4build.builder.kernels import check_build_options
+from g4build.builder.kernels import option_notes as build_option_notes
 from g4build.builder.plan import (
     GB_PER_NVCC_JOB,
     BuildPlan,
@@ -31,6 +33,14 @@ def python_cmd(target: Target, exe: str | None = None) -> tuple[str, ...]:
     return platform_for(target.os).python_cmd(target, exe)
 
 
+def kernel_notes(opts: Options, build: Sequence[BuildSeries]) -> list[str]:
+    """The plan's notes for --kernels / --flash-attn, with the families the profile leaves out as the build
+    series' decisions table records them (a decision with ``profiles`` naming the profile)."""
+    leaves_out = [f"{d.family}: {d.why}" for b in build for d in b.decisions
+                  if opts.kernels in getattr(d, "left_out_by", ())]
+    return build_option_notes(opts.kernels, opts.flash_attn, leaves_out)
+
+
 def make_plan(
     pin: Pin,
     series: Sequence[Series],
@@ -46,10 +56,11 @@ def make_plan(
     ``build``: the pin's build series (applied after the prefetch); ``uncovered``: build series with no
     variant for the pin (named in the notes: that fix is missing from this build)."""
     check_target(target, pin, flashinfer=opts.flashinfer)
+    check_build_options(opts.kernels, opts.flash_attn)
     platform = platform_for(target.os)
     opts, option_notes = platform.resolve_options(target, opts)
     check_names(opts.flashinfer_wheels, pin, target.python)
-    notes = list(option_notes)
+    notes = [*option_notes, *kernel_notes(opts, build)]
     version = wheel_version(pin, series, target.cuda, target.os, build)
     for b in build:
         notes.append(f"build series {b.name} v{b.version}: {b.series.title}")

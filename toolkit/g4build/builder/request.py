@@ -149,6 +149,8 @@ class WheelRequest:
     flashinfer_wheels: tuple[str, ...] = ()  # PATH=SHA256 items
     sccache: bool = False
     recipes: tuple[str, ...] = ()  # launch recipes to render beside the wheels
+    kernels: str = "all"  # --kernels: the kernel profile
+    flash_attn: str = "all"  # --flash-attn
     run_here: bool = False  # the plan runs on this machine now (not only printed or written as a script)
 
 
@@ -174,7 +176,7 @@ def plan_wheel(request: WheelRequest) -> WheelPlan:
     opts = Options(jobs=r.jobs or default_jobs, jobs_given=r.jobs is not None, flashinfer=r.flashinfer,
                    launcher=launcher, sccache=r.sccache, cache_backend=shared_cache(),
                    python=python_cmd(target, python_exe), python_exe=python_exe, recipes=r.recipes,
-                   torch_index=r.torch_index or None,
+                   torch_index=r.torch_index or None, kernels=r.kernels, flash_attn=r.flash_attn,
                    flashinfer_wheels=tuple(parse_spec(item) for item in r.flashinfer_wheels))
     base_os = base_os_of(pin, target.os)
     plan = make_plan(pin, series_for(pin), target, layout=layout, opts=opts, cuda_home=cuda_home,

@@ -66,6 +66,13 @@ def wheel(
     ),
     jobs: int | None = typer.Option(None, "--jobs", min=1, help="MAX_JOBS (default: RAM/5GB, <= cores)."),
     no_flashinfer: bool = typer.Option(False, "--no-flashinfer", help="Leave FlashInfer out."),
+    kernels: str = typer.Option(
+        "all", "--kernels", metavar="PROFILE",
+        help="vLLM's kernel set: all (the arch list's, less what no GPU of it runs) or gemma4 (only the families "
+             "Gemma 4 and its drafters call: a shorter build; the plan's notes name what it leaves out)."),
+    flash_attn: str = typer.Option(
+        "all", "--flash-attn", metavar="VERSIONS",
+        help="all (FA2, and FA3 with a Hopper arch) or 2 (FlashAttention 2 alone, as an SM120 card has it)."),
     flashinfer_wheels: list[str] = typer.Option(
         None, "--flashinfer-wheel", metavar="PATH=SHA256",
         help="Windows: a wheel of the pin's FlashInfer version for Windows (flashinfer-python, and "
@@ -92,7 +99,8 @@ def wheel(
         arch=arch, os_name=os_name, pin_name=pin_name, release=release, python=python, python_exe=python_exe,
         cuda=cuda, executor=executor, out=out, root=root, torch_index=torch_index, jobs=jobs,
         flashinfer=not no_flashinfer, flashinfer_wheels=tuple(flashinfer_wheels or ()), sccache=sccache,
-        recipes=tuple(recipe_names()) if recipes else (), run_here=not dry_run and emit_script is None))
+        recipes=tuple(recipe_names()) if recipes else (), run_here=not dry_run and emit_script is None,
+        kernels=kernels.lower(), flash_attn=flash_attn.lower()))
     plan = planned.plan
     if emit_script is not None:
         with writing(emit_script, "--emit-script"):
@@ -176,12 +184,15 @@ def manifest_cmd(
     flashinfer_wheels: list[str] = typer.Option(
         None, "--flashinfer-wheel", metavar="FILE=SHA256",
         help="Windows: a FlashInfer wheel the build copied into --out (repeatable)."),
+    kernels: str | None = typer.Option(None, "--kernels", help="The build's kernel profile (recorded)."),
+    flash_attn: str | None = typer.Option(None, "--flash-attn", help="The build's FlashAttention choice (recorded)."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Write build-manifest.json beside the wheels and into the vLLM wheel's dist-info."""
     pin = load_pins().get(pin_name)
     manifest, touched = write_build_manifest(pin, out, state=state, arch=arch, os_name=os_name, cuda=cuda,
-                                             flashinfer_wheels=flashinfer_wheels or ())
+                                             flashinfer_wheels=flashinfer_wheels or (),
+                                             kernels=kernels, flash_attn=flash_attn)
     if as_json:
         print_json({"out": str(out), "wheels_stamped": touched, "manifest": manifest})
     else:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from g4build.builder.flashinfer import manifest_record, parse_spec
+from g4build.builder.kernels import check_build_options
 from g4build.builder.plan import base_os_of, wheel_version
 from g4build.builder.request import series_for
 from g4build.emit.manifest import make_manifest
@@ -21,13 +22,16 @@ from g4build.series.deps import build_series_for
 
 def write_build_manifest(
     pin: Pin, out: Path, *, state: Path | None, arch: str | None, os_name: str | None, cuda: str | None,
-    flashinfer_wheels: Sequence[str] = (),
+    flashinfer_wheels: Sequence[str] = (), kernels: str | None = None, flash_attn: str | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Write build-manifest.json into ``out`` and stamp it into the vLLM wheel(s) there: (the manifest, the wheels
     stamped). ``flashinfer_wheels``: ``FILE=SHA256`` of the FlashInfer wheels a Windows build copied into ``out``."""
     series = series_for(pin)
     build = build_series_for(pin, base_os=base_os_of(pin, os_name))
     extra = build_extra(arch=arch, os_name=os_name, cuda=cuda, state=state)
+    if kernels is not None or flash_attn is not None:  # what the build compiled beyond the arch list
+        check_build_options(kernels or "all", flash_attn or "all")
+        extra["build_options"] = {"kernels": kernels or "all", "flash_attn": flash_attn or "all"}
     if os_name == "windows":  # what the launch scripts and `recipe check --wheel` read
         extra["flashinfer"] = manifest_record(pin, out, [parse_spec(i) for i in flashinfer_wheels])
     elif flashinfer_wheels:

@@ -1,0 +1,104 @@
+"""--kernels and --flash-attn: what the plan passes to CMake, prints and the manifest step records; what is refused.
+
+The CMake side (the build series reading G4B_FLASH_ATTN / G4B_KERNEL_PROFILE) is judged by real CMake configures
+in tests/integration/builder; here the plan's half: the variables reach CMAKE_ARGS (vLLM's setup.py hands them to
+CMake, and FetchContent's sub-builds see them), the manifest step carries the choice, and the defaults change
+nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from tests.support.wheelsfactory import build_wheel
+
+from g4build.builder.kernels import build_option_args
+from g4build.builder.plan import Options
+from g4build.builder.planner import default_layout, make_plan
+from g4build.errors import UsageError
+from g4build.pins.model import Pin
+from g4build.series.deps import build_series_for
+
+from .conftest import OPTS, run_cli, target
+
+
+def _plan(pin: Pin, opts: Options, arch: str = "sm90", os_name: str = "linux"):  # type: ignore[no-untyped-def]
+    t = target(os_name, arch, "13.0")
+    return make_plan(pin, [], t, layout=default_layout(pin, t, base="/home/u/.cache/g4build"), opts=opts,
+                     build=build_series_for(pin))
+
+
+def test_defaults_leave_cmake_args_as_they_were(pin21: Pin) -> None:
+    plan = _plan(pin21, OPTS)
+    assert plan.env["CMAKE_ARGS"] == f"-C {plan.layout.deps_file}"
+    assert "G4B_" not in json.dumps(plan.to_dict()["env"])
+    manifest = plan.step("manifest").command
+    assert manifest[manifest.index("--kernels") + 1] == "all" and manifest[manifest.index("--flash-attn") + 1] == "all"
+    assert not any("kernel profile" in n or "FlashAttention 2 alone" in n for n in plan.notes)
+
+
+def test_options_reach_cmake_the_notes_and_the_manifest_step(pin21: Pin) -> None:
+    plan = _plan(pin21, dataclasses.replace(OPTS, kernels="gemma4", flash_attn="2"))
+    args = plan.env["CMAKE_ARGS"].split()
+    assert args[:2] == ["-C", plan.layout.deps_file]  # the dependency cache stays first
+    assert "-DG4B_KERNEL_PROFILE=gemma4" in args and "-DG4B_FLASH_ATTN=2" in args
+    manifest = plan.step("manifest").command
+    assert manifest[manifest.index("--kernels") + 1] == "gemma4"
+    assert manifest[manifest.index("--flash-attn") + 1] == "2"
+    assert any(n.startswith("kernel profile gemma4") for n in plan.notes)
+    assert any(n.startswith("FlashAttention 2 alone") for n in plan.notes)
+
+
+def test_options_survive_the_compiler_cache(pin21: Pin) -> None:
+    """The compiler cache rewrites CMAKE_ARGS with its launchers: the options must still be there after it."""
+    plan = _plan(pin21, dataclasses.replace(OPTS, kernels="gemma4", flash_attn="2", launcher="sccache"))
+    args = plan.env["CMAKE_ARGS"].split()
+    assert "-DCMAKE_CUDA_COMPILER_LAUNCHER=sccache" in args
+    assert "-DG4B_KERNEL_PROFILE=gemma4" in args and "-DG4B_FLASH_ATTN=2" in args
+
+
+@pytest.mark.parametrize(("kernels", "flash_attn", "expected"), [
+    ("all", "all", ""), ("gemma4", "all", "-DG4B_KERNEL_PROFILE=gemma4"), ("all", "2", "-DG4B_FLASH_ATTN=2"),
+])
+def test_build_option_args(kernels: str, flash_attn: str, expected: str) -> None:
+    assert build_option_args(kernels, flash_attn) == expected
+
+
+@pytest.mark.parametrize(("field", "value", "flag"), [("kernels", "gemma5", "--kernels"),
+                                                       ("flash_attn", "3", "--flash-attn")])
+def test_unknown_choice_is_refused_before_any_step(pin21: Pin, field: str, value: str, flag: str) -> None:
+    with pytest.raises(UsageError, match=f"{flag} '{value}': expected one of"):
+        _plan(pin21, dataclasses.replace(OPTS, **{field: value}))
+
+
+def test_cli_refuses_an_unknown_profile_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["wheel", "--arch", "sm90", "--os", "linux", "--no-flashinfer", "--kernels", "tiny",
+                            "--dry-run"], capsys)
+    assert code == 2 and "--kernels 'tiny': expected one of all, gemma4" in err
+
+
+def test_cli_plan_json_carries_the_options(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(["wheel", "--arch", "sm90", "--os", "linux", "--no-flashinfer", "--kernels", "GEMMA4",
+                            "--flash-attn", "2", "--dry-run", "--json"], capsys)
+    assert code == 0
+    plan = json.loads(out)
+    assert "-DG4B_KERNEL_PROFILE=gemma4" in plan["env"]["CMAKE_ARGS"]
+    manifest = next(s for s in plan["steps"] if s["name"] == "manifest")["command"]
+    assert manifest[manifest.index("--kernels") + 1] == "gemma4"
+
+
+def test_manifest_records_the_options_or_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "wheels"
+    build_wheel(out, version="0.21.0+cu130", tag="cp312-cp312-linux_x86_64")  # the vLLM wheel it stamps
+    base = ["manifest", "--pin", "vllm-0.21.0", "--out", str(out), "--os", "linux", "--json"]
+    code, stdout, _ = run_cli([*base, "--kernels", "gemma4", "--flash-attn", "2"], capsys)
+    assert code == 0
+    assert json.loads(stdout)["manifest"]["build_options"] == {"kernels": "gemma4", "flash_attn": "2"}
+    on_disk = json.loads((out / "build-manifest.json").read_text())
+    assert on_disk["build_options"] == {"kernels": "gemma4", "flash_attn": "2"}
+    code, stdout, _ = run_cli(base, capsys)  # an older plan's manifest step: nothing claimed
+    assert code == 0 and "build_options" not in json.loads(stdout)["manifest"]
+    code, _, err = run_cli([*base, "--kernels", "none"], capsys)
+    assert code == 2 and "--kernels 'none'" in err

@@ -1,0 +1,47 @@
+"""What a build compiles beyond the arch list: vLLM's kernel profile (``--kernels``) and the FlashAttention versions
+(``--flash-attn``), as CMake cache variables that the build series read (vllm-kernel-archs: ``G4B_KERNEL_PROFILE``;
+vllm-flash-attn: ``G4B_FLASH_ATTN``). A default build passes neither, so its CMake arguments stay as they were."""
+
+from __future__ import annotations
+
+from g4build.errors import UsageError
+
+# "all": upstream's kernel set for the arch list, less what no GPU of the list can run; "gemma4": only the kernel
+# families Gemma 4 and its drafters (DFlash, MTP) call (the build series' decisions table names what it leaves out)
+KERNEL_PROFILES = ("all", "gemma4")
+# "all": FA2, and FA3 with a Hopper arch; "2": FlashAttention 2 alone (an SM120 card's situation, on any GPU)
+FLASH_ATTN_CHOICES = ("all", "2")
+
+
+def build_option_args(kernels: str, flash_attn: str) -> str:
+    """The CMake cache variables for --kernels and --flash-attn (empty for the defaults)."""
+    args = []
+    if kernels != "all":
+        args.append(f"-DG4B_KERNEL_PROFILE={kernels}")
+    if flash_attn != "all":
+        args.append(f"-DG4B_FLASH_ATTN={flash_attn}")
+    return " ".join(args)
+
+
+def check_build_options(kernels: str, flash_attn: str) -> None:
+    """--kernels / --flash-attn name a known choice (UsageError, exit 2, with the choices otherwise)."""
+    if kernels not in KERNEL_PROFILES:
+        raise UsageError(f"--kernels {kernels!r}: expected one of {', '.join(KERNEL_PROFILES)}",
+                         hint="--kernels gemma4 builds only what Gemma 4 and its drafters run; all is the default")
+    if flash_attn not in FLASH_ATTN_CHOICES:
+        raise UsageError(f"--flash-attn {flash_attn!r}: expected one of {', '.join(FLASH_ATTN_CHOICES)}",
+                         hint="--flash-attn 2 builds FlashAttention 2 alone (what an SM120 card has)")
+
+
+def option_notes(kernels: str, flash_attn: str, leaves_out: list[str]) -> list[str]:
+    """The plan's notes for the chosen options; ``leaves_out``: the families the profile leaves out (with why),
+    from the build series' decisions table."""
+    notes = []
+    if kernels != "all":
+        notes.append(f"kernel profile {kernels} (G4B_KERNEL_PROFILE): only the kernel families Gemma 4 and its "
+                     "drafters call are compiled; an op left out raises 'not compiled into this build' if called")
+        notes += [f"kernel profile {kernels} leaves out {family}" for family in leaves_out]
+    if flash_attn == "2":
+        notes.append("FlashAttention 2 alone (G4B_FLASH_ATTN=2): no FA3 even for a Hopper arch; vLLM then runs "
+                     "FlashAttention 2, as on an SM120 card")
+    return notes
