@@ -8,7 +8,11 @@
 #           nothing of theirs compiles for sm_120).
 #   LIMIT_S: stop the build after this many seconds (SIGINT to the whole build); what finished is kept.
 #   RESULTS: folder for the small results (log tail, validate/manifest JSON, wheel listing, cubin archs).
+# Environment: G4_ARCH (default sm120), G4_WHEEL_ARGS (more `g4build wheel` options, e.g. "--kernels gemma4
+# --flash-attn 2"), G4_JOBS (default: the cores).
 set -euo pipefail
+arch=${G4_ARCH:-sm120}
+read -r -a wheel_args <<< "${G4_WHEEL_ARGS:-}"
 inputs=$(cd "$1" && pwd)
 work=${2:-$inputs/work}
 limit=${3:-3600}
@@ -30,8 +34,8 @@ python "$here/tests/device/fill_deps_cache.py" "$sdist" "$inputs/deps" "$G4BUILD
 echo "host: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GB RAM; $(nvcc --version | tail -1)"
 start=$(date +%s)
 rc=0
-timeout -s INT -k 30 "$limit" g4build wheel --arch sm120 --os linux --no-flashinfer --jobs "$(nproc)" \
-  --root "$work/root" --out "$work/wheels" || rc=$?
+timeout -s INT -k 30 "$limit" g4build wheel --arch "$arch" --os linux --no-flashinfer --jobs "${G4_JOBS:-$(nproc)}" \
+  --root "$work/root" --out "$work/wheels" "${wheel_args[@]}" || rc=$?
 echo "g4build wheel exited $rc after $(( $(date +%s) - start )) s"
 # What the build left, whether it finished or not
 state=$work/root/g4build-state.json
@@ -45,7 +49,7 @@ for whl in "$work"/wheels/vllm-*.whl; do
   [ -f "$whl" ] || continue
   ls -l "$whl"
   python -m zipfile -l "$whl" | grep -E '\.so|build-manifest|METADATA' > "$results/wheel-listing.txt" || true
-  g4build validate "$whl" --arch sm120 --pin vllm-0.21.0 --json > "$results/validate.json" || true
+  g4build validate "$whl" --arch "$arch" --pin vllm-0.21.0 --json > "$results/validate.json" || true
   d=$(mktemp -d); python -m zipfile -e "$whl" "$d"
   for so in "$d"/vllm/*.so "$d"/vllm/*/*.so; do
     [ -f "$so" ] || continue

