@@ -9,11 +9,11 @@ import os
 from pathlib import Path
 
 import pytest
+from tests.support.hangs import within
 
 from g4build.builder.state import MAX_STEP_SECONDS, BuildState
 from g4build.errors import ConfigError
 from g4build.wheelfile.manifestfile import MANIFEST_NAME, loads
-from tests.support.hangs import within
 
 from .conftest import run_cli
 from .test_build_cli import _wheel

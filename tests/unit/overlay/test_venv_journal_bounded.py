@@ -9,12 +9,19 @@ import os
 from pathlib import Path
 
 import pytest
+from tests.support.hangs import within
 
 from g4build.errors import ValidationError
 from g4build.overlay.venv import undo_venv
-from g4build.overlay.venvjournal import JOURNAL_MAX_BYTES, RECORD_JSON, STATE, Entry, Journal, read_journal, \
-    write_journal
-from tests.support.hangs import within
+from g4build.overlay.venvjournal import (
+    JOURNAL_MAX_BYTES,
+    RECORD_JSON,
+    STATE,
+    Entry,
+    Journal,
+    read_journal,
+    write_journal,
+)
 
 GOOD = {"version": 2, "status": "done", "pin": "vllm-0.21.0", "digest": "d1", "site_packages": "lib/site-packages",
         "files": [{"path": "vllm/x.py", "kind": "file", "before": "a" * 64, "link": None, "after": "b" * 64}],

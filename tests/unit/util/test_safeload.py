@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from tests.support.hangs import within
 
 from g4build.errors import ConfigError, ValidationError
 from g4build.pins.pinsfile import scalar
@@ -20,7 +21,6 @@ from g4build.util.safeload import (
     read_regular,
 )
 from g4build.util.yamlsafe import load_mapping, load_text
-from tests.support.hangs import within
 
 BOM = b"\xef\xbb\xbf"  # what Windows Notepad writes first when it saves "UTF-8" (with BOM)
 

@@ -5,7 +5,8 @@ opened is a regular file outside the kernel's pseudo file systems (a link into `
 no more than its limit, so a 1 GiB (or sparse, or endless) file costs a few MB at most. ``loads_json`` parses JSON
 with bounded depth and numbers: an integer of more than ``MAX_NUMBER_CHARS`` characters, ``NaN``/``Infinity`` and
 a decimal that overflows to infinity are refused, so no later arithmetic meets a 4,000-digit or non-finite value.
-A UTF-8 byte order mark (Windows Notepad writes one) is dropped. Every failure is a ``ConfigError`` (or the class the caller names) saying which file and what to do.
+A UTF-8 byte order mark (Windows Notepad writes one) is dropped. Every failure is a ``ConfigError`` (or the class
+the caller names) saying which file and what to do.
 """
 
 from __future__ import annotations
