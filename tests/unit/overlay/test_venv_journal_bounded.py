@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.support.hangs import within
@@ -23,9 +24,9 @@ from g4build.overlay.venvjournal import (
     write_journal,
 )
 
-GOOD = {"version": 2, "status": "done", "pin": "vllm-0.21.0", "digest": "d1", "site_packages": "lib/site-packages",
-        "files": [{"path": "vllm/x.py", "kind": "file", "before": "a" * 64, "link": None, "after": "b" * 64}],
-        "created_dirs": []}
+FILE: dict[str, Any] = {"path": "vllm/x.py", "kind": "file", "before": "a" * 64, "link": None, "after": "b" * 64}
+GOOD: dict[str, Any] = {"version": 2, "status": "done", "pin": "vllm-0.21.0", "digest": "d1",
+                        "site_packages": "lib/site-packages", "files": [FILE], "created_dirs": []}
 
 
 @pytest.fixture
@@ -54,9 +55,9 @@ HOSTILE = {
     "a list": b"[]",
     "files a mapping": _with(files={"a": 1}),
     "a file entry a string": _with(files=["vllm/x.py"]),
-    "before a number": _with(files=[{**GOOD["files"][0], "before": 7}]),  # type: ignore[dict-item]
-    "after not a sha256": _with(files=[{**GOOD["files"][0], "after": "zz"}]),  # type: ignore[dict-item]
-    "link a list": _with(files=[{**GOOD["files"][0], "kind": "link", "link": ["x"]}]),  # type: ignore[dict-item]
+    "before a number": _with(files=[{**FILE, "before": 7}]),
+    "after not a sha256": _with(files=[{**FILE, "after": "zz"}]),
+    "link a list": _with(files=[{**FILE, "kind": "link", "link": ["x"]}]),
     "status a number": _with(status=3),
     "created_dirs a string": _with(created_dirs="vllm"),
     "an older record with a number for its RECORD": json.dumps({**GOOD, "version": 1, "record": 5}).encode(),
