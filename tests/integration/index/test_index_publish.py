@@ -257,13 +257,14 @@ def test_the_summary_lists_every_file_of_the_site(wheels: Path, tmp_path: Path) 
     assert sorted(summary["site_files"]) == sorted(p for p in _tree(site) if p != SUMMARY)
 
 
-@pytest.mark.parametrize("cuda", ["١٣.٠", "１３.０", "13.٠", "13.0\n", "13"])
+# Arabic-Indic and fullwidth digits (written escaped: they look like ASCII ones), a line break, no minor version
+@pytest.mark.parametrize("cuda", ["\u0661\u0663.\u0660", "\uff11\uff13.\uff10", "13.\u0660", "13.0\n", "13"])
 def test_a_cuda_version_not_of_ascii_digits_never_reaches_the_pages(tmp_path: Path, cuda: str) -> None:
     def claim(manifest: dict[str, Any]) -> None:
         manifest["target"]["cuda"] = cuda  # the wheel's name keeps cu130: only the manifest says otherwise
 
     tiny_vllm_wheel(tmp_path / "wheels", tmp_path / "work", edit=claim)
-    with pytest.raises(ValidationError, match="expected MAJOR.MINOR of ASCII digits") as raised:
+    with pytest.raises(ValidationError, match=r"expected MAJOR\.MINOR of ASCII digits") as raised:
         build_index(tmp_path / "wheels", tmp_path / "out", SiteOptions())
     assert "CUDA" in raised.value.message and not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["wheels", "work"]  # no staging folder left
