@@ -2,7 +2,8 @@
 
 ``within`` runs the call in a thread and fails the test by itself (naming what hung) when it has not returned in
 time, so a regression fails fast with the test's name rather than hanging the run. Before failing it opens the
-named FIFOs for writing and closes them again: that ends the blocked open and read (EOF), so the thread ends too.
+named FIFOs at both ends and closes them again: that ends a blocked open, read (EOF) or write (a broken pipe), so
+the thread ends too.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ SECONDS = 20.0  # a bounded reader answers in milliseconds; a slow shared machin
 
 def _release(fifos: Iterable[Path]) -> None:
     for fifo in fifos:
-        try:
-            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO when no reader waits: nothing to release
-        except OSError:
-            continue
-        os.close(fd)
+        # the write end frees a reader waiting in open (ENXIO when none waits); the read end frees a writer
+        for flags in (os.O_WRONLY | os.O_NONBLOCK, os.O_RDONLY | os.O_NONBLOCK):
+            try:
+                fd = os.open(fifo, flags)
+            except OSError:
+                continue
+            os.close(fd)
 
 
 def within(call: Callable[[], T], *, fifos: Iterable[Path] = (), seconds: float = SECONDS) -> T:
