@@ -115,8 +115,9 @@ def test_a_kill_between_the_renames_then_a_failing_build_keeps_the_earlier_site(
     assert not site.exists() and _tree(aside_of(site)) == before  # killed between the two renames
     with pytest.raises(ValidationError, match="so no index was written"):
         build_index(_failing(wheels, tmp_path), site, SiteOptions())
-    assert _tree(site) == before  # put back first, then left alone by the failing build
-    assert not os.path.lexists(aside_of(site))
+    # the failing build creates no --out (the aside name may hold a folder no run set aside): the earlier site
+    # waits where the kill left it, whole
+    assert not os.path.lexists(site) and _tree(aside_of(site)) == before
     build_index(wheels, site, SiteOptions(base_url="https://example.invalid/new"))
     assert b"https://example.invalid/new" in (site / "index.html").read_bytes()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
@@ -166,7 +167,7 @@ def test_a_kill_after_the_renames_leaves_the_new_site_and_drops_the_aside(wheels
     assert _tree(site) == new and not os.path.lexists(aside_of(site))
 
 
-def test_an_empty_folder_set_aside_is_put_back(wheels: Path, tmp_path: Path) -> None:
+def test_an_empty_folder_set_aside_is_dropped_when_the_build_publishes(wheels: Path, tmp_path: Path) -> None:
     aside_of(tmp_path / "site").mkdir()  # --out named an empty folder, and the run was killed between the renames
     build_index(wheels, tmp_path / "site", SiteOptions())
     assert (tmp_path / "site" / SUMMARY).is_file() and not os.path.lexists(aside_of(tmp_path / "site"))
@@ -181,14 +182,31 @@ def test_something_else_at_the_aside_name_is_refused(wheels: Path, tmp_path: Pat
     assert (aside / "mine.txt").read_text() == "mine\n" and not (tmp_path / "site").exists()
 
 
+def test_a_planted_aside_beside_a_missing_out_never_becomes_out(wheels: Path, tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    build_index(wheels, tmp_path / "elsewhere", SiteOptions(base_url="https://example.invalid/planted"))
+    shutil.copytree(tmp_path / "elsewhere", aside_of(site))  # a whole site, as a killed run would leave it
+    planted = _tree(aside_of(site))
+    said: list[str] = []
+    with pytest.raises(ValidationError, match="so no index was written"):
+        build_index(_failing(wheels, tmp_path), site, SiteOptions(), say=said.append)
+    assert not os.path.lexists(site) and _tree(aside_of(site)) == planted
+    assert any("left there if the build fails" in line for line in said), said
+    build_index(wheels, site, SiteOptions(base_url="https://example.invalid/new"))  # a build that publishes
+    assert b"https://example.invalid/new" in (site / "index.html").read_bytes()
+    assert not os.path.lexists(aside_of(site))
+
+
 def _variant(wheel: Path, how: str) -> str:
     name, version, rest = wheel.name.split("-", 2)
     if how == "case":
         return f"VLLM-{version}-{rest}"
+    if how == "release-zero":
+        return f"{name}-{version.replace('0.21.0', '0.21.0.0', 1)}-{rest}"  # 0.21.0.0 == 0.21.0 (PEP 440)
     return f"{name}-{version.replace('0.21.0', '0.021.00', 1)}-{rest}"  # the same PEP 440 version
 
 
-@pytest.mark.parametrize("how", ["case", "zero-padding"])
+@pytest.mark.parametrize("how", ["case", "zero-padding", "release-zero"])
 def test_two_files_for_one_project_version_and_tags_are_refused(wheels: Path, tmp_path: Path, how: str) -> None:
     folder = tmp_path / "two"
     folder.mkdir()
@@ -237,3 +255,16 @@ def test_the_summary_lists_every_file_of_the_site(wheels: Path, tmp_path: Path) 
     build_index(wheels, site, SiteOptions())
     summary = json.loads((site / SUMMARY).read_text())
     assert sorted(summary["site_files"]) == sorted(p for p in _tree(site) if p != SUMMARY)
+
+
+# Arabic-Indic and fullwidth digits (written escaped: they look like ASCII ones), a line break, no minor version
+@pytest.mark.parametrize("cuda", ["\u0661\u0663.\u0660", "\uff11\uff13.\uff10", "13.\u0660", "13.0\n", "13"])
+def test_a_cuda_version_not_of_ascii_digits_never_reaches_the_pages(tmp_path: Path, cuda: str) -> None:
+    def claim(manifest: dict[str, Any]) -> None:
+        manifest["target"]["cuda"] = cuda  # the wheel's name keeps cu130: only the manifest says otherwise
+
+    tiny_vllm_wheel(tmp_path / "wheels", tmp_path / "work", edit=claim)
+    with pytest.raises(ValidationError, match=r"expected MAJOR\.MINOR of ASCII digits") as raised:
+        build_index(tmp_path / "wheels", tmp_path / "out", SiteOptions())
+    assert "CUDA" in raised.value.message and not (tmp_path / "out").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["wheels", "work"]  # no staging folder left

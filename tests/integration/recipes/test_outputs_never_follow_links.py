@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.hangs import within
 from tests.support.wheelsfactory import run_g4build
 
 import g4build
@@ -96,7 +97,7 @@ def test_write_atomic_replaces_no_device_or_pipe(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     with pytest.raises(FileExistsError, match="found something else"):
-        write_atomic(fifo, b"x")
+        within(lambda: write_atomic(fifo, b"x"), fifos=[fifo])  # opening it to write would wait for a reader
     assert stat.S_ISFIFO(fifo.lstat().st_mode) and [p.name for p in tmp_path.iterdir()] == ["pipe"]
 
 

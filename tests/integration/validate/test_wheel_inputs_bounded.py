@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.hangs import within
 from tests.support.wheelsfactory import build_wheel
 
 import g4build
@@ -63,9 +64,9 @@ def test_overlay_refuses_a_special_file(tmp_path: Path, kind: str) -> None:
 @posix_only
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
 def test_index_build_refuses_a_special_file(tmp_path: Path, kind: str) -> None:
-    _special(tmp_path / "w", kind)
+    special = _special(tmp_path / "w", kind)
     with pytest.raises(ValidationError, match=FOUND[kind].replace("(", r"\(").replace(")", r"\)")):
-        build_index(tmp_path / "w", tmp_path / "site", SiteOptions())
+        within(lambda: build_index(tmp_path / "w", tmp_path / "site", SiteOptions()), fifos=[special])
     assert not (tmp_path / "site").exists()
 
 

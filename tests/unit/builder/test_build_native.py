@@ -12,7 +12,7 @@ from rich.console import Console
 from g4build.builder.arch import parse_arch
 from g4build.builder.executors.native import NativeExecutor, error_tail, expand_globs
 from g4build.builder.plan import BuildPlan, Layout, Step, Target
-from g4build.errors import BuildError
+from g4build.errors import BuildError, ConfigError
 
 PY = sys.executable
 
@@ -62,6 +62,20 @@ def test_resume_skips_finished_steps_and_clean_forces(tmp_path: Path) -> None:
     assert counter.read_text() == "xx"
     ex.run(changed, clean=True)
     assert counter.read_text() == "xxx"
+
+
+def test_a_damaged_state_stops_a_resume_and_clean_starts_over(tmp_path: Path) -> None:
+    counter = tmp_path / "count.txt"
+    plan = _plan(tmp_path, _step("count", f"open({str(counter)!r}, 'a').write('x')", tmp_path))
+    state = Path(plan.layout.state_file)
+    state.parent.mkdir(parents=True)
+    state.write_text('{"done": {"count": {"digest": "ab", "seconds": NaN}}}')
+    with pytest.raises(ConfigError, match="NaN is not a number"):
+        _exec(io.StringIO()).run(plan)
+    assert not counter.exists()  # nothing ran on a state it could not read
+    result = _exec(io.StringIO()).run(plan, clean=True)
+    assert [s.status for s in result.steps] == ["done"] and counter.read_text() == "x"
+    assert _exec(io.StringIO()).run(plan).steps[0].status == "skipped"  # the state written afresh reads back
 
 
 def test_failure_shows_error_lines_and_log_path(tmp_path: Path) -> None:

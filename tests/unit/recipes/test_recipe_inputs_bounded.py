@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.hangs import within
 
 from g4build.cli import main
 from g4build.errors import ConfigError
@@ -91,7 +92,7 @@ def test_config_json_linked_into_proc_is_refused(tmp_path: Path, capsys: pytest.
 def test_config_json_that_is_a_fifo_does_not_hang(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = _model(tmp_path, None)
     os.mkfifo(folder / "config.json")
-    code, out = _check(folder, capsys)
+    code, out = within(lambda: _check(folder, capsys), fifos=[folder / "config.json"])  # a hang fails here
     assert code == ConfigError.exit_code and "FIFO" in out, out
 
 
@@ -145,11 +146,11 @@ def test_a_recipe_file_that_is_a_fifo_or_huge_is_refused(tmp_path: Path) -> None
     os.mkfifo(fifo)
     # recipe_path only takes regular files: the FIFO is named as an unknown recipe, not opened
     with pytest.raises(Exception) as caught:
-        load_recipe(str(fifo))
+        within(lambda: load_recipe(str(fifo)), fifos=[fifo])
     assert "unexpected" not in str(caught.value)
     from g4build.util.yamlsafe import load_mapping
     with pytest.raises(ConfigError, match="FIFO"):
-        load_mapping(fifo)
+        within(lambda: load_mapping(fifo), fifos=[fifo])
     big = tmp_path / "big.yaml"
     with open(big, "wb") as fh:
         fh.truncate(1 << 30)

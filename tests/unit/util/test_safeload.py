@@ -7,11 +7,22 @@ import os
 from pathlib import Path
 
 import pytest
+from tests.support.hangs import within
 
 from g4build.errors import ConfigError, ValidationError
 from g4build.pins.pinsfile import scalar
-from g4build.util.safeload import loads_json, read_json, read_regular
-from g4build.util.yamlsafe import load_text
+from g4build.util.safeload import (
+    MAX_PATCH_BYTES,
+    loads_json,
+    pseudo_root_of,
+    read_bounded,
+    read_json,
+    read_patch,
+    read_regular,
+)
+from g4build.util.yamlsafe import load_mapping, load_text
+
+BOM = b"\xef\xbb\xbf"  # what Windows Notepad writes first when it saves "UTF-8" (with BOM)
 
 REFUSED_PLAIN = ["off", "no", "yes", "on", "Off", "36:24:32", "010", "1_000", "0b11", "1e5", "0o17", "2024-01-01",
                  "=", "9" * 40]
@@ -64,7 +75,7 @@ def test_read_regular_refuses_what_is_not_a_small_regular_file(tmp_path: Path) -
     fifo = tmp_path / "fifo.json"
     os.mkfifo(fifo)
     with pytest.raises(ConfigError, match="FIFO"):
-        read_regular(fifo, 100, "a config")
+        within(lambda: read_regular(fifo, 100, "a config"), fifos=[fifo])
     with pytest.raises(ConfigError, match="a folder"):
         read_regular(tmp_path, 100, "a config")
     with pytest.raises(ConfigError, match="no such file"):
@@ -81,3 +92,73 @@ def test_read_regular_refuses_what_is_not_a_small_regular_file(tmp_path: Path) -
     good = tmp_path / "good.json"
     good.write_text('{"a": [1, 2.5, "x"]}', encoding="utf-8")
     assert read_json(good, 100, "a config") == {"a": [1, 2.5, "x"]}
+
+
+@pytest.mark.parametrize("real", ["/system", "/system/lib/x.so", "/sysroot/usr/lib/libc.so.6", "/devel/x.json",
+                                  "/device/config.json", "/proc2/x", "/process/x", "/", "/home/dev/sys/proc"])
+def test_folders_named_like_the_kernel_trees_are_not_in_them(real: str) -> None:
+    assert pseudo_root_of(real) is None
+
+
+@pytest.mark.parametrize(("real", "root"), [("/proc", "/proc"), ("/proc/self/environ", "/proc"), ("/sys", "/sys"),
+                                            ("/sys/kernel/mm", "/sys"), ("/dev/zero", "/dev"), ("/dev", "/dev")])
+def test_the_kernel_trees_and_what_is_under_them_are(real: str, root: str) -> None:
+    assert pseudo_root_of(real) == root
+
+
+def test_a_real_file_in_folders_named_like_them_is_read(tmp_path: Path) -> None:
+    for name in ("system", "sysroot", "devel", "proc2"):
+        path = tmp_path / name / "config.json"
+        path.parent.mkdir()
+        path.write_bytes(b'{"ok": 1}')
+        assert read_json(path, 100, "a config") == {"ok": 1}
+
+
+def test_the_read_loop_refuses_one_byte_past_its_limit_instead_of_cutting(tmp_path: Path) -> None:
+    # A pipe's size is unknown until read, as a file's that grows while read: only the loop itself can tell.
+    for size, expected in ((100, b"x" * 100), (101, None), (5000, None), (0, b"")):
+        read_end, write_end = os.pipe()
+        try:
+            os.write(write_end, b"x" * size)
+            os.close(write_end)
+            assert read_bounded(read_end, 100) == expected
+        finally:
+            os.close(read_end)
+    exact = tmp_path / "exact.json"
+    exact.write_bytes(b"[" + b"1," * 49 + b"1]")  # 101 bytes
+    assert len(read_regular(exact, 101, "a config")) == 101
+    with pytest.raises(ConfigError, match="101 bytes, more than the 100"):
+        read_regular(exact, 100, "a config")
+
+
+def test_a_config_saved_by_notepad_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_bytes(BOM + b'{\r\n  "model_type": "gemma4",\r\n  "layers": 30\r\n}\r\n')
+    assert read_json(config, 1000, "a config") == {"model_type": "gemma4", "layers": 30}
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_bytes(BOM + b"name: mine\r\nargs:\r\n  max-model-len: 8192\r\n")
+    assert load_mapping(recipe) == {"name": "mine", "args": {"max-model-len": 8192}}
+    # only the leading mark is dropped: one inside the text is still refused as JSON
+    inner = tmp_path / "inner.json"
+    inner.write_bytes(b'{"a": 1}' + BOM)
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        read_json(inner, 1000, "a config")
+
+
+def test_a_patch_file_is_bounded_and_never_blocks(tmp_path: Path) -> None:
+    huge = tmp_path / "0001-huge.patch"
+    with open(huge, "wb") as fh:
+        fh.truncate(3 << 30)  # sparse: 3 GiB that take no disk, refused by their size before a byte is read
+    with pytest.raises(ConfigError, match=f"{3 << 30} bytes, more than the {MAX_PATCH_BYTES}"):
+        read_patch(huge)
+    fifo = tmp_path / "0002-fifo.patch"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="FIFO"):
+        within(lambda: read_patch(fifo), fifos=[fifo])
+    zero = tmp_path / "0003-zero.patch"
+    zero.symlink_to("/dev/zero")
+    with pytest.raises(ConfigError, match="/dev/zero"):
+        within(lambda: read_patch(zero))
+    good = tmp_path / "0004-good.patch"
+    good.write_bytes(b"diff --git a/x b/x\n")
+    assert read_patch(good) == b"diff --git a/x b/x\n"

@@ -19,6 +19,7 @@ from g4build.pins.model import Pin
 from g4build.series.deps import BuildSeries
 from g4build.series.model import Series, stack_digest
 from g4build.source.base import fixup_patches
+from g4build.util.safeload import read_patch
 from g4build.wheelfile.manifestfile import SCHEMA
 
 
@@ -73,7 +74,7 @@ def make_manifest(
         base = pin.bases[base_os]
         fixups = fixup_patches(base_os, pin) if base.onto else []
         data["base"] = {"os": base_os, **base.to_dict(),
-                        "fixups": [{"file": f.name, "sha256": hashlib.sha256(f.read_bytes()).hexdigest()}
+                        "fixups": [{"file": f.name, "sha256": hashlib.sha256(read_patch(f)).hexdigest()}
                                    for f in fixups]}
     if extra:
         data.update(extra)

@@ -11,7 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from g4build.builder.host import find_nvcc, nvcc_version
-from g4build.builder.state import BuildState
+from g4build.builder.state import STEP_NAME, BuildState, seconds_problem
+from g4build.errors import ConfigError
+from g4build.util.safeload import read_regular
+
+SECONDS_MAX_BYTES = 64  # "12345" and a line end; PowerShell may add a byte order mark
+_SECONDS = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,6})?", re.ASCII)  # what bash's $SECONDS and PowerShell's [int] write
 
 _KEYS = ("TORCH_CUDA_ARCH_LIST", "FLASHINFER_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS", "CMAKE_BUILD_TYPE",
          "VLLM_TARGET_DEVICE", "VLLM_VERSION_OVERRIDE", "CUDA_HOME")
@@ -40,13 +45,22 @@ def tool_versions() -> dict[str, str | None]:
 
 
 def script_timings(done_dir: Path) -> dict[str, float]:
-    """Step timings an emitted script left as ``<root>/.g4build-done/<step>.seconds``."""
+    """Step timings an emitted script left as ``<root>/.g4build-done/<step>.seconds``; a marker that is not one
+    (a FIFO, a device, not a plain count of seconds, nan, 1e999, negative) is a ConfigError, before any manifest
+    is written."""
     found: dict[str, float] = {}
     for marker in sorted(done_dir.glob("*.seconds")) if done_dir.is_dir() else ():
-        try:
-            found[marker.name.removesuffix(".seconds")] = float(marker.read_text(encoding="utf-8-sig").strip())
-        except (OSError, ValueError):
-            continue
+        name = marker.name.removesuffix(".seconds")
+        hint = f"remove {marker} (or run the build script with G4BUILD_CLEAN=1)"
+        raw = read_regular(marker, SECONDS_MAX_BYTES, "a step's timing")
+        text = raw.decode("utf-8-sig", errors="replace").strip()
+        if not STEP_NAME.fullmatch(name) or not _SECONDS.fullmatch(text):
+            raise ConfigError(f"{marker}: expected a step's timing (a step name of ASCII letters, digits and . _ -; "
+                              f"a whole or decimal count of seconds), found {text[:40]!r}", hint=hint)
+        value = float(text)
+        if (problem := seconds_problem(value)) is not None:
+            raise ConfigError(f"{marker}: {problem}", hint=hint)
+        found[name] = value
     return found
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import json
 import os
 import platform as host_platform
 import re
@@ -26,6 +25,7 @@ from g4build.errors import ImageError, IntegrityError
 from g4build.image.engine import DockerFactory, open_engine_image
 from g4build.image.layers import clean_member_name, drain
 from g4build.image.model import ImageInfo, LayerStream, OpenedImage
+from g4build.util.safeload import loads_json
 
 _BLOB = re.compile(r"^blobs/(sha256)/([0-9a-f]{64})$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -167,10 +167,8 @@ def _read_json(bundle: _Bundle, rel: str, digest: str | None = None) -> Any:
     if digest is not None and "sha256:" + hashlib.sha256(data).hexdigest() != digest:
         raise IntegrityError(f"{bundle.name}: {rel} does not match its digest {digest}",
                              hint="the image files are damaged or were altered; save or pull the image again")
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, nesting too deep
-        raise ImageError(f"{bundle.name}: {rel} is not valid JSON (or nests too deeply): {str(exc)[:200]}") from exc
+    # bounded as every file g4build did not write: nesting, number size, NaN and Infinity (safeload)
+    return loads_json(data, f"{bundle.name}: {rel}", error=ImageError)
 
 
 def _read_blob_json(bundle: _Bundle, digest: Any, where: str) -> Any:
@@ -347,6 +345,9 @@ def open_image(
             bundle = _DirBundle(path)
         elif path.is_file():
             bundle = _TarBundle(path, stack)
+        elif os.path.lexists(path):  # a FIFO or a device: never opened (a FIFO would block)
+            raise ImageError(f"image '{image}' is neither a folder nor a regular file (a FIFO, a device or a link "
+                             "to nothing)", hint="pass a `docker save` tarball or an OCI layout folder or tarball")
         elif _looks_like_path(image):
             raise ImageError(
                 f"image '{image}' does not exist",

@@ -27,6 +27,8 @@ from g4build.wheelfile.wheelfile import WheelName, metadata_fields
 # Nothing that is a path separator, a URL's '#', '?' or '%', or HTML's '<', '>', '&', quotes.
 _FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.whl$")
 _PROJECT = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+# ASCII only: \d and str.isdigit take other scripts' digits (Arabic-Indic, fullwidth), which must not reach a page
+_CUDA = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}(?:\.[0-9]{1,4})?", re.ASCII)
 _CHUNK = 1 << 20
 
 
@@ -133,8 +135,11 @@ def read_entry(path: Path) -> WheelEntry:
         except InvalidSpecifier as exc:
             raise ValidationError(f"{path.name}: METADATA Requires-Python {requires!r} is no version specifier",
                                   hint="e.g. Requires-Python: >=3.10; rebuild the wheel with a valid one") from exc
+    build = build_of(manifest) if manifest is not None else None
+    if build is not None and build.cuda and not _CUDA.fullmatch(build.cuda):
+        raise ValidationError(f"{path.name}: its {MANIFEST_NAME} names CUDA {build.cuda[:40]!r}; expected MAJOR.MINOR "
+                              "of ASCII digits, e.g. 13.0", hint="rebuild the wheel: its manifest was altered")
     return WheelEntry(
         filename=name.filename, project=project, version=str(name.version), sha256=file_sha256(path),
-        size=path.stat().st_size, metadata=metadata, requires_python=requires,
-        build=build_of(manifest) if manifest is not None else None,
+        size=path.stat().st_size, metadata=metadata, requires_python=requires, build=build,
     )

@@ -7,8 +7,9 @@ wheels and options give the same bytes in every file.
 
 Only a folder the tool made is replaced: its g4build-index.json must carry the marker and list every file the
 folder holds (``site_problem``). Publishing is two renames, the earlier site set aside under a fixed name beside
-``--out`` first; a kill between them leaves it there, and the next run puts it back before anything else, so
-the earlier site survives any kill and any later failing build.
+``--out`` first; a kill between them leaves it there, where it survives any later failing build until a build
+publishes. It is never renamed back to ``--out``: a folder at that name may be one no run set aside, and a build
+that fails must not create ``--out``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from packaging.version import Version
 
 from g4build.errors import UsageError, ValidationError
 from g4build.fsutil import staging_dir, sweep_staging
@@ -85,12 +88,14 @@ def find_wheels(folder: Path) -> list[Path]:
 
 def check_unique(wheels: list[Path]) -> None:
     """One file per project, version and tag, compared as an installer does (PEP 503 names, PEP 440 versions,
-    tags in lower case): ``VLLM-0.21.0-...`` and ``vllm-0.021.0-...`` are one wheel to pip, served twice."""
-    seen: dict[tuple[str, str, str], str] = {}
+    tags in lower case): ``VLLM-0.21.0-...``, ``vllm-0.021.0-...`` and ``vllm-0.21.0.0-...`` are one wheel to pip,
+    served twice. Versions are compared as ``Version`` objects, not as text: 0.21.0 == 0.21.0.0 under PEP 440
+    (trailing zeros of the release do not count), though their normalised texts differ."""
+    seen: dict[tuple[str, Version, str], str] = {}
     for wheel in wheels:
         name = WheelName.parse(wheel.name)
         for tag in name.tags:
-            key = (name.project, str(name.version), tag.lower())
+            key = (name.project, Version(str(name.version)), tag.lower())
             if key in seen:
                 raise ValidationError(
                     f"{seen[key]} and {wheel.name}: two wheels for {name.project} {name.version} ({tag}); an index "
@@ -162,8 +167,10 @@ def aside_of(out: Path) -> Path:
 
 
 def recover(out: Path) -> str | None:
-    """Finish what a killed publish left: the earlier site set aside comes back when ``out`` is gone (killed
-    between the renames), or is removed when ``out`` is there (killed after them). Says what it did."""
+    """Finish what a killed publish left at the aside name: removed when ``out`` is there (killed after the
+    renames); when ``out`` is gone (killed between them, or a folder planted there) it is left where it is and
+    nothing becomes ``out`` until this build publishes, which then drops it: a build that fails leaves ``out``
+    absent, never filled from the aside name. Says what it did."""
     aside = aside_of(out)
     if not os.path.lexists(aside):
         return None
@@ -175,8 +182,8 @@ def recover(out: Path) -> str | None:
         raise UsageError(f"{aside}: expected an earlier index site a killed run set aside, found something else "
                          f"({why}); nothing was changed", hint=f"move {aside} away, then run again")
     if not os.path.lexists(out):
-        os.rename(aside, out)
-        return f"put back the earlier site a killed run had set aside ({aside} -> {out})"
+        return (f"found an earlier site a killed run set aside ({aside}); it is replaced once this build "
+                "publishes, and left there if the build fails")
     with staging_dir(out.parent) as stage:
         os.rename(aside, stage / "previous")  # one rename, then removed with the staging folder (or by a sweep)
     return f"removed the earlier site a killed run had set aside ({aside})"
@@ -196,7 +203,7 @@ def _publish(site: Path, out: Path, stage: Path) -> None:
         if had and not os.path.lexists(out):
             os.rename(aside, out)
         raise
-    if had:
+    if os.path.lexists(aside):  # the earlier site, or one a killed run left beside a missing out (``recover``)
         os.rename(aside, stage / "previous")
 
 

@@ -46,7 +46,7 @@ def diffs_by_file(patches: Sequence[PatchFile]) -> dict[str, list[tuple[str, Fil
     """Each touched path with its file sections, in stack order, labelled by their patch."""
     out: dict[str, list[tuple[str, FileDiff]]] = {}
     for patch in patches:
-        for diff in parse_patch(patch.path.read_bytes(), where=str(patch.path)):
+        for diff in parse_patch(patch.read_bytes(), where=str(patch.path)):
             out.setdefault(diff.path, []).append((patch.label, diff))
     return out
 

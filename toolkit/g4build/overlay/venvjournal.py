@@ -13,6 +13,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -24,10 +25,13 @@ from typing import Any
 from g4build.errors import LockTimeoutError, PatchConflictError, ValidationError
 from g4build.overlay.wheel import safe_member
 from g4build.pins.index import cache_lock, cache_root, lock_timeout
+from g4build.util.safeload import read_json
 
 STATE = ".g4build-overlay"
 RECORD_JSON = "record.json"
 SIBLING_TMP = ".g4build-tmp"  # the suffix older g4build used next to installed files; still swept up
+JOURNAL_MAX_BYTES = 64 << 20  # a journal lists the files one overlay touches: a few hundred entries
+_SHA256 = re.compile(r"[0-9a-f]{64}", re.ASCII)
 
 
 @contextmanager
@@ -132,35 +136,77 @@ def write_journal(state: Path, journal: Journal) -> None:
     fsync_dir(state)
 
 
+def _hash_or_none(value: Any, key: str) -> str | None:
+    if value is None or (isinstance(value, str) and _SHA256.fullmatch(value)):
+        return value
+    raise ValueError(f"{key}: expected a sha256 or null, found {value!r:.40}")
+
+
+def _text(value: Any, key: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{key}: expected text, found {type(value).__name__}")
+    return value
+
+
+def _entry(f: Any) -> Entry:
+    if not isinstance(f, dict):
+        raise ValueError(f"a file entry: expected a mapping, found {type(f).__name__}")
+    link = f["link"]
+    if link is not None and not isinstance(link, str):
+        raise ValueError(f"link: expected text or null, found {type(link).__name__}")
+    return Entry(path=safe_member(_text(f["path"], "path")), kind=_text(f["kind"], "kind"),
+                 before=_hash_or_none(f["before"], "before"), link=link, after=_hash_or_none(f["after"], "after"))
+
+
+def _list(value: Any, key: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"{key}: expected a list, found {type(value).__name__}")
+    return value
+
+
 def read_journal(state: Path) -> Journal:
+    """The journal in ``state``, read bounded (a FIFO, a device, 64 MiB or deeper nesting than a journal has are
+    refused, never a hang or a RecursionError) and typed; else ValidationError saying how to recover."""
     path = state / RECORD_JSON
+    hint = ("reinstall vLLM into the venv (pip install --force-reinstall --no-deps vllm==…), then remove "
+            f"{state}")
     try:
-        raw = json.loads(path.read_text())
+        raw = read_json(path, JOURNAL_MAX_BYTES, "the journal g4build writes", error=ValidationError)
+    except ValidationError as exc:
+        raise ValidationError(exc.message, hint=hint) from None
+    try:
+        if not isinstance(raw, dict):
+            raise ValueError(f"expected a mapping, found {type(raw).__name__}")
         if raw.get("version") != 2:
             return _from_v1(raw)
-        files = [Entry(path=safe_member(str(f["path"])), kind=str(f["kind"]), before=f["before"], link=f["link"],
-                       after=f["after"]) for f in raw["files"]]
+        files = [_entry(f) for f in _list(raw["files"], "files")]
         if any(e.kind not in ("file", "link", "absent") for e in files):
             raise ValueError("unknown file kind")
-        return Journal(status=str(raw["status"]), pin=str(raw["pin"]), digest=str(raw["digest"]),
-                       site_packages=str(raw["site_packages"]), files=files,
-                       created_dirs=[safe_member(str(d)) for d in raw.get("created_dirs", [])])
+        return Journal(status=_text(raw["status"], "status"), pin=_text(raw["pin"], "pin"),
+                       digest=_text(raw["digest"], "digest"),
+                       site_packages=_text(raw["site_packages"], "site_packages"), files=files,
+                       created_dirs=[safe_member(_text(d, "created_dirs")) for d in
+                                     _list(raw.get("created_dirs", []), "created_dirs")])
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValidationError(
             f"{path}: expected the journal g4build writes (JSON with status and files), found something else ({exc})",
-            hint="reinstall vLLM into the venv (pip install --force-reinstall --no-deps vllm==…), then remove "
-                 f"{state}",
-        ) from exc
+            hint=hint,
+        ) from None
 
 
 def _from_v1(raw: dict[str, Any]) -> Journal:
     """A record of an older g4build (a finished overlay; RECORD backed up beside the files, its new hash unknown)."""
-    files = [Entry(path=safe_member(str(f["path"])), kind="absent" if f["before"] is None else "file",
-                   before=f["before"], link=None, after=f["after"]) for f in raw["files"]]
-    files.append(Entry(path=safe_member(str(raw["record"])), kind="file", before=None, link=None, after=None))
-    return Journal(status="done", pin=str(raw["pin"]), digest=str(raw["digest"]),
-                   site_packages=str(raw["site_packages"]), files=files,
-                   created_dirs=[safe_member(str(d)) for d in raw.get("created_dirs", [])])
+    files = []
+    for f in _list(raw["files"], "files"):
+        before = _hash_or_none(f["before"], "before")
+        files.append(Entry(path=safe_member(_text(f["path"], "path")), kind="absent" if before is None else "file",
+                           before=before, link=None, after=_hash_or_none(f["after"], "after")))
+    files.append(Entry(path=safe_member(_text(raw["record"], "record")), kind="file", before=None, link=None,
+                       after=None))
+    return Journal(status="done", pin=_text(raw["pin"], "pin"), digest=_text(raw["digest"], "digest"),
+                   site_packages=_text(raw["site_packages"], "site_packages"), files=files,
+                   created_dirs=[safe_member(_text(d, "created_dirs")) for d in
+                                 _list(raw.get("created_dirs", []), "created_dirs")])
 
 
 def describe(path: Path) -> Entry:

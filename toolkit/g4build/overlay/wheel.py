@@ -153,7 +153,7 @@ def safe_member(name: str) -> str:
 
 def touched_by(plan: OverlayPlan) -> set[str]:
     """Every path the plan's patches read or write (what an overlay extracts, patches and compares)."""
-    return {p for patch in plan.patches for p in touched_paths(patch.path.read_bytes())}
+    return {p for patch in plan.patches for p in touched_paths(patch.read_bytes())}
 
 
 def patch_into(root: Path, read: dict[str, bytes], plan: OverlayPlan, target: str) -> Patched:

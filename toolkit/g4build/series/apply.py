@@ -78,7 +78,8 @@ def apply_stack(tree: Path, stack: Sequence[Series], *, pin: str, version: str) 
                     continue
                 patch = patches[pr.file]
                 current = f"{patch.file} of {series.name}"
-                gittree.run_git(["apply", "--index", "--whitespace=nowarn", str(patch.path)], cwd=tree)
+                # the bytes read bounded (and checked) are the bytes applied: git never opens the file itself
+                gittree.run_git(["apply", "--index", "--whitespace=nowarn", "-"], cwd=tree, stdin=patch.read_bytes())
                 gittree.run_git(["commit", "-q", "--no-verify", "-F", "-"], cwd=tree, env=env,
                                 stdin=commit_message(series, patch, pin).encode())
                 applied.append(AppliedPatch(series=series.name, file=patch.file, commit=gittree.head(tree)))

@@ -31,6 +31,7 @@ from g4build.errors import ConfigError, UsageError
 from g4build.pins.model import FULL_SHA_RE, PIN_NAME_RE, SHA256_RE, Pin
 from g4build.series.model import Series, load_series
 from g4build.series.patchfile import parse_patch, touched_paths
+from g4build.util.safeload import read_patch
 from g4build.util.yamlsafe import confined, tree_relative
 
 DEPS_FOLDER = "deps"
@@ -158,7 +159,7 @@ def load_build_series(folder: Path) -> BuildSeries:
 
 
 def _touched(patch: Path) -> set[str]:
-    return touched_paths(parse_patch(patch.read_bytes(), where=str(patch)))
+    return touched_paths(parse_patch(read_patch(patch), where=str(patch)))
 
 
 def deps_root(root: Path | None = None) -> Path:

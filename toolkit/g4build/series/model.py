@@ -17,6 +17,7 @@ carrying it without them is broken, not merely incomplete); applying a subset th
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from g4build.data import load_yaml_mapping, patches_dir, require
 from g4build.errors import ConfigError, UsageError
 from g4build.pins.model import PIN_NAME_RE, Pin
 from g4build.source.base import base_digest
+from g4build.util.safeload import read_patch
 from g4build.util.yamlsafe import confined, tree_relative
 
 
@@ -38,7 +40,8 @@ class SeriesPatch:
     path: Path  # absolute path of the patch file
 
     def read_bytes(self) -> bytes:
-        return self.path.read_bytes()
+        """The patch's bytes, bounded (``safeload.read_patch``: no FIFO, device or oversized file)."""
+        return read_patch(self.path)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,7 +121,9 @@ def _variant(folder: Path, raw: Any, where: str) -> PinVariant:
         subject = require(entry, "subject", str, pw)
         path = confined(folder, file, f"{pw}.file")
         if not path.is_file():
-            raise ConfigError(f"{pw}.file: expected a patch file at {path}, found none",
+            found = "none" if not os.path.lexists(path) else "a folder" if path.is_dir() else \
+                "a named pipe, a device or a dangling link"  # never opened: a FIFO would block
+            raise ConfigError(f"{pw}.file: expected a patch file at {path}, found {found}",
                               hint="restore it (git checkout) or drop the entry from the list")
         patches.append(SeriesPatch(file=file, subject=subject, path=path))
     fps_raw = raw.get("fingerprints") or {}

@@ -15,12 +15,17 @@ from g4build.errors import PatchConflictError
 from g4build.series import patchfile
 from g4build.series.check import Scratch
 from g4build.series.model import SeriesPatch
+from g4build.util.safeload import read_patch
 
 
 @dataclass(frozen=True, kw_only=True)
 class PatchFile:
     label: str  # e.g. "gemma4-dflash/vllm-0.21.0/0001-x.patch", used in messages
     path: Path
+
+    def read_bytes(self) -> bytes:
+        """The patch's bytes, bounded (``safeload.read_patch``: no FIFO, device or oversized file)."""
+        return read_patch(self.path)
 
 
 def touched_paths(patch: bytes, *, where: str = "patch") -> set[str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from g4build.data import patches_dir
 from g4build.pins.model import Pin
+from g4build.util.safeload import read_patch
 
 PORT_VERSION = 2  # bump when the port's rules change: cached Windows trees and wheel versions then change too
 
@@ -26,5 +27,5 @@ def base_digest(pin: Pin, os_name: str) -> str:
     for path in base.keep_pin:
         h.update(f"{path}\0".encode())
     for patch in fixup_patches(os_name, pin) if base.onto else []:
-        h.update(hashlib.sha256(patch.read_bytes()).digest())
+        h.update(hashlib.sha256(read_patch(patch)).digest())
     return h.hexdigest()[:16]

@@ -35,6 +35,7 @@ from g4build.source.gittree import git_exe
 from g4build.source.merge import run_merge_file
 from g4build.util import gitsafe
 from g4build.util.gitsafe import is_vcs_name
+from g4build.util.safeload import read_patch
 from g4build.util.safetext import component_problem
 
 # Module-level imports that do not exist on Windows: after a port, a vllm module that still has one at the top
@@ -282,13 +283,14 @@ def posix_only_imports(tree: Path) -> list[str]:
 def _apply_fixups(tree: Path, patches: list[Path]) -> None:
     """``git apply`` each fixup in ``tree`` (which must be a git repository's top: paths are then tree-relative)."""
     for patch in patches:
+        data = read_patch(patch)  # bounded; git reads these bytes on stdin, never the file itself
         for args in (["--check"], []):
-            proc = subprocess.run([git_exe(), *_NEUTRAL, "apply", "--whitespace=nowarn", *args, str(patch)],
-                                  cwd=tree, capture_output=True, text=True, check=False, env=gitsafe.env())
+            proc = subprocess.run([git_exe(), *_NEUTRAL, "apply", "--whitespace=nowarn", *args, "-"],
+                                  cwd=tree, input=data, capture_output=True, check=False, env=gitsafe.env())
             if proc.returncode:
                 raise BaseConflictError(
                     f"fixup {patch.parent.parent.name}/{patch.parent.name}/{patch.name} does not apply to the "
-                    f"forward-ported tree: {proc.stderr.strip()[-800:]}",
+                    f"forward-ported tree: {proc.stderr.decode(errors='replace').strip()[-800:]}",
                     hint="refresh the fixup against the pin's version of the file (the file is in keep_pin)",
                 )
 

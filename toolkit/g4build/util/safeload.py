@@ -5,7 +5,8 @@ opened is a regular file outside the kernel's pseudo file systems (a link into `
 no more than its limit, so a 1 GiB (or sparse, or endless) file costs a few MB at most. ``loads_json`` parses JSON
 with bounded depth and numbers: an integer of more than ``MAX_NUMBER_CHARS`` characters, ``NaN``/``Infinity`` and
 a decimal that overflows to infinity are refused, so no later arithmetic meets a 4,000-digit or non-finite value.
-Every failure is a ``ConfigError`` (or the class the caller names) saying which file and what to do.
+A UTF-8 byte order mark (Windows Notepad writes one) is dropped. Every failure is a ``ConfigError`` (or the class
+the caller names) saying which file and what to do.
 """
 
 from __future__ import annotations
@@ -25,12 +26,21 @@ MAX_JSON_DEPTH = 64  # a model config nests 3 or 4 levels deep
 PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
 
 
-def _under_pseudo(path: Path) -> str | None:
-    real = os.path.realpath(path)
+MAX_PATCH_BYTES = 32 << 20  # the series' largest patch is tens of KB; a vLLM-wide refactor stays far below this
+
+
+def pseudo_root_of(real: str) -> str | None:
+    """The pseudo file system ``real`` (an absolute, resolved path) lies in, or None. Compared by whole path
+    parts: ``/system``, ``/sysroot`` and ``/devel`` are ordinary folders."""
     for root in PSEUDO_ROOTS:
         if real == root or real.startswith(root + "/"):
-            return real
+            return root
     return None
+
+
+def _under_pseudo(path: Path) -> str | None:
+    real = os.path.realpath(path)
+    return real if pseudo_root_of(real) is not None else None
 
 
 def read_regular(path: Path, limit: int, what: str, *, error: type[G4BuildError] = ConfigError) -> bytes:
@@ -57,22 +67,29 @@ def read_regular(path: Path, limit: int, what: str, *, error: type[G4BuildError]
         if info.st_size > limit:
             raise error(f"{path}: {info.st_size} bytes, more than the {limit} {what} may hold",
                         hint="check that this is the right file")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        data = read_bounded(fd, limit)
     except OSError as exc:
         raise error(f"{path}: expected {what}, could not read it: {exc.strerror or exc}",
                     hint="check the file and the disk it is on") from None
     finally:
         os.close(fd)
-    if size > limit:  # grew while read, or st_size lied
+    if data is None:  # grew while read, or st_size lied
         raise error(f"{path}: more than the {limit} bytes {what} may hold", hint="check that this is the right file")
-    return b"".join(chunks)
+    return data
+
+
+def read_bounded(fd: int, limit: int) -> bytes | None:
+    """All of ``fd`` up to its end, or None when it holds more than ``limit`` bytes: one byte past the limit is
+    read so that a file exactly at the limit and one over it are told apart (never cut to the limit)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return None if size > limit else b"".join(chunks)
 
 
 def _depth_problem(value: Any, limit: int) -> str | None:
@@ -136,3 +153,9 @@ def loads_json(raw: bytes, where: str, *, error: type[G4BuildError] = ConfigErro
 def read_json(path: Path, limit: int, what: str, *, error: type[G4BuildError] = ConfigError) -> Any:
     """``path`` as JSON: ``read_regular`` then ``loads_json``."""
     return loads_json(read_regular(path, limit, what, error=error), str(path), error=error)
+
+
+def read_patch(path: Path, *, error: type[G4BuildError] = ConfigError) -> bytes:
+    """A patch file's bytes, refused (by its size, unread) past ``MAX_PATCH_BYTES``, or when it is a FIFO, a
+    device or a link into /proc, /sys or /dev."""
+    return read_regular(path, MAX_PATCH_BYTES, "a patch file", error=error)

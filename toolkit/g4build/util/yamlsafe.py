@@ -237,7 +237,7 @@ def load_mapping(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: file not found", hint="is G4BUILD_HOME set to the g4build checkout?")
     raw = read_regular(path, MAX_DATA_BYTES, "a YAML data file")
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # the byte order mark Windows Notepad writes is no part of the data
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})",
                           hint="save the file as UTF-8") from exc

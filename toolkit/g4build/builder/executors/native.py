@@ -68,7 +68,9 @@ class NativeExecutor:
     def run(self, plan: BuildPlan, *, clean: bool = False) -> RunResult:
         root = Path(plan.layout.root)
         root.mkdir(parents=True, exist_ok=True)
-        state = BuildState.load(Path(plan.layout.state_file))
+        # --clean starts over without reading the old state: a damaged one must not stop the way out of it
+        state_file = Path(plan.layout.state_file)
+        state = BuildState(path=state_file) if clean else BuildState.load(state_file)
         if clean:
             state.done.clear()
             state.save()
