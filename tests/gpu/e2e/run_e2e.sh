@@ -181,6 +181,9 @@ install_wheel() {  # WHEEL DEST
 step_built() {  # the wheel `g4build wheel` built, as the engine steps' "patched" wheel
   local whl=${G4E2E_WHEEL:-}
   [ -f "$whl" ] || { echo "step built: G4E2E_WHEEL names no file ($whl)"; return 7; }
+  if [ -d "$stage/patched" ] && [ "$(cat "$stage/built-wheel" 2>/dev/null)" = "$whl" ]; then
+    say "built wheel $(basename "$whl") already installed"; return 0
+  fi
   if [ ! -d "$stage/g4" ]; then
     "$py" -m pip install -q --no-deps --no-build-isolation --target "$stage/g4" "$repo" \
       > "$stage/logs/g4build-install.log" 2>&1 || { tail -20 "$stage/logs/g4build-install.log"; return 9; }
