@@ -37,12 +37,23 @@ echo "$sha  $sdist" | sha256sum -c - >/dev/null || { echo "sdist $sdist: not the
 cp "$sdist" "$out/1/vllm-0.21.0.tar.gz"
 
 # 2. the FetchContent dependencies at the commits the sdist names
-extract() {  # GITDIR COMMIT DEST: the commit's files, media/ and docs/ left out (a mirror may not hold their
-  # large blobs, and nothing builds from them), through a private index: no work tree, no hook, no config of theirs
-  local idx
+extract() {  # GITDIR COMMIT DEST: the commit's files through a private index (no work tree, no hook, no config of
+  # theirs). media/ and docs/ are left out, and so is any blob a mirror does not hold (large media it may skip):
+  # each is named, and one that a build could read (source, CMake, headers, Python) stops the packing.
+  local idx missing
   idx=$(mktemp)
   GIT_INDEX_FILE=$idx git --git-dir="$1" read-tree "$2"
-  GIT_INDEX_FILE=$idx git --git-dir="$1" ls-files | grep -v -e '^media/' -e '^docs/' \
+  missing=$(GIT_INDEX_FILE=$idx git --git-dir="$1" ls-files -s | awk '$2 !~ /^160000/ {print $2}' \
+    | git --git-dir="$1" cat-file --batch-check='%(objectname)' 2>/dev/null | awk '/ missing$/ {print $1}' || true)
+  GIT_INDEX_FILE=$idx git --git-dir="$1" ls-files -s | awk -v m="$missing" '
+      BEGIN { n = split(m, a, "\n"); for (i = 1; i <= n; i++) gone[a[i]] = 1 }
+      $1 == "160000" { next }
+      { path = $0; sub(/^[^\t]*\t/, "", path) }
+      path ~ /^(media|docs)\// { next }
+      ($2 in gone) { print "left out (not in the mirror): " path > "/dev/stderr"
+                     if (path ~ /\.(cu|cuh|h|hpp|cpp|cc|c|py|cmake|txt|in|inl)$/) bad = 1; next }
+      { print path }
+      END { exit bad }' \
     | GIT_INDEX_FILE=$idx git --git-dir="$1" --work-tree="$3" checkout-index --stdin
   rm -f "$idx"
 }
