@@ -145,6 +145,24 @@ def _needs(section: GNUVerNeedSection, size: int) -> dict[str, list[str]]:
     return versions
 
 
+def _dynamic_names_needs(elf: ELFFile, size: int) -> bool:
+    """Whether the PT_DYNAMIC segment has a DT_VERNEED entry (read within its own bytes and our limits)."""
+    if elf.num_segments() > MAX_SECTIONS:
+        raise ElfFormatError(f"{elf.num_segments()} program headers (at most {MAX_SECTIONS})")
+    for segment in elf.iter_segments():
+        if segment["p_type"] != "PT_DYNAMIC":
+            continue
+        if segment["p_offset"] + segment["p_filesz"] > size or segment["p_filesz"] > MAX_NEEDS_BYTES:
+            raise ElfFormatError(f"the dynamic segment claims bytes {segment['p_offset']}.."
+                                 f"{segment['p_offset'] + segment['p_filesz']} (the file has {size})")
+        for seen, tag in enumerate(segment.iter_tags()):
+            if seen > MAX_ENTRIES:
+                raise ElfFormatError(f"more than {MAX_ENTRIES} dynamic entries")
+            if tag.entry.d_tag == "DT_VERNEED":
+                return True
+    return False
+
+
 def _read(data: bytes | mmap.mmap) -> ElfNeeds:
     size = len(data)
     if bytes(data[:4]) != b"\x7fELF":
@@ -176,6 +194,11 @@ def _read(data: bytes | mmap.mmap) -> ElfNeeds:
                 raise ElfFormatError(f"section {i} is not a version-needs section")
             for lib, names in _needs(section, size).items():
                 versions.setdefault(lib, []).extend(names)
+        if not versions and _dynamic_names_needs(elf, size):
+            # the loader follows the dynamic section, not section headers: needs hidden from the one are still
+            # bound through the other (a retyped or removed .gnu.version_r)
+            raise ElfFormatError("the dynamic section names version needs (DT_VERNEED) that no version-needs "
+                                 "section holds")
         machine = elf["e_machine"]
     return ElfNeeds(machine=MACHINES.get(machine, f"machine-{machine}") if isinstance(machine, str) else
                     f"machine-{machine}", versions={k: tuple(dict.fromkeys(v)) for k, v in versions.items()})
