@@ -44,6 +44,7 @@ def compile_library(folder: Path, name: str, source: str, *, cxx: bool = False, 
 
 def needing_version(folder: Path, version: str, name: str = "libuse.so") -> Path:
     """A library that binds ``fake_fn@version`` from ``libfake.so``: the linker writes the need itself."""
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "fake.map").write_text(f"{version} {{ global: fake_fn; local: *; }};\n")
     compile_library(folder, "libfake.so", "int fake_fn(void) { return 1; }\n", args=("-Wl,--version-script=fake.map",))
     return compile_library(folder, name, "int fake_fn(void);\nint use(void) { return fake_fn(); }\n",

@@ -102,7 +102,8 @@ def read_tag_facts(wheel: Path) -> TagFacts:
     sizes validate allows (wheelfile.safety.check_limits): a zip bomb is refused before anything is inflated."""
     needs: dict[str, ElfNeeds] = {}
     unreadable: dict[str, str] = {}
-    with zipfile.ZipFile(wheel) as zf, tempfile.TemporaryDirectory(prefix="g4build-tags-") as tmp:
+    # the scratch copy beside the wheel: the stamp writes nothing outside the folder it is given
+    with zipfile.ZipFile(wheel) as zf, tempfile.TemporaryDirectory(prefix=".g4build-tags-", dir=wheel.parent) as tmp:
         check_limits(zf.infolist(), wheel.name)
         names = [i.filename for i in zf.infolist() if not i.is_dir()]
         for info in zf.infolist():
