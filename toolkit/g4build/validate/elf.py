@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, cast
 
 from elftools.common.exceptions import ELFError
+from elftools.elf.dynamic import DynamicSegment
 from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection
 
@@ -150,7 +151,7 @@ def _dynamic_names_needs(elf: ELFFile, size: int) -> bool:
     if elf.num_segments() > MAX_SECTIONS:
         raise ElfFormatError(f"{elf.num_segments()} program headers (at most {MAX_SECTIONS})")
     for segment in elf.iter_segments():
-        if segment["p_type"] != "PT_DYNAMIC":
+        if not isinstance(segment, DynamicSegment):
             continue
         if segment["p_offset"] + segment["p_filesz"] > size or segment["p_filesz"] > MAX_NEEDS_BYTES:
             raise ElfFormatError(f"the dynamic segment claims bytes {segment['p_offset']}.."
