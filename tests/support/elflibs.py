@@ -53,6 +53,7 @@ def needing_version(folder: Path, version: str, name: str = "libuse.so") -> Path
 
 def versioned_libfoo(folder: Path) -> tuple[Path, Path]:
     """``libfoo.so.1`` (soname and version node FOO_1.0, itself needing libm's GLIBC_2.29) and a library using it."""
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "foo.map").write_text("FOO_1.0 { global: foo; local: *; };\n")
     lib = compile_library(folder, "libfoo.so.1", "#include <math.h>\ndouble foo(double x) { return exp(x); }\n",
                           args=("-Wl,-soname,libfoo.so.1", "-Wl,--version-script=foo.map", "-lm"))

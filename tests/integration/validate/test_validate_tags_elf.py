@@ -81,3 +81,21 @@ def test_a_forged_version_need_fails_the_check_with_its_name(tmp_path: Path) -> 
                         tag=f"cp38-abi3-manylinux_2_17_{MACHINE}")
     ok, detail = _tags(wheel)
     assert not ok and "GLIBC_999.99" in detail and "past any real" in detail
+
+
+def test_libraries_of_two_machines_in_one_wheel(tmp_path: Path) -> None:
+    """A library of another machine (its header says aarch64) among this machine's: no manylinux tag is
+    computed for the mix, and a claim of one fails the check naming the foreign library."""
+    from g4build.emit.stamp import stamp
+
+    native = compile_library(tmp_path, "libold.so", OLD_C).read_bytes()
+    other = bytearray(native)
+    other[0x12:0x14] = (183 if MACHINE != "aarch64" else 62).to_bytes(2, "little")
+    files = {"vllm/__init__.py": "", "vllm/_C.abi3.so": native, "vllm/_arm_C.abi3.so": bytes(other)}
+    claimed = build_wheel(tmp_path / "claimed", files, tag=f"cp38-abi3-manylinux_2_17_{MACHINE}")
+    ok, detail = _tags(claimed)
+    assert not ok and "vllm/_arm_C.abi3.so" in detail and "another machine" in detail
+    out = tmp_path / "out"
+    build_wheel(out, files, version="0.21.0+cu130.local", tag=f"cp312-cp312-linux_{MACHINE}")
+    assert stamp(out, {"schema": 1, "series": [], "digest": "x"}, version="0.21.0+cu130.local", retag=True) == \
+        [f"vllm-0.21.0+cu130.local-cp312-cp312-linux_{MACHINE}.whl"]  # kept: nothing better is justified

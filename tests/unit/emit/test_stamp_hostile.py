@@ -166,7 +166,8 @@ def test_a_signal_mid_rewrite_leaves_the_wheel_and_no_temporary_file(tmp_path: P
 
 
 @needs_cc
-def test_a_zip_bomb_is_refused_before_it_is_inflated(tmp_path: Path) -> None:
+@pytest.mark.parametrize("retag", [True, False])
+def test_a_zip_bomb_is_refused_before_it_is_inflated(tmp_path: Path, retag: bool) -> None:
     out = tmp_path / "out"
     out.mkdir()
     wheel = out / f"vllm-{VERSION}-cp312-cp312-linux_{MACHINE}.whl"
@@ -181,7 +182,7 @@ def test_a_zip_bomb_is_refused_before_it_is_inflated(tmp_path: Path) -> None:
                 member.write(block)
     before = _state(out)
     with pytest.raises(ValidationError, match="zip bomb") as caught:
-        stamp(out, MANIFEST, version=VERSION, retag=True)
+        stamp(out, MANIFEST, version=VERSION, retag=retag)
     assert caught.value.exit_code == 10
     assert _state(out) == before and sorted(p.name for p in out.iterdir()) == [LOCK_FILE, wheel.name]
 

@@ -166,3 +166,16 @@ def test_an_interrupted_stamp_leaves_the_wheel_as_it_was_and_no_copy(tmp_path: P
     # no copy, no manifest naming a new wheel (the stamp's lock file stays, as every lock of g4build's does)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".g4build-manifest.lock", wheel.name]
     assert wheel.read_bytes() == before
+
+
+@needs_cc
+def test_a_versioned_so_1_in_the_wheel_counts_for_the_tag(tmp_path: Path) -> None:
+    from tests.support.elflibs import versioned_libfoo
+
+    lib, user = versioned_libfoo(tmp_path / "libs")
+    wheel = build_wheel(tmp_path / "out", {"vllm/__init__.py": "", "vllm/_C.abi3.so": user.read_bytes(),
+                                           "vllm/libs/libfoo.so.1": lib.read_bytes()},
+                        version="0.21.0+cu130.local", tag="cp312-cp312-linux_x86_64")
+    facts = read_tag_facts(wheel)
+    assert set(facts.libraries) == {"vllm/_C.abi3.so", "vllm/libs/libfoo.so.1"}
+    assert facts.needed(MACHINE).glibc == (2, 31) and facts.needed(MACHINE).newest == "vllm/libs/libfoo.so.1"

@@ -143,8 +143,7 @@ def retag_for(wheel: Path) -> tuple[str, list[str]]:
     nothing better to say (a Windows or pure-Python wheel). A library that cannot be read or binds a version
     no real release has is refused: no tag is guessed for it."""
     current = "-".join(wheel.name[:-len(".whl")].split("-")[-3:])
-    with zipfile.ZipFile(wheel) as zf:
-        check_limits(zf.infolist(), wheel.name)
+    with zipfile.ZipFile(wheel) as zf:  # METADATA read within its own limit; the members' sizes are read_tag_facts'
         meta = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
         raw = read_small(zf, meta[0], wheel.name) if len(meta) == 1 else b""
         fields = metadata_fields(_text(raw, wheel, meta[0]).encode()) if raw else {}
