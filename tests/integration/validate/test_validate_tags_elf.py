@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from tests.support.elflibs import (
     CXX_SRC,
     LIBM_C,
@@ -75,10 +76,11 @@ def test_libstdcxx_needs_count_as_glibc_needs_do(tmp_path: Path) -> None:
     assert _tags(enough)[0]
 
 
-def test_a_forged_version_need_fails_the_check_with_its_name(tmp_path: Path) -> None:
+@pytest.mark.parametrize("tag", [f"cp38-abi3-manylinux_2_17_{MACHINE}", f"cp312-cp312-linux_{MACHINE}",
+                                 "cp312-cp312-win_amd64"])
+def test_a_forged_version_need_fails_the_check_with_its_name(tmp_path: Path, tag: str) -> None:
     lib = needing_version(tmp_path, "GLIBC_999.99").read_bytes()
-    wheel = build_wheel(tmp_path / "out", {"vllm/__init__.py": "", "vllm/_C.abi3.so": lib},
-                        tag=f"cp38-abi3-manylinux_2_17_{MACHINE}")
+    wheel = build_wheel(tmp_path / "out", {"vllm/__init__.py": "", "vllm/_C.abi3.so": lib}, tag=tag)
     ok, detail = _tags(wheel)
     assert not ok and "GLIBC_999.99" in detail and "past any real" in detail
 

@@ -68,15 +68,19 @@ class TagFacts:
                 glibc, newest = p.glibc, member
         return Needed(glibc=glibc, newest=newest, blocked=tuple(blocked), forged=tuple(forged))
 
-    def refusals(self) -> list[str]:
-        """Why no tag may be computed at all: a library that cannot be read, a version no release has."""
-        forged = []
+    def forged(self) -> list[str]:
+        """The libraries that bind a version no real release has (on any machine, whatever the wheel's tag)."""
+        found = []
         for member, needs in sorted(self.libraries.items()):
             try:
                 needs.policy()
             except ForgedVersion as exc:
-                forged.append(f"{member}: {exc}")
-        return [*(f"{n}: its ELF cannot be read ({e})" for n, e in sorted(self.unreadable.items())), *forged]
+                found.append(f"{member}: {exc}")
+        return found
+
+    def refusals(self) -> list[str]:
+        """Why no tag may be computed at all: a library that cannot be read, a version no release has."""
+        return [*(f"{n}: its ELF cannot be read ({e})" for n, e in sorted(self.unreadable.items())), *self.forged()]
 
     @property
     def machines(self) -> set[str]:
@@ -188,6 +192,7 @@ def check_tags(tags: tuple[str, ...], facts: TagFacts) -> Check:
     """A wheel's tags against its libraries: a manylinux tag must not promise an older glibc than a library
     binds to, and the arch must match; an extension module outside the stable ABI in an abi3 wheel is named."""
     problems: list[str] = [f"{n}: its ELF version needs cannot be read ({e})" for n, e in facts.unreadable.items()]
+    problems.extend(facts.forged())  # whatever the tag: a forged need is no library a build makes
     notes: list[str] = []
     for tag in tags:
         _, abi, plat = tag.split("-")
@@ -197,7 +202,6 @@ def check_tags(tags: tuple[str, ...], facts: TagFacts) -> Check:
         if foreign := sorted(n for n, e in facts.libraries.items() if e.machine != arch):
             problems.append(f"{tag}: {', '.join(foreign[:3])} built for another machine than {arch}")
         needed = facts.needed(arch)
-        problems.extend(f"{tag}: {w}" for w in needed.forged)
         if glibc is not None:
             problems.extend(f"{tag} promises manylinux, but {w}: no manylinux admits it" for w in needed.blocked)
             if needed.glibc is not None and needed.glibc > glibc and needed.newest:
