@@ -104,6 +104,9 @@ def _hostile(tmp_path: Path, damage: str) -> bytes:
         table.put(strtab, "size", 2**64 - 1)
     elif damage == "huge-strtab":
         table.put(strtab, "size", 2**64 - 1)
+    elif damage == "big-verneed":  # inside the file, but past what any version-needs section holds
+        data += bytes(2 << 20)
+        table.put(need, "size", 2 << 20)
     elif damage == "nobits-verneed":
         table.put(need, "type", 8)
     elif damage == "link-past-end":  # one past the last section: an off-by-one lets an IndexError out
@@ -138,6 +141,7 @@ def _hostile(tmp_path: Path, damage: str) -> bytes:
 
 @pytest.mark.parametrize(("damage", "says"), [
     ("nobits-strtab", "NOBITS"), ("huge-strtab", "claims bytes"), ("nobits-verneed", "DT_VERNEED"),
+    ("big-verneed", f"the limit is {1 << 20}"),
     ("link-past-end", "links string table"), ("link-not-strtab", "expected a string table"),
     ("count", "version needs (at most"), ("loop", f"more than {MAX_ENTRIES}"),
     ("string-past-table", "inside its table"), ("no-nul", "runs past"), ("sections-extended", "section table"),
