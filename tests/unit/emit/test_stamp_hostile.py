@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.elflibs import LIBM_C, MACHINE, OLD_C, SectionTable, compile_library, needing_version, needs_cc
-from tests.support.wheelsfactory import build_wheel
+from tests.support.wheelsfactory import build_wheel, run_g4build
 
 import g4build
 from g4build.emit.stamp import LOCK, stamp
@@ -248,3 +248,25 @@ def test_nothing_is_written_outside_out(tmp_path: Path, old_lib: bytes, monkeypa
     assert list(scratch.iterdir()) == []
     assert sorted(p.name for p in out.iterdir()) == sorted([LOCK_FILE, "build-manifest.json",
                                                             _final(f"cp312-cp312-manylinux_2_17_{MACHINE}")])
+
+
+@needs_cc
+@pytest.mark.parametrize(("case", "code", "says"), [
+    ("collision", 9, "would all become"), ("forged", 9, "GLIBC_999.99"), ("not-utf8", 9, "WHEEL is not UTF-8"),
+])
+def test_g4build_manifest_fails_closed_with_one_line_and_its_exit_code(tmp_path: Path, old_lib: bytes, case: str,
+                                                                      code: int, says: str) -> None:
+    out = tmp_path / "out"
+    if case == "collision":
+        _wheel(out, old_lib)
+        _wheel(out, old_lib, tag=f"cp312-cp312-manylinux_2_5_{MACHINE}")
+    elif case == "forged":
+        _wheel(out, needing_version(tmp_path / "libs", "GLIBC_999.99").read_bytes())
+    else:
+        _wheel(out, old_lib, members={f"vllm-{VERSION}.dist-info/WHEEL": b"Wheel-Version: 1.0\nTag: \xff\n"})
+    before = _state(out)
+    done = run_g4build("manifest", "--pin", "vllm-0.21.0", "--out", str(out), "--os", "linux")
+    assert done.returncode == code, done.stderr
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and says in errors[0] and "Traceback" not in done.stderr
+    assert _state(out) == before
