@@ -43,9 +43,9 @@ def test_the_version_needs_of_a_real_library(tmp_path: Path) -> None:
     needs = read_elf_needs(_library(tmp_path, "new", NEW))
     assert needs.machine == MACHINE
     assert "GLIBC_2.25" in needs.versions["libc.so.6"]
-    assert needs.glibc is not None and needs.glibc >= (2, 25)
+    assert needs.glibc_needed is not None and needs.glibc_needed >= (2, 25)
     old = read_elf_needs(_library(tmp_path, "old", OLD))
-    assert old.glibc is not None and old.glibc < (2, 25)
+    assert old.glibc_needed is not None and old.glibc_needed < (2, 25)
 
 
 @needs_cc
@@ -120,7 +120,7 @@ def test_check_tags_holds_the_claim_to_the_libraries(tag: str, ok: bool) -> None
 @needs_cc
 def test_stamp_retags_the_wheel_and_validate_agrees(tmp_path: Path) -> None:
     lib = _library(tmp_path, "c", NEW)
-    glibc = read_elf_needs(lib).glibc
+    glibc = read_elf_needs(lib).policy().glibc
     assert glibc is not None
     out = tmp_path / "out"
     wheel = build_wheel(out, {"vllm/__init__.py": "", "vllm/_C.abi3.so": lib}, version="0.21.0+cu130.local",
@@ -131,7 +131,7 @@ def test_stamp_retags_the_wheel_and_validate_agrees(tmp_path: Path) -> None:
     older = build_wheel(tmp_path / "older", {"vllm/__init__.py": "", "vllm/_C.abi3.so": lib},
                         version="0.21.0+cu130.local", tag="cp312-cp312-linux_x86_64")
     names = stamp(out, {"schema": 1, "series": [], "digest": "x"}, version="0.21.0+cu130.local", retag=True)
-    want = f"vllm-0.21.0+cu130.local-cp312-cp312-manylinux_2_{max(glibc, (2, 17))[1]}_{MACHINE}.whl"
+    want = f"vllm-0.21.0+cu130.local-cp312-cp312-manylinux_2_{glibc[1]}_{MACHINE}.whl"
     assert names == [want] and not wheel.exists() and (out / want).is_file()  # no Requires-Python: cpXY kept
     with zipfile.ZipFile(out / want) as zf:
         assert f"Tag: {want[:-4].split('-', 2)[2]}" in zf.read("vllm-0.21.0+cu130.local.dist-info/WHEEL").decode()
@@ -148,7 +148,7 @@ def test_stamp_retags_the_wheel_and_validate_agrees(tmp_path: Path) -> None:
     assert sorted(p.name for p in out.glob("*.whl")) == [want]
     with zipfile.ZipFile(out / want) as zf:
         assert zf.read("vllm/__init__.py") == b"# newer\n"
-    assert read_tag_facts(out / want).glibc == glibc
+    assert read_tag_facts(out / want).needed(MACHINE).glibc == glibc
 
 
 def test_an_interrupted_stamp_leaves_the_wheel_as_it_was_and_no_copy(tmp_path: Path,
@@ -163,5 +163,19 @@ def test_an_interrupted_stamp_leaves_the_wheel_as_it_was_and_no_copy(tmp_path: P
     monkeypatch.setattr("g4build.emit.stamp.shutil.copyfileobj", interrupted)
     with pytest.raises(KeyboardInterrupt):
         stamp(tmp_path, {"schema": 1, "series": [], "digest": "x"}, version="0.21.0+cu130.local", retag=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [wheel.name]  # no copy, no manifest naming a new wheel
+    # no copy, no manifest naming a new wheel (the stamp's lock file stays, as every lock of g4build's does)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".g4build-manifest.lock", wheel.name]
     assert wheel.read_bytes() == before
+
+
+@needs_cc
+def test_a_versioned_so_1_in_the_wheel_counts_for_the_tag(tmp_path: Path) -> None:
+    from tests.support.elflibs import versioned_libfoo
+
+    lib, user = versioned_libfoo(tmp_path / "libs")
+    wheel = build_wheel(tmp_path / "out", {"vllm/__init__.py": "", "vllm/_C.abi3.so": user.read_bytes(),
+                                           "vllm/libs/libfoo.so.1": lib.read_bytes()},
+                        version="0.21.0+cu130.local", tag="cp312-cp312-linux_x86_64")
+    facts = read_tag_facts(wheel)
+    assert set(facts.libraries) == {"vllm/_C.abi3.so", "vllm/libs/libfoo.so.1"}
+    assert facts.needed(MACHINE).glibc == (2, 31) and facts.needed(MACHINE).newest == "vllm/libs/libfoo.so.1"

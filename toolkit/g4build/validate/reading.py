@@ -123,7 +123,7 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
                     return _not_a_library(member, f"{size} bytes")
                 sink.flush()
                 with mmap.mmap(sink.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                    return _library(member, cast(bytes, mapped), spool)  # mmap reads like bytes: find, slices
+                    return _library(member, mapped, spool)
         except ZIP_OR_OS_ERRORS as exc:
             return Member(name=info.filename, hash="", size=-1, error=f"unreadable: {exc}")
         finally:
@@ -134,20 +134,22 @@ def read_wheel(path: Path, *, keep: set[str], cuobjdump: Path | None, workers: i
                       fatbin_error=f"{member.name}: expected an ELF or PE library (its name says native code), "
                                    f"found {found}: it holds no readable code for any GPU arch")
 
-    def _library(member: Member, data: bytes, spool: Path) -> Member:
+    def _library(member: Member, data: mmap.mmap, spool: Path) -> Member:
         if data[:4] != b"\x7fELF" and data[:2] != b"MZ":
             return _not_a_library(member, f"{member.size} bytes starting {bytes(data[:4])!r}")
-        try:
-            archs = read_library_archs(data, member.name)
-        except FatbinFormatError as exc:
-            return Member(name=member.name, hash=member.hash, size=member.size, text=member.text,
-                           fatbin_error=str(exc))
+        # the ELF needs are read whatever the fatbin reader says: a library it refuses still binds glibc
+        # versions, and the tags check must see them (fail closed: never "0 ELF" for an unread library)
         elf, elf_error = None, None
         if data[:4] == b"\x7fELF":
             try:
                 elf = read_elf_needs(data)
             except ElfFormatError as exc:
                 elf_error = str(exc)
+        try:
+            archs = read_library_archs(cast(bytes, data), member.name)  # mmap reads like bytes: find, slices
+        except FatbinFormatError as exc:
+            return Member(name=member.name, hash=member.hash, size=member.size, text=member.text,
+                          fatbin_error=str(exc), elf=elf, elf_error=elf_error)
         listed, failed = None, None
         if archs.fatbins and cuobjdump:
             try:

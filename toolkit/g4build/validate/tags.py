@@ -20,13 +20,27 @@ from pathlib import Path
 
 from g4build.validate.check import Check
 from g4build.validate.elf import ElfFormatError, ElfNeeds, read_elf_needs
+from g4build.validate.fatbin import is_native
+from g4build.validate.manylinux import CONSTRAINED, ForgedVersion
+from g4build.wheelfile.safety import check_limits, stream_member
 
 MANYLINUX_FLOOR = (2, 17)  # manylinux2014: what pip and every current distribution take
 LEGACY = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
-_PLATFORM = re.compile(r"(?:manylinux_([0-9]+)_([0-9]+)|(manylinux1|manylinux2010|manylinux2014)|linux)_(\w+)",
+_PLATFORM = re.compile(r"(?:manylinux_([0-9]{1,9})_([0-9]{1,9})|(manylinux1|manylinux2010|manylinux2014)|linux)_(\w+)",
                        re.ASCII)
 _CPYTHON_EXT = re.compile(r"\.cpython-([0-9]+)[a-z]*-[\w-]+\.so$", re.ASCII)
 _MIN_PYTHON = re.compile(r">=\s*([0-9]+)\.([0-9]+)", re.ASCII)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Needed:
+    """What a wheel's libraries allow on one arch: the oldest manylinux glibc (None: none), the library that
+    decides it, and what keeps any manylinux tag out (a need no row admits) or refuses the wheel (forged)."""
+
+    glibc: tuple[int, int] | None
+    newest: str | None = None  # the library with the newest need
+    blocked: tuple[str, ...] = ()  # "<member>: GLIBC_PRIVATE" ...
+    forged: tuple[str, ...] = ()  # "<member>: GLIBC_999.99: past any real glibc release"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,10 +51,36 @@ class TagFacts:
     unreadable: dict[str, str]  # member -> why its ELF could not be read
     extensions: dict[str, str]  # Python extension member -> "abi3" / "cpXY"
 
-    @property
-    def glibc(self) -> tuple[int, int] | None:
-        found = [g for n in self.libraries.values() if (g := n.glibc) is not None]
-        return max(found) if found else None
+    def needed(self, arch: str) -> Needed:
+        """Every library's versioned needs (GLIBC, GLIBCXX, CXXABI, GCC) held to the manylinux table for
+        ``arch``: the tag is the newest any library needs."""
+        glibc: tuple[int, int] | None = None
+        newest, blocked, forged = None, [], []
+        for member, needs in sorted(self.libraries.items()):
+            try:
+                p = needs.policy(arch)
+            except ForgedVersion as exc:
+                forged.append(f"{member}: {exc}")
+                continue
+            if p.glibc is None:
+                blocked.append(f"{member}: {p.blocker}")
+            elif glibc is None or p.glibc > glibc:
+                glibc, newest = p.glibc, member
+        return Needed(glibc=glibc, newest=newest, blocked=tuple(blocked), forged=tuple(forged))
+
+    def forged(self) -> list[str]:
+        """The libraries that bind a version no real release has (on any machine, whatever the wheel's tag)."""
+        found = []
+        for member, needs in sorted(self.libraries.items()):
+            try:
+                needs.policy()
+            except ForgedVersion as exc:
+                found.append(f"{member}: {exc}")
+        return found
+
+    def refusals(self) -> list[str]:
+        """Why no tag may be computed at all: a library that cannot be read, a version no release has."""
+        return [*(f"{n}: its ELF cannot be read ({e})" for n, e in sorted(self.unreadable.items())), *self.forged()]
 
     @property
     def machines(self) -> set[str]:
@@ -62,25 +102,28 @@ def facts_from(needs: Mapping[str, ElfNeeds], unreadable: Mapping[str, str], nam
 
 
 def read_tag_facts(wheel: Path) -> TagFacts:
-    """Read every ELF member of ``wheel`` (one at a time, spooled to a scratch file and mapped)."""
+    """Read every ELF member of ``wheel`` (one at a time, spooled to a scratch file and mapped), after the
+    sizes validate allows (wheelfile.safety.check_limits): a zip bomb is refused before anything is inflated."""
     needs: dict[str, ElfNeeds] = {}
     unreadable: dict[str, str] = {}
-    with zipfile.ZipFile(wheel) as zf, tempfile.TemporaryDirectory(prefix="g4build-tags-") as tmp:
+    # the scratch copy beside the wheel: the stamp writes nothing outside the folder it is given
+    with zipfile.ZipFile(wheel) as zf, tempfile.TemporaryDirectory(prefix=".g4build-tags-", dir=wheel.parent) as tmp:
+        check_limits(zf.infolist(), wheel.name)
         names = [i.filename for i in zf.infolist() if not i.is_dir()]
         for info in zf.infolist():
-            base = info.filename.rsplit("/", 1)[-1]
-            if info.is_dir() or not (base.endswith(".so") or ".so." in base) or info.file_size < 64:
+            if info.is_dir() or not is_native(info.filename) or info.filename.lower().endswith((".pyd", ".dll")):
                 continue
             spool = Path(tmp) / "member"
-            with zf.open(info) as src, spool.open("w+b") as dst:
-                while block := src.read(1 << 22):
-                    dst.write(block)
+            with spool.open("w+b") as dst:
+                stream_member(zf, info, dst)
                 dst.flush()
+                if dst.tell() < 4:
+                    continue
                 with mmap.mmap(dst.fileno(), 0, access=mmap.ACCESS_READ) as data:
                     if data[:4] != b"\x7fELF":
                         continue
                     try:
-                        needs[info.filename] = read_elf_needs(data)  # type: ignore[arg-type]
+                        needs[info.filename] = read_elf_needs(data)
                     except ElfFormatError as exc:
                         unreadable[info.filename] = str(exc)
     return facts_from(needs, unreadable, names)
@@ -117,14 +160,19 @@ def expected_tag(current: str, facts: TagFacts, requires_python: str | None) -> 
     elif kinds - {"abi3"}:
         why.append(f"{interp}-{abi} kept: {', '.join(n for n, k in facts.extensions.items() if k != 'abi3')} "
                    "not built for the stable ABI")
-    glibc = max(facts.glibc or MANYLINUX_FLOOR, MANYLINUX_FLOOR)
+    needed = facts.needed(arch)
+    if needed.forged or needed.blocked or needed.glibc is None:
+        return current, [f"kept: {w} (no manylinux tag admits it)" for w in (*needed.forged, *needed.blocked)] or \
+            [f"kept: no manylinux table for {arch}"]
+    glibc = needed.glibc
     plat = f"manylinux_{glibc[0]}_{glibc[1]}_{arch}"
-    newest = max(facts.libraries.items(), key=lambda kv: kv[1].glibc or (0, 0), default=None)
-    if newest is not None and newest[1].glibc:
-        why.append(f"{plat}: the newest glibc symbol version is GLIBC_{glibc[0]}.{glibc[1]} ({newest[0]}); "
-                   f"floor manylinux2014; torch and CUDA libraries are not vendored (as upstream's wheels)")
+    if glibc > MANYLINUX_FLOOR and needed.newest is not None:
+        lib = facts.libraries[needed.newest]
+        why.append(f"{plat}: the oldest manylinux whose glibc, libstdc++ and libgcc have every versioned need of "
+                   f"{needed.newest} ({_constrained(lib)}); torch and CUDA libraries are not vendored (as "
+                   "upstream's wheels)")
     else:
-        why.append(f"{plat}: no library binds to a glibc version newer than the manylinux2014 floor")
+        why.append(f"{plat}: no library needs a glibc, libstdc++ or libgcc newer than the manylinux2014 floor")
     return f"{interp}-{abi}-{plat}", why
 
 
@@ -144,6 +192,7 @@ def check_tags(tags: tuple[str, ...], facts: TagFacts) -> Check:
     """A wheel's tags against its libraries: a manylinux tag must not promise an older glibc than a library
     binds to, and the arch must match; an extension module outside the stable ABI in an abi3 wheel is named."""
     problems: list[str] = [f"{n}: its ELF version needs cannot be read ({e})" for n, e in facts.unreadable.items()]
+    problems.extend(facts.forged())  # whatever the tag: a forged need is no library a build makes
     notes: list[str] = []
     for tag in tags:
         _, abi, plat = tag.split("-")
@@ -152,11 +201,13 @@ def check_tags(tags: tuple[str, ...], facts: TagFacts) -> Check:
             continue
         if foreign := sorted(n for n, e in facts.libraries.items() if e.machine != arch):
             problems.append(f"{tag}: {', '.join(foreign[:3])} built for another machine than {arch}")
-        need = facts.glibc
-        if glibc is not None and need is not None and need > glibc:
-            who = sorted(n for n, e in facts.libraries.items() if (e.glibc or (0, 0)) > glibc)
-            problems.append(f"{tag} promises glibc {glibc[0]}.{glibc[1]}, but {', '.join(who[:3])} "
-                            f"bind(s) to GLIBC_{need[0]}.{need[1]}")
+        needed = facts.needed(arch)
+        if glibc is not None:
+            problems.extend(f"{tag} promises manylinux, but {w}: no manylinux admits it" for w in needed.blocked)
+            if needed.glibc is not None and needed.glibc > glibc and needed.newest:
+                problems.append(f"{tag} promises glibc {glibc[0]}.{glibc[1]}, but {needed.newest} needs the "
+                                f"glibc, libstdc++ and libgcc of manylinux_{needed.glibc[0]}_{needed.glibc[1]} "
+                                f"({_constrained(facts.libraries[needed.newest])})")
         if glibc is None:
             notes.append(f"{plat} is a local-only tag (no public index takes it)")
         if abi == "abi3" and (bad := sorted(n for n, k in facts.extensions.items() if k != "abi3")):
@@ -166,7 +217,13 @@ def check_tags(tags: tuple[str, ...], facts: TagFacts) -> Check:
             notes.append(f"{tag}: {', '.join(bad[:3])} built for one Python only (imports on that Python alone)")
     if problems:
         return Check(name="tags", ok=False, detail="; ".join(problems))
-    need = facts.glibc
+    needs = [g for lib in facts.libraries.values() if (g := lib.glibc_needed) is not None]
+    need = max(needs) if needs else None
     detail = (f"{', '.join(tags)} fit the libraries ({len(facts.libraries)} ELF, newest glibc "
-              f"{f'{need[0]}.{need[1]}' if need else 'none'}, {len(facts.extensions)} extension modules)")
+              f"{'.'.join(map(str, need)) if need else 'none'}, {len(facts.extensions)} extension modules)")
     return Check(name="tags", ok=True, detail="; ".join([detail, *notes]))
+
+
+def _constrained(lib: ElfNeeds) -> str:
+    """A library's newest GLIBC / GLIBCXX / CXXABI / GCC needs, for a message."""
+    return ", ".join(n for p in CONSTRAINED if (n := lib.newest(p + "_")) is not None) or "no versioned needs"
