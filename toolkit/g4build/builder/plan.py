@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from g4build.builder.arch import ArchInfo, check_cuda, check_os_arch, cuda_arch_list, flashinfer_arch_list
+from g4build.builder.buildcosts import GB_PER_JOB_UNMEASURED
 from g4build.builder.flashinfer import FlashInferWheel
 from g4build.errors import ConfigError, UsageError
 from g4build.pins.baseroutes import no_base_routes
@@ -24,7 +25,7 @@ from g4build.series.model import Series, local_label
 
 OSES = ("windows", "wsl", "linux")
 EXECUTORS = ("native", "docker")
-GB_PER_NVCC_JOB = 5.0  # an nvcc job on vLLM's heavy units needs ~4-6 GB; OOM "Killed" is the usual WSL failure
+GB_PER_NVCC_JOB = GB_PER_JOB_UNMEASURED  # a build with no measured peak per job (builder/buildcosts.py)
 FLASHINFER_REMOTE = "https://github.com/flashinfer-ai/flashinfer.git"
 # `python -m build --no-isolation` builds against what is installed: install `build` and the project's own
 # [build-system] requires (read from its pyproject.toml, so a new FlashInfer release needs no change here).
@@ -116,6 +117,7 @@ class Options:
     jobs: int  # MAX_JOBS (already chosen from RAM/cores or --jobs)
     jobs_given: bool = False  # --jobs: the script keeps it; else a Windows script counts its own machine's RAM
     nvcc_threads: int = 1
+    gb_per_job: float = GB_PER_NVCC_JOB  # memory one nvcc job needs: measured for the pin and arch, else 5 GB
     flashinfer: bool = True
     existing_torch: bool = True
     launcher: str | None = None  # the compiler cache, "sccache" or "ccache" (Linux: when found; Windows: --sccache)
@@ -142,6 +144,7 @@ class BuildPlan:
     steps: tuple[Step, ...]
     notes: tuple[str, ...] = ()
     jobs_from_machine: bool = False  # a script computes MAX_JOBS on the machine it runs on (unless set there)
+    gb_per_job: float = GB_PER_NVCC_JOB  # the figure that script divides its RAM by
     build_series: tuple[dict[str, Any], ...] = ()  # BuildSeries.record of each build series the steps apply
 
     @property
@@ -166,9 +169,9 @@ class BuildPlan:
         }
 
 
-def max_jobs(*, mem_gb: float, cores: int, nvcc_threads: int = 1) -> int:
-    """Parallel nvcc jobs that fit: ~5 GB per job (times its threads), never more than the cores."""
-    by_mem = int(mem_gb // (GB_PER_NVCC_JOB * max(1, nvcc_threads)))
+def max_jobs(*, mem_gb: float, cores: int, nvcc_threads: int = 1, gb_per_job: float = GB_PER_NVCC_JOB) -> int:
+    """Parallel nvcc jobs that fit: ``gb_per_job`` each (times its threads), never more than the cores."""
+    by_mem = int(mem_gb // (gb_per_job * max(1, nvcc_threads)))
     return max(1, min(cores, by_mem))
 
 

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 from g4build.builder.flashinfer import check_names
 from g4build.builder.plan import (
-    GB_PER_NVCC_JOB,
     BuildPlan,
     Layout,
     Options,
@@ -67,8 +66,8 @@ def make_plan(
                        pre=platform.pre_steps(pin, target, layout, opts), build=build)
     jobs_from_machine = platform.jobs_from_machine(opts)
     if jobs_from_machine:
-        notes.append(f"MAX_JOBS: the script counts the RAM of the machine it runs on (~{GB_PER_NVCC_JOB:g} GB per "
+        notes.append(f"MAX_JOBS: the script counts the RAM of the machine it runs on (~{opts.gb_per_job:.1f} GB per "
                      f"nvcc job, at most its cores); {opts.jobs} here. Set MAX_JOBS or plan with --jobs to fix it")
     return BuildPlan(target=target, pin=pin.name, version=version, layout=layout, env=env,
                      setup=platform.setup_lines(target, opts), steps=steps, notes=tuple(notes),
-                     jobs_from_machine=jobs_from_machine, build_series=tuple(b.record(pin.name) for b in build))
+                     jobs_from_machine=jobs_from_machine, gb_per_job=opts.gb_per_job, build_series=tuple(b.record(pin.name) for b in build))
