@@ -1,7 +1,8 @@
-"""What a build of one pin for one arch was measured to cost, shipped as data (``patches/build-costs/<pin>-<arch>.json``):
-the peak memory per parallel nvcc job (``MAX_JOBS`` comes from it) and the compile time of its longest units
-(``ninjaorder`` starts those first). ``tests/device/unit_costs.py`` writes the file from a device build's
-``.ninja_log`` and peak memory. No file for a pin and arch: the old rule of thumb (5 GB a job), no ordering.
+"""What a build of one pin for one arch was measured to cost, shipped as data
+(``patches/build-costs/<pin>-<arch>.json``): the peak memory per parallel nvcc job (``MAX_JOBS`` comes from it)
+and the compile time of its longest units (``ninjaorder`` starts those first). ``tests/device/unit_costs.py``
+writes the file from a device build's ``.ninja_log`` and peak memory. No file for a pin and arch: the old rule
+of thumb (5 GB a job), no ordering.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from g4build.errors import ConfigError
 
 FOLDER = "build-costs"
+BUILD_ARCH = "sm120"  # the arch doctor's build route checks for (the product's wheels are for RTX 50xx)
 GB_PER_JOB_UNMEASURED = 5.0  # an nvcc job on vLLM's heavy units needs ~4-6 GB; OOM "Killed" is the usual failure
 
 
@@ -98,17 +100,18 @@ class JobsChoice:
     why: str  # one line: RAM, the per-job figure and where it comes from, cores
 
 
-def choose_jobs(*, mem_gb: float, cores: int, costs: BuildCosts | None, nvcc_threads: int = 1) -> JobsChoice:
+def choose_jobs(*, mem_gb: float, cores: int | None, costs: BuildCosts | None, nvcc_threads: int = 1) -> JobsChoice:
     """Parallel nvcc jobs that fit: the RAM over the measured peak per job (with its margin; 5 GB when this
     build was never measured), times each job's threads, never more than the cores, at least one."""
     per_job = costs.gb_per_job if costs is not None else GB_PER_JOB_UNMEASURED
     need = per_job * max(1, nvcc_threads)
     by_mem = int(mem_gb // need)
-    jobs = max(1, min(cores, by_mem))
+    jobs = max(1, by_mem if cores is None else min(cores, by_mem))
     source = (f"{per_job:.1f} GB a job, measured for {costs.pin} {costs.arch}: peak {costs.peak_gb:g} GB at "
               f"{costs.at_jobs} jobs, x{costs.margin:g} margin" if costs is not None
               else f"{per_job:g} GB a job, not measured for this build")
-    bound = "the cores" if by_mem > cores else "the RAM"
+    bound = "the cores" if cores is not None and by_mem > cores else "the RAM"
     threads = f", {nvcc_threads} nvcc threads each" if nvcc_threads > 1 else ""
-    why = f"{mem_gb:.0f} GB RAM / {source}{threads} = {by_mem}; {cores} cores; {jobs} jobs, bound by {bound}"
+    n_cores = "unknown" if cores is None else str(cores)
+    why = f"{mem_gb:.0f} GB RAM / {source}{threads} = {by_mem}; {n_cores} cores; {jobs} jobs, bound by {bound}"
     return JobsChoice(jobs=jobs, gb_per_job=per_job, why=why)

@@ -106,6 +106,11 @@ class Layout:
         return self.join("logs")
 
     @property
+    def build_order(self) -> str:
+        """The ninja wrapper's folder (``g4build build-order``): long units first."""
+        return self.join("build-order")
+
+    @property
     def compiler_cache(self) -> str:
         """The compiler cache's folder: beside the prefetched dependencies, shared by every build (its entries
         are keyed by content, so builds of other pins or series versions only add to it)."""
@@ -119,6 +124,7 @@ class Options:
     nvcc_threads: int = 1
     gb_per_job: float = GB_PER_NVCC_JOB  # memory one nvcc job needs: measured for the pin and arch, else 5 GB
     flashinfer: bool = True
+    unit_order: bool = False  # the pin's longest units are recorded for the arch: ninja starts them first
     existing_torch: bool = True
     launcher: str | None = None  # the compiler cache, "sccache" or "ccache" (Linux: when found; Windows: --sccache)
     sccache: bool = False  # --sccache: on Windows a compiler launcher is used only when asked for
@@ -240,7 +246,14 @@ def build_env(target: Target, pin: Pin | None, version: str, layout: Layout, opt
         if opts.launcher == "ccache":
             env["VLLM_DISABLE_SCCACHE"] = "1"  # vLLM prefers sccache when both exist; pick the one we found
         env.update(compiler_cache_env(opts.launcher, layout))
+    if orders_units(target, opts):  # setup.py configures and builds in one go: CMake itself names the wrapper
+        env["CMAKE_ARGS"] += f" -DCMAKE_MAKE_PROGRAM={layout.build_order}{layout.sep}ninja"
     return env
+
+
+def orders_units(target: Target, opts: Options) -> bool:
+    """The build runs ninja through g4build's wrapper (a POSIX shell script: not on Windows)."""
+    return opts.unit_order and target.os != "windows"
 
 
 def compiler_cache_where(opts: Options, layout: Layout) -> str:
@@ -312,6 +325,10 @@ def vllm_steps(
                       command=(*py, "-m", "pip", "install", "-r", "requirements/build/cuda.txt"), cwd=src))
     steps.append(Step(name="torch-kept", title="check the requirements kept that torch", resumable=False,
                       command=check, cwd=layout.root))
+    if orders_units(target, opts):
+        steps.append(Step(name="build-order", title="long compile units first", resumable=False,
+                          command=(*g4b, "build-order", "--pin", pin.name, "--arch", arch,
+                                   "--write", layout.build_order), cwd=layout.root))
     steps.append(wheel_step("vllm", "build the vLLM wheel", opts, src, out))
     if opts.flashinfer and target.os != "windows":
         fi = layout.join("flashinfer")

@@ -70,4 +70,5 @@ def make_plan(
                      f"nvcc job, at most its cores); {opts.jobs} here. Set MAX_JOBS or plan with --jobs to fix it")
     return BuildPlan(target=target, pin=pin.name, version=version, layout=layout, env=env,
                      setup=platform.setup_lines(target, opts), steps=steps, notes=tuple(notes),
-                     jobs_from_machine=jobs_from_machine, gb_per_job=opts.gb_per_job, build_series=tuple(b.record(pin.name) for b in build))
+                     jobs_from_machine=jobs_from_machine, gb_per_job=opts.gb_per_job,
+                     build_series=tuple(b.record(pin.name) for b in build))

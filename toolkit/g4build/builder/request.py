@@ -177,6 +177,7 @@ def plan_wheel(request: WheelRequest) -> WheelPlan:
     python_exe = checked_python_exe(r.python_exe, target) if r.python_exe is not None else None
     opts = Options(jobs=r.jobs or default_jobs, jobs_given=r.jobs is not None, flashinfer=r.flashinfer,
                    gb_per_job=costs.gb_per_job if costs is not None else GB_PER_NVCC_JOB,
+                   unit_order=costs is not None and bool(costs.units),
                    launcher=launcher, sccache=r.sccache, cache_backend=shared_cache(),
                    python=python_cmd(target, python_exe), python_exe=python_exe, recipes=r.recipes,
                    torch_index=r.torch_index or None,
