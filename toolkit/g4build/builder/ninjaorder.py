@@ -24,6 +24,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from g4build.builder.buildcosts import BuildCosts, costs_file, load_costs, parse_costs
 from g4build.errors import BuildError, ConfigError
@@ -156,7 +157,7 @@ def real_ninja(skip: Path) -> str:
     return found
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> NoReturn:
     """The wrapper: ``--costs FILE --dir WRAPPER_DIR -- NINJA_ARGS...``."""
     args = list(sys.argv[1:] if argv is None else argv)
     split = args.index("--") if "--" in args else len(args)
@@ -172,7 +173,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"g4build: build.ninja left in its order ({e})", file=sys.stderr, flush=True)
     ninja = real_ninja(wrapper_dir)
     os.execv(ninja, [ninja, *ninja_args])
-    return 0  # not reached
 
 
 def write_wrapper(folder: Path, patches: Path, pin: str, arch: str, python: str = sys.executable) -> str:
