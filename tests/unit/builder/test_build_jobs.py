@@ -40,13 +40,13 @@ def test_the_shipped_figure_for_vllm_0_21_on_sm120() -> None:
     (GIB64, 16, 16, "the cores"),  # the 16-core desktop runs one job a core (5 GB a job gave 13)
     (GIB64, 24, 20, "the RAM"),
     (32 * 2**30 / 1e9, 16, 10, "the RAM"),  # 5 GB a job gave 6
-    (2.0, 8, 1, "the RAM"),
+    (2.0, 8, 1, "one at the least"),
 ])
 def test_jobs_from_the_measured_figure(mem: float, cores: int, jobs: int, bound: str) -> None:
     costs = load_costs(patches_dir(), "vllm-0.21.0", "sm120")
     choice = choose_jobs(mem_gb=mem, cores=cores, costs=costs)
     assert choice.jobs == jobs
-    assert choice.why.endswith(f"{cores} cores; {jobs} jobs, bound by {bound}")
+    assert choice.why.endswith(f"{cores} cores; {jobs} job{'s' * (jobs != 1)}, bound by {bound}")
     assert "3.3 GB a job, measured for vllm-0.21.0 sm120: peak 84.8 GB at 32 jobs, x1.25 margin" in choice.why
 
 

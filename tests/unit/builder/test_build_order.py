@@ -16,7 +16,7 @@ import pytest
 
 from g4build.builder.buildcosts import BuildCosts, UnitCost
 from g4build.builder.ninjaorder import reorder, write_wrapper
-from g4build.errors import ConfigError
+from g4build.errors import BuildError, ConfigError
 
 PIN, ARCH = "vllm-9.9.9", "sm120"
 SHORT, LONG = 0.4, 1.5  # seconds: the long unit outlasts two waves of short ones at -j 2
@@ -104,12 +104,17 @@ def test_the_wrapper_starts_the_recorded_long_unit_first(tmp_path: Path) -> None
     assert (build / "build.ninja").stat().st_mtime_ns == mtime  # ninja and CMake see no new build file
 
 
-def test_no_costs_or_no_ninja_refuse_before_anything_is_written(tmp_path: Path) -> None:
+def test_no_costs_or_no_ninja_refuse_before_anything_is_written(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     patches = _costs_project(tmp_path, [])
     with pytest.raises(ConfigError, match=r"no recorded unit costs for vllm-9\.9\.9 sm120"):
         write_wrapper(tmp_path / "order", patches, PIN, ARCH)
-    with pytest.raises(ConfigError, match="no recorded unit costs for vllm-9.9.9 sm121"):
+    with pytest.raises(ConfigError, match=r"no recorded unit costs for vllm-9\.9\.9 sm121"):
         write_wrapper(tmp_path / "order", patches, PIN, "sm121")
+    other = _costs_project(tmp_path / "o", [{"unit": "x.dir/*/y.o", "seconds": 1}])
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no ninja: vLLM's build requirements were not installed
+    with pytest.raises(BuildError, match="no ninja on PATH besides g4build's wrapper"):
+        write_wrapper(tmp_path / "order", other, PIN, ARCH)
     assert not (tmp_path / "order").exists()
 
 

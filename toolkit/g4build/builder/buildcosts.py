@@ -110,8 +110,9 @@ def choose_jobs(*, mem_gb: float, cores: int | None, costs: BuildCosts | None, n
     source = (f"{per_job:.1f} GB a job, measured for {costs.pin} {costs.arch}: peak {costs.peak_gb:g} GB at "
               f"{costs.at_jobs} jobs, x{costs.margin:g} margin" if costs is not None
               else f"{per_job:g} GB a job, not measured for this build")
-    bound = "the cores" if cores is not None and by_mem > cores else "the RAM"
+    bound = "the cores" if cores is not None and by_mem > cores else "the RAM" if by_mem else "one at the least"
     threads = f", {nvcc_threads} nvcc threads each" if nvcc_threads > 1 else ""
     n_cores = "unknown" if cores is None else str(cores)
-    why = f"{mem_gb:.0f} GB RAM / {source}{threads} = {by_mem}; {n_cores} cores; {jobs} jobs, bound by {bound}"
+    why = (f"{mem_gb:.0f} GB RAM / {source}{threads} = {by_mem}; {n_cores} cores; {jobs} job{'s' * (jobs != 1)}, "
+           f"bound by {bound}")
     return JobsChoice(jobs=jobs, gb_per_job=per_job, why=why)
