@@ -79,6 +79,9 @@ def test_the_plan_runs_ninja_through_the_wrapper_where_units_are_recorded(pin21:
     assert step.command == ("g4build", "build-order", "--pin", "vllm-0.21.0", "--arch", "sm120", "--write",
                             f"{lay.root}/build-order")
     assert plan.env["CMAKE_ARGS"].endswith(f" -DCMAKE_MAKE_PROGRAM={lay.root}/build-order/ninja")
+    assert any(n.startswith("long units first: CMake runs ninja through /home/u/g4b/v21/build-order/ninja")
+               for n in plan.notes)
+    assert not any(n.startswith("long units first") for n in plain.notes)
     # Windows: the wrapper is a POSIX shell script, so no step and no make program
     from g4build.builder.plan import Layout
 

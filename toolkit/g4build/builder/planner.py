@@ -12,6 +12,7 @@ from g4build.builder.plan import (
     Target,
     build_env,
     check_target,
+    orders_units,
     vllm_steps,
     wheel_version,
 )
@@ -64,6 +65,10 @@ def make_plan(
                        source=platform.source_steps(pin, layout, opts.g4build),
                        extra=platform.extra_steps(target, layout, opts), version=version,
                        pre=platform.pre_steps(pin, target, layout, opts), build=build)
+    if orders_units(target, opts):
+        notes.append(f"long units first: CMake runs ninja through {layout.build_order}{layout.sep}ninja, which moves "
+                     f"the units recorded in patches/build-costs/{pin.name}-{target.arch.name}.json to the front of "
+                     "build.ninja (ninja itself starts ready units in file order)")
     jobs_from_machine = platform.jobs_from_machine(opts)
     if jobs_from_machine:
         notes.append(f"MAX_JOBS: the script counts the RAM of the machine it runs on (~{opts.gb_per_job:.1f} GB per "
