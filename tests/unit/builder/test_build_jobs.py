@@ -143,3 +143,24 @@ def test_bad_costs_files_are_refused_in_one_line(tmp_path: Path, text: str, says
         load_costs(tmp_path, "p", "a")
     assert says in err.value.message and "\n" not in err.value.message
     assert "tests/device/unit_costs.py" in (err.value.hint or "") or "file name" in (err.value.hint or "")
+
+
+def test_the_planned_step_writes_the_wrapper_cmake_is_told_about(pin21: Pin, tmp_path: Path) -> None:
+    """The build-order step run as planned (g4build's own command, in its cwd) leaves an executable ninja
+    wrapper exactly where CMAKE_MAKE_PROGRAM in the vllm step's CMAKE_ARGS points."""
+    import os
+    import subprocess
+    import sys
+
+    if shutil.which("ninja") is None:
+        pytest.skip("no ninja on PATH")
+    root = tmp_path / "b"
+    root.mkdir()
+    plan = make_plan(pin21, [], target("linux"), layout=linux_layout(str(root)),
+                     opts=Options(jobs=4, unit_order=True, g4build=(sys.executable, "-m", "g4build")))
+    step = plan.step("build-order")
+    subprocess.run(step.command, cwd=step.cwd, check=True, capture_output=True, env={**os.environ, **step.env})
+    [make] = [a.split("=", 1)[1] for a in plan.env["CMAKE_ARGS"].split() if a.startswith("-DCMAKE_MAKE_PROGRAM=")]
+    assert os.access(make, os.X_OK)
+    version = subprocess.run([make, "--version"], capture_output=True, text=True, check=True).stdout
+    assert version == subprocess.run(["ninja", "--version"], capture_output=True, text=True).stdout
