@@ -164,3 +164,18 @@ def test_the_planned_step_writes_the_wrapper_cmake_is_told_about(pin21: Pin, tmp
     assert os.access(make, os.X_OK)
     version = subprocess.run([make, "--version"], capture_output=True, text=True, check=True).stdout
     assert version == subprocess.run(["ninja", "--version"], capture_output=True, text=True).stdout
+
+
+def test_a_wheel_planned_on_a_64_gib_16_core_desktop_gets_16_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planned MAX_JOBS on such a machine (its probe stands in: this one has other RAM and cores)."""
+    from g4build.builder import request
+
+    desktop = HostFacts(os="linux", cores=16, mem_gb=GIB64, free_gb=500.0, nvcc=None, nvcc_version=None,
+                        cxx=None, launcher=None)
+    monkeypatch.setattr(request, "host_os", lambda: "linux")
+    monkeypatch.setattr(request, "probe", lambda at: desktop)
+    planned = request.plan_wheel(request.WheelRequest(arch="sm120", os_name="linux", root="/home/u/b"))
+    assert planned.plan.env["MAX_JOBS"] == "16"  # 5 GB a job gave 13
+    assert planned.plan.gb_per_job == pytest.approx(84.8 / 32 * 1.25)
+    sm121 = request.plan_wheel(request.WheelRequest(arch="sm121", os_name="linux", root="/home/u/b"))
+    assert sm121.plan.env["MAX_JOBS"] == "13"  # never measured: 5 GB a job
