@@ -7,7 +7,8 @@ JOBS = ("tests/unit/builder/test_build_jobs.py", "tests/unit/doctor/test_doctor_
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation("order-nothing-moved", f"{PKG}/builder/ninjaorder.py",
-             "    known.sort(key=lambda k: (k[0], k[1]))\n", "    known.sort(key=lambda k: (k[0], k[1]))\n    known = []\n",
+             "    known.sort(key=lambda k: (k[0], k[1]))\n",
+             "    known.sort(key=lambda k: (k[0], k[1]))\n    known = []\n",
              ORDER, "the recorded long units stay where CMake wrote them: they start last"),
     Mutation("order-shortest-first", f"{PKG}/builder/ninjaorder.py",
              "known.sort(key=lambda k: (k[0], k[1]))", "known.sort(key=lambda k: (-k[0], k[1]))",
