@@ -118,10 +118,20 @@ def test_no_costs_or_no_ninja_refuse_before_anything_is_written(tmp_path: Path,
     assert not (tmp_path / "order").exists()
 
 
-def test_the_order_reaches_a_cmake_build_through_cmake_make_program(tmp_path: Path) -> None:
+def _version(ninja: str) -> tuple[int, ...]:
+    out = subprocess.run([ninja, "--version"], capture_output=True, text=True, check=True).stdout
+    return tuple(int(x) for x in out.split(".")[:2])
+
+
+@pytest.mark.parametrize("pool", [False, True], ids=["no-pool", "compile-pool"])
+def test_the_order_reaches_a_cmake_build_through_cmake_make_program(tmp_path: Path, pool: bool) -> None:
     """Two directories as in vLLM (FlashAttention is a subproject CMake writes after the top's targets);
-    a compiler launcher makes the subproject's unit the long one; the order is read from ninja's log."""
-    _ninja()
+    a compiler launcher makes the subproject's unit the long one; the order is read from ninja's log. With
+    vLLM's compile pool, ninja before 1.12 hands pooled edges out in the order it finds them from the targets
+    (``Plan::ScheduleWork`` as each is added), not the build file's: the order holds from 1.12 on."""
+    ninja = _ninja()
+    if pool and _version(ninja) < (1, 12):
+        pytest.skip(f"ninja {_version(ninja)} orders pooled edges by target (1.12+ by priority, then file order)")
     cmake = shutil.which("cmake")
     if cmake is None or shutil.which("cc") is None:
         pytest.skip("no cmake or C compiler")
@@ -143,9 +153,12 @@ def test_the_order_reaches_a_cmake_build_through_cmake_make_program(tmp_path: Pa
     write_wrapper(tmp_path / "order", patches, PIN, ARCH)
 
     def build(folder: Path, *extra: str) -> dict[str, int]:
+        # as vLLM's setup.py configures: a compile pool as deep as its jobs, then one build of every target
+        pools = ["-DCMAKE_JOB_POOL_COMPILE:STRING=compile", "-DCMAKE_JOB_POOLS:STRING=compile=2"] if pool else []
         subprocess.run([cmake, "-S", str(src), "-B", str(folder), "-G", "Ninja",
-                        f"-DCMAKE_C_COMPILER_LAUNCHER={launcher}", *extra], check=True, capture_output=True)
-        subprocess.run([cmake, "--build", str(folder), "-j", "2", "--target", "_C", "--target", "_vllm_fa2_C"],
+                        f"-DCMAKE_C_COMPILER_LAUNCHER={launcher}", *pools, *extra], check=True, capture_output=True)
+        subprocess.run([cmake, "--build", str(folder), "-j", "4" if pool else "2", "--target", "_C", "--target",
+                        "_vllm_fa2_C"],
                        check=True, capture_output=True)
         return {k: v for k, v in _log(folder).items() if k.endswith(".c.o")}
 
@@ -200,3 +213,23 @@ def test_the_wrapper_module_is_importable_without_the_cli() -> None:
     code = ("import sys, g4build.builder.ninjaorder; "
             "sys.exit(any(m.startswith(('g4build.cli', 'typer')) for m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_the_wrapper_says_when_ninja_is_older_than_1_12(tmp_path: Path) -> None:
+    """A stand-in ninja reporting 1.11.1 (the wrapper asks it for its version, then runs it)."""
+    fake = tmp_path / "old" / "ninja"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo 1.11.1; exit 0; }\necho "ran $*"\n')
+    fake.chmod(0o755)
+    build = tmp_path / "b"
+    _manifest(build)
+    patches = _costs_project(tmp_path, [{"unit": "_vllm_fa2_C.dir/*/flash_fwd_*.cu.o", "seconds": 240}])
+    env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}
+    subprocess.run([sys.executable, "-c", "from g4build.builder.ninjaorder import write_wrapper as w; "
+                    f"w(__import__('pathlib').Path({str(tmp_path / 'order')!r}), "
+                    f"__import__('pathlib').Path({str(patches)!r}), {PIN!r}, {ARCH!r})"], env=env, check=True)
+    run = subprocess.run([str(tmp_path / "order" / "ninja"), "-C", str(build), "all"], capture_output=True,
+                         text=True, env=env, check=True)
+    assert run.stdout == f"ran -C {build} all\n"
+    assert "1 recorded units start first" in run.stderr
+    assert "ninja 1.11.1 may not keep that order for pooled units: ninja 1.12 or later does" in run.stderr

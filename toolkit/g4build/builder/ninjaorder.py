@@ -20,6 +20,7 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -157,6 +158,19 @@ def real_ninja(skip: Path) -> str:
     return found
 
 
+def _old_ninja(ninja: str) -> str:
+    """A note when ``ninja`` predates 1.12: it hands out pooled edges (vLLM's compile pool) in the order it finds
+    them from the targets (``Plan::ScheduleWork`` as each is added), so the build file's order may not hold."""
+    try:
+        out = subprocess.run([ninja, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+        version = tuple(int(x) for x in out.split(".")[:2])
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return ""
+    if version >= (1, 12):
+        return ""
+    return f"; ninja {out.strip()} may not keep that order for pooled units: ninja 1.12 or later does"
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """The wrapper: ``--costs FILE --dir WRAPPER_DIR -- NINJA_ARGS...``."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -165,13 +179,13 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     costs_path = Path(mine[mine.index("--costs") + 1])
     wrapper_dir = Path(mine[mine.index("--dir") + 1])
     manifest = _manifest(ninja_args)
+    ninja = real_ninja(wrapper_dir)
     if manifest is not None and manifest.is_file():
         try:
             costs = parse_costs(json.loads(costs_path.read_text(encoding="utf-8")), costs_path)
-            print(f"g4build: {reorder_file(manifest, costs)}", file=sys.stderr, flush=True)
+            print(f"g4build: {reorder_file(manifest, costs)}{_old_ninja(ninja)}", file=sys.stderr, flush=True)
         except (OSError, ValueError, ConfigError) as e:  # the order is an optimisation: build anyway
             print(f"g4build: build.ninja left in its order ({e})", file=sys.stderr, flush=True)
-    ninja = real_ninja(wrapper_dir)
     os.execv(ninja, [ninja, *ninja_args])
 
 
