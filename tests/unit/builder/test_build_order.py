@@ -100,7 +100,7 @@ def test_the_wrapper_starts_the_recorded_long_unit_first(tmp_path: Path) -> None
                          env=env, check=True)
     assert "1 recorded units start first, longest first (vllm-9.9.9 sm120)" in run.stderr
     starts = _log(build)
-    assert starts[LONG_OUT] < SHORT * 1000 * 0.5  # in the first wave
+    assert starts[LONG_OUT] == min(starts.values())  # ninja spawned it first (relative: a busy machine is slow)
     assert (build / "build.ninja").stat().st_mtime_ns == mtime  # ninja and CMake see no new build file
 
 
@@ -167,7 +167,7 @@ def test_the_order_reaches_a_cmake_build_through_cmake_make_program(tmp_path: Pa
     assert plain[fa] >= SHORT * 1000 * 0.8  # CMake's order: the top directory's units first
     ordered = build(tmp_path / "ordered", f"-DCMAKE_MAKE_PROGRAM={tmp_path / 'order' / 'ninja'}")
     assert set(ordered) == set(plain)
-    assert ordered[fa] < SHORT * 1000 * 0.5
+    assert ordered[fa] == min(ordered.values())
 
 
 COSTS = BuildCosts(pin=PIN, arch=ARCH, peak_gb=80, at_jobs=32, margin=1.0, measured="t",

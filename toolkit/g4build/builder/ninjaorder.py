@@ -3,9 +3,10 @@
 Ninja (1.12 and later: ``Plan::ComputeCriticalPath`` in src/build.cc) starts ready edges by critical-path
 weight, which counts edges (``EdgeWeightHeuristic``: 1 for each, 0 for phony) and never reads ``.ninja_log``
 durations; equal weights go in ascending edge id (``EdgePriorityLess`` in src/graph.h), and an edge's id is its
-place in the manifest (``State::AddEdge``). Every object of vLLM's build weighs the same (object, link), so the
-manifest's order is the start order: CMake writes the top directory's targets (``_C``, ``_moe_C``) before the
-FlashAttention subproject's. Seeding ``.ninja_log`` would change nothing but ninja's ETA.
+place in the manifest (``State::AddEdge``); a pool (vLLM's ``compile`` pool) releases its delayed edges by the
+same priority (``Pool::WeightedEdgeCmp`` in src/state.h). Every object of vLLM's build weighs the same (object,
+link), so the manifest's order is the start order: CMake writes the top directory's targets (``_C``,
+``_moe_C``) before the FlashAttention subproject's. Seeding ``.ninja_log`` would change nothing but ninja's ETA.
 
 The build is ``pip wheel``: setup.py configures and builds in one go, so ninja is reached through
 ``CMAKE_MAKE_PROGRAM`` naming a wrapper (``write_wrapper``) that reorders the build file it is about to read,
