@@ -87,6 +87,12 @@ bench)
 collect)
   cd "$G4S/repo"
   python3 tests/device/collect_wheel_result.py --g4s "$G4S" --out "${OUT:-$G4S/out}/wheel-sm120.json"
+  # the build costs g4build ships (patches/build-costs): unit times and peak memory of the first build
+  log="$G4S/results/first.ninja_log"
+  [ -f "$log" ] || log=$(find "$G4S/work" -path '*/src/build/temp*/.ninja_log' | head -1)
+  [ -n "$log" ] && python3 tests/device/unit_costs.py --ninja-log "$log" --ram-kb "$G4S/work/ram.kb" \
+    --jobs "$(nproc)" --pin vllm-0.21.0 --arch sm120 --measured "$(nproc) cores: tests/device/wheel_sm120_session.sh" \
+    --out "${OUT:-$G4S/out}/vllm-0.21.0-sm120.json" || echo "no build costs written"
   for f in "$G4S/work/build.out" "$G4S/work/rebuild.out"; do
     [ -f "$f" ] && tail -c 3000000 "$f" > "${OUT:-$G4S/out}/$(basename "$f" .out)-log-tail.txt"
   done

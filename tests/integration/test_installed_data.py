@@ -74,6 +74,8 @@ def test_wheel_ships_every_data_file_and_the_installed_cli_reads_them(tmp_path: 
     assert "vllm-flash-attn" in {b["name"] for b in json.loads(g4("deps", "list", "--json"))["build_series"]}
     linux = json.loads(g4("wheel", "--arch", "sm120", "--os", "linux", "--dry-run", "--json"))
     assert "deps-vllm-flash-attn" in [step["name"] for step in linux["steps"]]
+    # the measured build costs (patches/build-costs/) too: the plan starts the recorded long units first
+    assert "build-order" in [step["name"] for step in linux["steps"]]
 
 
 @pytest.mark.network  # as above: pip builds the wheel

@@ -42,7 +42,8 @@ def test_windows_rtx5090_with_cuda_12_9() -> None:
     assert found["msvc"].summary == "Visual Studio Build Tools 2022 17.14.36310.24"
     assert found["git"].summary == "git 2.47.1" and "git-longpaths" not in found  # core.longpaths is on
     assert "LongPathsEnabled /t REG_DWORD /d 1" in found["long-paths"].fix
-    assert found["memory"].summary == "64 GiB RAM: use MAX_JOBS=13"
+    assert found["memory"].summary == ("64 GiB RAM: use MAX_JOBS=13 (69 GB RAM / 5 GB a job, not measured for this "
+                                       "build = 13; 32 cores; 13 jobs, bound by the RAM)")
     assert "msvc-alignas" not in found  # only CUDA 13.0-13.2
     assert {f.check for f in report.failed} == {"long-paths"}  # the build script stops on it before cloning
     assert ("run", r"C:\Program Files (x86)\Microsoft Visual Studio\Installer\vswhere.exe", "-products",
@@ -91,7 +92,8 @@ def test_wsl_rtx5090_cuda_13() -> None:
         "(shared with every machine using it)")
     assert "TORCH_CUDA_ARCH_LIST=12.0f" in found["cuda"].summary and found["cuda"].detail["version"] == "13.0"
     assert found["memory"].summary == "MAX_JOBS=16 with 31 GiB RAM risks the compiler being 'Killed'"
-    assert found["memory"].fix == r"set MAX_JOBS=6 (raise memory= in %UserProfile%\.wslconfig)"
+    assert found["memory"].fix == (r"set MAX_JOBS=6 (raise memory= in %UserProfile%\.wslconfig) (34 GB RAM / 5 GB "
+                                   "a job, not measured for this build = 6; 24 cores; 6 jobs, bound by the RAM)")
     assert not any(c[0] == "registry" for c in probe.calls), "no registry outside Windows"
     assert found["cuda"].detail["nvcc"] == "/usr/local/cuda/bin/nvcc"  # not on PATH in this WSL
     assert ("run", "/usr/lib/wsl/lib/nvidia-smi", "--query-gpu=name,compute_cap,driver_version",
@@ -112,7 +114,8 @@ def test_old_linux_machine_fails_on_cuda_python_and_torch() -> None:
     assert found["cuda"].summary == "CUDA 12.4 cannot compile for sm_120"
     assert found["git"].summary == "git 2.17.1 is older than 2.25 (or not understood)"
     assert found["torch"].summary == "torch 2.5.1+cu124 is built for CUDA 12.4: no Blackwell (sm_120) support"
-    assert found["memory"].summary == "8 GiB RAM: MAX_JOBS=1, a slow build"  # the cgroup limit, not MemTotal
+    assert found["memory"].summary == ("8 GiB RAM: MAX_JOBS=1, a slow build (9 GB RAM / 5 GB a job, not measured "
+                                       "for this build = 1; 64 cores; 1 job, bound by the RAM)")  # the cgroup limit
     assert {f.check for f in report.failed} == {"cuda", "python", "torch"}
 
 
@@ -187,3 +190,19 @@ def test_windows_cuda_13_0_header_patched_by_the_forks_script_is_ok() -> None:
     assert found["msvc-alignas"].status == "ok"
     assert found["msvc-alignas"].summary == ("CUDA 13.0 cuda.h is fit for MSVC: CUtensorMap is aligned through "
                                              "TENSOR_MAP_ALIGN, 64 under MSVC (patched by fix_cuda_13_align.py)")
+
+
+def test_memory_says_the_measured_figure_it_uses() -> None:
+    """The build route's MAX_JOBS with the pin's measured peak per nvcc job: the 64 GiB, 32-thread desktop gets
+    20 jobs where 5 GB a job gave 13, and the line says the RAM, the figure with its source, and the cores."""
+    from g4build.builder.buildcosts import load_costs
+    from g4build.data import patches_dir
+    from g4build.doctor.checks import check_memory
+
+    costs = load_costs(patches_dir(), "vllm-0.21.0", "sm120")
+    [found] = check_memory(RecordedProbe("windows-5090-cuda129"), False, costs)
+    assert found.summary == ("64 GiB RAM: use MAX_JOBS=20 (69 GB RAM / 3.3 GB a job, measured for vllm-0.21.0 "
+                             "sm120: peak 84.8 GB at 32 jobs, x1.25 margin = 20; 32 cores; 20 jobs, bound by the RAM)")
+    assert found.detail["max_jobs"] == 20 and found.detail["gb_per_job"] == 3.31 and found.detail["cores"] == 32
+    report = run_doctor(RecordedProbe("windows-5090-cuda129"), python="python3", pin_torch="2.11.0", costs=costs)
+    assert {f.check: f for f in report.findings}["memory"].summary == found.summary

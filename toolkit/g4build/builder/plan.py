@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from g4build.builder.arch import ArchInfo, check_cuda, check_os_arch, cuda_arch_list, flashinfer_arch_list
+from g4build.builder.buildcosts import GB_PER_JOB_UNMEASURED
 from g4build.builder.flashinfer import FlashInferWheel
 from g4build.builder.kernels import build_option_args
 from g4build.errors import ConfigError, UsageError
@@ -25,7 +26,7 @@ from g4build.series.model import Series, local_label
 
 OSES = ("windows", "wsl", "linux")
 EXECUTORS = ("native", "docker")
-GB_PER_NVCC_JOB = 5.0  # an nvcc job on vLLM's heavy units needs ~4-6 GB; OOM "Killed" is the usual WSL failure
+GB_PER_NVCC_JOB = GB_PER_JOB_UNMEASURED  # a build with no measured peak per job (builder/buildcosts.py)
 FLASHINFER_REMOTE = "https://github.com/flashinfer-ai/flashinfer.git"
 # `python -m build --no-isolation` builds against what is installed: install `build` and the project's own
 # [build-system] requires (read from its pyproject.toml, so a new FlashInfer release needs no change here).
@@ -106,6 +107,11 @@ class Layout:
         return self.join("logs")
 
     @property
+    def build_order(self) -> str:
+        """The ninja wrapper's folder (``g4build build-order``): long units first."""
+        return self.join("build-order")
+
+    @property
     def compiler_cache(self) -> str:
         """The compiler cache's folder: beside the prefetched dependencies, shared by every build (its entries
         are keyed by content, so builds of other pins or series versions only add to it)."""
@@ -117,7 +123,9 @@ class Options:
     jobs: int  # MAX_JOBS (already chosen from RAM/cores or --jobs)
     jobs_given: bool = False  # --jobs: the script keeps it; else a Windows script counts its own machine's RAM
     nvcc_threads: int = 1
+    gb_per_job: float = GB_PER_NVCC_JOB  # memory one nvcc job needs: measured for the pin and arch, else 5 GB
     flashinfer: bool = True
+    unit_order: bool = False  # the pin's longest units are recorded for the arch: ninja starts them first
     existing_torch: bool = True
     launcher: str | None = None  # the compiler cache, "sccache" or "ccache" (Linux: when found; Windows: --sccache)
     sccache: bool = False  # --sccache: on Windows a compiler launcher is used only when asked for
@@ -145,6 +153,7 @@ class BuildPlan:
     steps: tuple[Step, ...]
     notes: tuple[str, ...] = ()
     jobs_from_machine: bool = False  # a script computes MAX_JOBS on the machine it runs on (unless set there)
+    gb_per_job: float = GB_PER_NVCC_JOB  # the figure that script divides its RAM by
     build_series: tuple[dict[str, Any], ...] = ()  # BuildSeries.record of each build series the steps apply
 
     @property
@@ -169,9 +178,9 @@ class BuildPlan:
         }
 
 
-def max_jobs(*, mem_gb: float, cores: int, nvcc_threads: int = 1) -> int:
-    """Parallel nvcc jobs that fit: ~5 GB per job (times its threads), never more than the cores."""
-    by_mem = int(mem_gb // (GB_PER_NVCC_JOB * max(1, nvcc_threads)))
+def max_jobs(*, mem_gb: float, cores: int, nvcc_threads: int = 1, gb_per_job: float = GB_PER_NVCC_JOB) -> int:
+    """Parallel nvcc jobs that fit: ``gb_per_job`` each (times its threads), never more than the cores."""
+    by_mem = int(mem_gb // (gb_per_job * max(1, nvcc_threads)))
     return max(1, min(cores, by_mem))
 
 
@@ -242,7 +251,14 @@ def build_env(target: Target, pin: Pin | None, version: str, layout: Layout, opt
         env.update(compiler_cache_env(opts.launcher, layout))
     if extra := build_option_args(opts.kernels, opts.flash_attn):
         env["CMAKE_ARGS"] = f"{env['CMAKE_ARGS']} {extra}"
+    if orders_units(target, opts):  # setup.py configures and builds in one go: CMake itself names the wrapper
+        env["CMAKE_ARGS"] += f" -DCMAKE_MAKE_PROGRAM={layout.build_order}{layout.sep}ninja"
     return env
+
+
+def orders_units(target: Target, opts: Options) -> bool:
+    """The build runs ninja through g4build's wrapper (a POSIX shell script: not on Windows)."""
+    return opts.unit_order and target.os != "windows"
 
 
 def compiler_cache_where(opts: Options, layout: Layout) -> str:
@@ -314,6 +330,10 @@ def vllm_steps(
                       command=(*py, "-m", "pip", "install", "-r", "requirements/build/cuda.txt"), cwd=src))
     steps.append(Step(name="torch-kept", title="check the requirements kept that torch", resumable=False,
                       command=check, cwd=layout.root))
+    if orders_units(target, opts):
+        steps.append(Step(name="build-order", title="long compile units first", resumable=False,
+                          command=(*g4b, "build-order", "--pin", pin.name, "--arch", arch,
+                                   "--write", layout.build_order), cwd=layout.root))
     steps.append(wheel_step("vllm", "build the vLLM wheel", opts, src, out))
     if opts.flashinfer and target.os != "windows":
         fi = layout.join("flashinfer")

@@ -8,13 +8,13 @@ from g4build.builder.flashinfer import check_names
 from g4build.builder.kernels import check_build_options
 from g4build.builder.kernels import option_notes as build_option_notes
 from g4build.builder.plan import (
-    GB_PER_NVCC_JOB,
     BuildPlan,
     Layout,
     Options,
     Target,
     build_env,
     check_target,
+    orders_units,
     vllm_steps,
     wheel_version,
 )
@@ -76,10 +76,15 @@ def make_plan(
                        source=platform.source_steps(pin, layout, opts.g4build),
                        extra=platform.extra_steps(target, layout, opts), version=version,
                        pre=platform.pre_steps(pin, target, layout, opts), build=build)
+    if orders_units(target, opts):
+        notes.append(f"long units first: CMake runs ninja through {layout.build_order}{layout.sep}ninja, which moves "
+                     f"the units recorded in patches/build-costs/{pin.name}-{target.arch.name}.json to the front of "
+                     "build.ninja (ninja itself starts ready units in file order)")
     jobs_from_machine = platform.jobs_from_machine(opts)
     if jobs_from_machine:
-        notes.append(f"MAX_JOBS: the script counts the RAM of the machine it runs on (~{GB_PER_NVCC_JOB:g} GB per "
+        notes.append(f"MAX_JOBS: the script counts the RAM of the machine it runs on (~{opts.gb_per_job:.1f} GB per "
                      f"nvcc job, at most its cores); {opts.jobs} here. Set MAX_JOBS or plan with --jobs to fix it")
     return BuildPlan(target=target, pin=pin.name, version=version, layout=layout, env=env,
                      setup=platform.setup_lines(target, opts), steps=steps, notes=tuple(notes),
-                     jobs_from_machine=jobs_from_machine, build_series=tuple(b.record(pin.name) for b in build))
+                     jobs_from_machine=jobs_from_machine, gb_per_job=opts.gb_per_job,
+                     build_series=tuple(b.record(pin.name) for b in build))

@@ -15,16 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from g4build.builder.arch import parse_arch
+from g4build.builder.buildcosts import BuildCosts, choose_jobs, load_costs
 from g4build.builder.cachebackend import sccache_backend
 from g4build.builder.executors import docker as docker_exec
 from g4build.builder.executors.base import Executor, RunResult
 from g4build.builder.executors.native import NativeExecutor
 from g4build.builder.flashinfer import parse_spec
 from g4build.builder.host import HostFacts, cuda_home_of, host_os, preflight, probe
-from g4build.builder.plan import BuildPlan, Layout, Options, Target, base_os_of, max_jobs
+from g4build.builder.plan import GB_PER_NVCC_JOB, BuildPlan, Layout, Options, Target, base_os_of
 from g4build.builder.planner import default_layout, make_plan, python_cmd
 from g4build.builder.platforms.windows import msvc_environment
-from g4build.data import project_root
+from g4build.data import patches_dir, project_root
 from g4build.errors import UsageError
 from g4build.pins.index import cache_root
 from g4build.pins.model import Pin, load_pins
@@ -90,13 +91,15 @@ def shared_cache() -> str | None:
     return backend.where if backend.shared else None
 
 
-def machine_choices(target: Target, host: HostFacts | None) -> tuple[int, str | None, str | None]:
+def machine_choices(target: Target, host: HostFacts | None,
+                    costs: BuildCosts | None = None) -> tuple[int, str | None, str | None]:
     """MAX_JOBS, compiler launcher and CUDA_HOME planned from this machine's facts where they hold for the
-    machine that compiles: RAM and cores when it is the target or runs the container; launcher and CUDA_HOME
-    only for a native build here (inside a container they are the image's, not this machine's)."""
+    machine that compiles: RAM and cores when it is the target or runs the container, over the measured memory
+    per job of ``costs`` (the pin's for the arch); launcher and CUDA_HOME only for a native build here (inside
+    a container they are the image's, not this machine's)."""
     compiles_here = host is not None and (host.os == target.os or target.executor == "docker")
-    jobs = max_jobs(mem_gb=host.mem_gb, cores=host.cores) if host is not None and compiles_here else \
-        max_jobs(mem_gb=FOREIGN_MEM_GB, cores=FOREIGN_CORES)
+    mem, cores = (host.mem_gb, host.cores) if host is not None and compiles_here else (FOREIGN_MEM_GB, FOREIGN_CORES)
+    jobs = choose_jobs(mem_gb=mem, cores=cores, costs=costs).jobs
     native_here = host is not None and host.os == target.os and target.executor == "native"
     launcher = host.launcher if host is not None and native_here else None
     cuda_home = cuda_home_of(host.nvcc) if host is not None and native_here and host.nvcc else None
@@ -171,9 +174,12 @@ def plan_wheel(request: WheelRequest) -> WheelPlan:
     layout = build_layout(pin, target, r.root, r.out)
     probe_at = str(docker_hosts(pin.name, root=r.root, out=r.out).work) if r.executor == "docker" else layout.root
     host = probe(probe_at) if r.run_here or host_os() == target.os else None
-    default_jobs, launcher, cuda_home = machine_choices(target, host)
+    costs = load_costs(patches_dir(), pin.name, target.arch.name)
+    default_jobs, launcher, cuda_home = machine_choices(target, host, costs)
     python_exe = checked_python_exe(r.python_exe, target) if r.python_exe is not None else None
     opts = Options(jobs=r.jobs or default_jobs, jobs_given=r.jobs is not None, flashinfer=r.flashinfer,
+                   gb_per_job=costs.gb_per_job if costs is not None else GB_PER_NVCC_JOB,
+                   unit_order=costs is not None and bool(costs.units),
                    launcher=launcher, sccache=r.sccache, cache_backend=shared_cache(),
                    python=python_cmd(target, python_exe), python_exe=python_exe, recipes=r.recipes,
                    torch_index=r.torch_index or None, kernels=r.kernels, flash_attn=r.flash_attn,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from g4build.builder.plan import GB_PER_NVCC_JOB, BuildPlan, Step
+from g4build.builder.plan import BuildPlan, Step
 from g4build.fsutil import umasked, write_atomic
 from g4build.util.shellquote import bash_word, ps_quote
 
@@ -84,15 +84,15 @@ def _bash_step(plan: BuildPlan, s: Step) -> str:
     return f"step {s.name} {bash_word(digest)} {bash_word(s.cwd)} {bash_word(s.fresh)} -- {prefix}{cmd}"
 
 
-def _ps_max_jobs(nvcc_threads: int) -> list[str]:
+def _ps_max_jobs(nvcc_threads: int, gb_per_job: float) -> list[str]:
     """MAX_JOBS from the RAM and cores of the machine the script runs on, the rule of ``max_jobs``."""
-    per_job = GB_PER_NVCC_JOB * 1e9 * max(1, nvcc_threads)
+    per_job = gb_per_job * 1e9 * max(1, nvcc_threads)
     return [
         "if (-not $env:MAX_JOBS) {",
         "  $ram = [double](Get-CimInstance -ClassName Win32_ComputerSystem).TotalPhysicalMemory",
         f"  $byRam = [Math]::Floor($ram / {per_job:.0f})",
         "  $env:MAX_JOBS = [string][Math]::Max(1, [Math]::Min([Environment]::ProcessorCount, $byRam))",
-        f"  Write-Host (\"MAX_JOBS=$env:MAX_JOBS ({{0:N0}} GB RAM, ~{GB_PER_NVCC_JOB:g} GB per nvcc job)\" -f "
+        f"  Write-Host (\"MAX_JOBS=$env:MAX_JOBS ({{0:N0}} GB RAM, ~{gb_per_job:.1f} GB per nvcc job)\" -f "
         "($ram / 1e9))",
         "}",
     ]
@@ -104,7 +104,7 @@ def render_powershell(plan: BuildPlan) -> str:
     lines += plan.setup
     for k, v in plan.env.items():
         if k == "MAX_JOBS" and plan.jobs_from_machine:
-            lines += _ps_max_jobs(int(plan.env.get("NVCC_THREADS", "1")))
+            lines += _ps_max_jobs(int(plan.env.get("NVCC_THREADS", "1")), plan.gb_per_job)
         elif k == "MAX_JOBS":
             lines.append(f"if (-not $env:MAX_JOBS) {{ $env:MAX_JOBS = {ps_quote(v)} }}")
         else:

@@ -10,8 +10,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from g4build.builder.buildcosts import BUILD_ARCH, load_costs
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json, require_wheel_file
-from g4build.data import project_choice
+from g4build.data import patches_dir, project_choice
 from g4build.doctor import ROUTES, SystemProbe, run_doctor
 from g4build.doctor.checks import Finding
 from g4build.errors import DoctorFailed, UsageError
@@ -72,7 +73,8 @@ def doctor(
     chosen = load_pins().get(pin)
     with err_console.status("checking") as live:
         report = run_doctor(SystemProbe(), python=python, pin_torch=chosen.torch, pin=chosen, workdir=workdir,
-                            step=lambda name: live.update(f"checking {name}"), route=chosen_route)
+                            step=lambda name: live.update(f"checking {name}"), route=chosen_route,
+                            costs=load_costs(patches_dir(), chosen.name, BUILD_ARCH))
     root, why = project_choice()
     used = Finding(check="project", status="ok", summary=f"g4build data from {root}: {why}",
                    fix="g4build --root DIR (or G4BUILD_HOME) names another", detail={"root": str(root), "why": why})

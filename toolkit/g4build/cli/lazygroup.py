@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "deps": "deps",
     "wheel": "wheel",
     "prefetch": "wheel",
+    "build-order": "wheel",
     "cuda-shim": "wheel",
     "flashinfer-wheels": "wheel",
     "manifest": "wheel",

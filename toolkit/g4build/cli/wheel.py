@@ -138,6 +138,18 @@ def prefetch_cmd(
             console.print(f"{r['name']} @ {r['tag']}: {r['path']}")
 
 
+def build_order_cmd(
+    pin: str = typer.Option(..., "--pin", help="The pin being built."),
+    arch: str = typer.Option(..., "--arch", help="The arch it is built for (sm120 ...)."),
+    write: Path = typer.Option(..., "--write", help="Folder for the ninja wrapper (CMAKE_MAKE_PROGRAM names it)."),
+) -> None:
+    """Write the ninja wrapper that starts the pin's recorded longest compile units first."""
+    from g4build.builder.ninjaorder import write_wrapper
+    from g4build.data import patches_dir
+
+    console.print(write_wrapper(write, patches_dir(), load_pins().get(pin).name, arch))
+
+
 def cuda_shim(
     dest: Path = typer.Option(..., "--dest", help="Folder for the private cuda.h."),
     cuda_home: Path | None = typer.Option(None, "--cuda-home", help="CUDA install folder (default: CUDA_HOME)."),
@@ -203,6 +215,7 @@ def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
     app.command("wheel")(wheel)
     app.command("prefetch")(prefetch_cmd)
+    app.command("build-order")(build_order_cmd)
     app.command("cuda-shim")(cuda_shim)
     app.command("flashinfer-wheels")(flashinfer_wheels_cmd)
     app.command("manifest")(manifest_cmd)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from g4build.builder.buildcosts import BuildCosts
 from g4build.builder.probe import CommandResult, Probe, SystemProbe
 from g4build.doctor.checks import (
     Finding,
@@ -69,8 +70,10 @@ def run_doctor(
     workdir: str = ".",
     step: Callable[[str], None] | None = None,
     route: str = "build",
+    costs: BuildCosts | None = None,
 ) -> DoctorReport:
-    """Run every check that applies to this system and ``route``, in the order a user fixes them."""
+    """Run every check that applies to this system and ``route``, in the order a user fixes them. ``costs``: what
+    a build of the pin was measured to need (its MAX_JOBS comes from it)."""
     if route not in ROUTES:
         raise ValueError(f"route {route!r}: expected one of {', '.join(ROUTES)}")
     building = route == "build"
@@ -99,7 +102,7 @@ def run_doctor(
         findings += check_serving(probe, python or sys.executable, pin)
     say("memory and disk")
     if building:  # RAM sets the nvcc jobs
-        findings += check_memory(probe, wsl)
+        findings += check_memory(probe, wsl, costs)
     findings += check_disk(probe, workdir)
     if building:
         say("compiler cache")

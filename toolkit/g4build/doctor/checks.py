@@ -17,6 +17,7 @@ from typing import Any, Literal
 from packaging.version import InvalidVersion, Version
 
 from g4build.builder import cudashim
+from g4build.builder.buildcosts import BuildCosts, choose_jobs
 from g4build.builder.platforms.windows import (
     GIT_LONG_PATHS_FIX,
     LONG_PATHS_FIX,
@@ -415,7 +416,9 @@ def check_platform(probe: Probe, workdir: str) -> tuple[list[Finding], bool]:
     return findings, True
 
 
-def check_memory(probe: Probe, wsl: bool) -> list[Finding]:
+def check_memory(probe: Probe, wsl: bool, costs: BuildCosts | None = None) -> list[Finding]:
+    """RAM and the MAX_JOBS a build here gets: the RAM over the peak per nvcc job measured for the pin and arch
+    (``costs``; 5 GB when not measured), at most the cores; the summary says the figures it came from."""
     total = None
     if probe.system == "linux":
         meminfo = probe.read_text("/proc/meminfo")
@@ -427,18 +430,23 @@ def check_memory(probe: Probe, wsl: bool) -> list[Finding]:
     if total is None:
         return [Finding(check="memory", status="warn", summary="RAM size unknown",
                         fix="set MAX_JOBS by hand (~5 GB each)")]
-    jobs = suggested_max_jobs(total, probe.cpu_count())
-    detail = {"bytes": total, "max_jobs": jobs}
+    cpus = probe.cpu_count()
+    choice = choose_jobs(mem_gb=total / 1e9, cores=cpus, costs=costs)
+    jobs = choice.jobs
+    detail = {"bytes": total, "max_jobs": jobs, "gb_per_job": round(choice.gb_per_job, 2), "cores": cpus,
+              "why": choice.why}
     where = " (raise memory= in %UserProfile%\\.wslconfig)" if wsl else ""
     set_jobs = probe.env("MAX_JOBS")
     if set_jobs and set_jobs.isdigit() and int(set_jobs) > jobs:
         return [Finding(check="memory", status="warn",
                         summary=f"MAX_JOBS={set_jobs} with {_gib(total)} RAM risks the compiler being 'Killed'",
-                        fix=f"set MAX_JOBS={jobs}{where}", detail=detail)]
+                        fix=f"set MAX_JOBS={jobs}{where} ({choice.why})", detail=detail)]
     if total < 16 * 2**30:
-        return [Finding(check="memory", status="warn", summary=f"{_gib(total)} RAM: MAX_JOBS={jobs}, a slow build",
+        return [Finding(check="memory", status="warn",
+                        summary=f"{_gib(total)} RAM: MAX_JOBS={jobs}, a slow build ({choice.why})",
                         fix=f"more RAM shortens the build{where}", detail=detail)]
-    return [Finding(check="memory", status="ok", summary=f"{_gib(total)} RAM: use MAX_JOBS={jobs}", detail=detail)]
+    return [Finding(check="memory", status="ok", summary=f"{_gib(total)} RAM: use MAX_JOBS={jobs} ({choice.why})",
+                    detail=detail)]
 
 
 def check_disk(probe: Probe, workdir: str) -> list[Finding]:
