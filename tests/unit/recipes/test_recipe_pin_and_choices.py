@@ -40,7 +40,7 @@ def overlaid(folder: Path, pin_name: str = "vllm-0.33.0") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("vllm/__init__.py", "")
-        archive.writestr("vllm-0.33.0.dist-info/build-manifest.json", json.dumps(manifest))
+        archive.writestr("vllm-0.33.0+g4.0123456789.dist-info/build-manifest.json", json.dumps(manifest))
     return path
 
 

@@ -42,9 +42,10 @@ def _wheel_name(filename: str) -> tuple[NormalizedName, Version]:
     return name, version
 
 
-def _own_dist_info(names: set[str], project: NormalizedName, version: Version, filename: str) -> str:
-    """The wheel's own ``<name>-<version>.dist-info`` folder, at the top and matching its file name: a manifest in
-    any other folder (nested, or a vendored package's) describes something else."""
+def _own_dist_info(names: set[str], project: NormalizedName, version: Version, filename: str) -> str | None:
+    """The wheel's own ``<name>-<version>.dist-info`` folder, at the top and matching its file name (None: it has
+    none, so no manifest; pip refuses it at install). A manifest in any other folder (nested, or a vendored
+    package's) describes something else; two folders that both match leave it unknown which one pip reads."""
     found = set()
     for top in {n.split("/", 1)[0] for n in names if "/" in n}:
         if not top.endswith(".dist-info"):
@@ -57,11 +58,11 @@ def _own_dist_info(names: set[str], project: NormalizedName, version: Version, f
                 found.add(top)
         except InvalidVersion:
             continue
-    if len(found) != 1:
+    if len(found) > 1:
         raise UsageError(f"--wheel {filename}: expected one {project}-{version}.dist-info folder at the top of the "
-                         f"wheel, found {len(found)} ({', '.join(sorted(found)) or 'none'})",
+                         f"wheel, found {len(found)} ({', '.join(sorted(found))})",
                          hint="pass a wheel as pip or g4build wrote it; `g4build validate WHEEL` says what is wrong")
-    return found.pop()
+    return found.pop() if found else None
 
 
 def read_wheel_info(wheel: Path) -> WheelInfo:
@@ -69,14 +70,13 @@ def read_wheel_info(wheel: Path) -> WheelInfo:
     whether installing it brings FlashInfer (the manifest's record of FlashInfer wheels, else its METADATA)."""
     if not wheel.is_file():
         raise UsageError(f"{wheel}: expected a wheel file, found none", hint="pass the path of a built .whl")
-    project, version = _wheel_name(wheel.name)
     try:
         with zipfile.ZipFile(wheel) as archive:
             names = set(archive.namelist())
-            dist = _own_dist_info(names, project, version, wheel.name)
+            dist = _own_dist_info(names, *_wheel_name(wheel.name), wheel.name)
             manifest, meta = f"{dist}/{MANIFEST_NAME}", f"{dist}/METADATA"
-            raw = _small(archive, manifest) if manifest in names else None
-            metadata = _small(archive, meta).decode("utf-8", errors="replace") if meta in names else ""
+            raw = _small(archive, manifest) if dist and manifest in names else None
+            metadata = _small(archive, meta).decode("utf-8", errors="replace") if dist and meta in names else ""
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError, ValueError) as exc:
         raise UsageError(f"{wheel}: not a wheel (not a zip archive)") from exc
     data = loads(raw, str(wheel)) if raw is not None else None
