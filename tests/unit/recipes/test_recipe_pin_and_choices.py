@@ -89,6 +89,17 @@ def test_a_value_outside_the_choices_is_refused_offline(tmp_path: Path, command:
     assert g4("recipe", command, RECIPE, *extra, "--set", "args.moe-backend=Marlin").returncode == 0
 
 
+def test_a_choice_is_folded_only_where_vllm_folds_it() -> None:
+    """--moe-backend goes through vLLM's `s.lower().replace("-", "_")` before argparse compares; --dtype does not,
+    so `BFloat16` is refused there as vLLM refuses it."""
+    for spelled in ("Flashinfer-Cutlass", "FLASHINFER_CUTLASS"):
+        taken = g4("recipe", "check", RECIPE, "--set", "pin=vllm-0.33.0", "--set", f"args.moe-backend={spelled}")
+        assert taken.returncode == 0, taken.stderr
+    refused = g4("recipe", "check", RECIPE, "--set", "args.dtype=BFloat16")
+    assert refused.returncode == 2 and "--set args.dtype='BFloat16': expected one of" in refused.stderr
+    assert g4("recipe", "check", RECIPE, "--set", "args.dtype=bfloat16").returncode == 0
+
+
 def test_the_choices_are_per_pin() -> None:
     # rdna3 is a MoE backend of 0.33.0 only: refused for the default pin, taken for 0.33.0
     tables = {name: recorded_table(load_pins().get(name)) for name in load_pins().pins}
