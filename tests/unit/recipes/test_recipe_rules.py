@@ -59,6 +59,18 @@ def test_wheel_from_another_pin_is_refused(base_data: dict[str, Any]) -> None:
     assert not found(check(recipe(base_data), ctx(wheel=dataclasses.replace(wheel, pin="vllm-0.21.0"))), "pin")
 
 
+@pytest.mark.parametrize("claimed", [None, "vllm-9.9.9"])
+def test_series_claimed_without_a_known_pin_are_refused(base_data: dict[str, Any], claimed: str | None) -> None:
+    """As validate: a series is known by its fingerprints for one pin; a manifest naming no known pin claims it
+    unchecked."""
+    wheel = WheelInfo(file="w.whl", pin=claimed, series={"dflash": 1})
+    [finding] = [f for f in found(check(recipe(base_data), ctx(wheel=wheel)), "pin", "error")
+                 if "claims series dflash" in f.message]
+    assert ("names no pin" if claimed is None else "an unknown pin 'vllm-9.9.9'") in finding.message
+    assert not found(check(recipe(base_data), ctx(wheel=dataclasses.replace(wheel, pin="vllm-0.21.0"))), "pin")
+    assert not found(check(recipe(base_data), ctx(wheel=dataclasses.replace(wheel, pin=None, series={}))), "pin")
+
+
 # --- quantization ----------------------------------------------------------------------------------------
 def test_forced_modelopt_quantization_on_nvfp4_checkpoint_is_an_error(base_data: dict[str, Any]) -> None:
     r = recipe(base_data, args={"quantization": "modelopt"})
