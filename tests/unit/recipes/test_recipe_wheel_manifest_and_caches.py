@@ -83,7 +83,7 @@ def test_a_decoy_alone_is_no_manifest(tmp_path: Path) -> None:
 def test_two_folders_that_are_both_the_wheels_own_are_refused(tmp_path: Path) -> None:
     manifest = json.dumps(_manifest("vllm-0.33.0"))
     wheel = _wheel(tmp_path / "dist", [(f"{OWN}/build-manifest.json", manifest),
-                                       (f"VLLM-0.33.0+g4.123456789.dist-info/build-manifest.json", manifest)])
+                                       ("VLLM-0.33.0+g4.123456789.dist-info/build-manifest.json", manifest)])
     done = g4("recipe", "check", RECIPE, "--wheel", str(wheel))
     assert done.returncode == 2 and "expected one vllm-0.33.0+g4.123456789.dist-info folder" in done.stderr, \
         done.stderr

@@ -116,9 +116,9 @@ def rule_env_allowed(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
         verdict = policy.verdict(name, ctx.pin.name if ctx.pin else recipe.pin, ctx.allowed_env)
         if verdict == "denied":
             out.append(Finding(rule="env-allowed", severity="error",
-                               message=f"env {name}: refused: a launch script never sets it (it can run code or turn off "
-                                       f"a check when the script starts; deny-list of {policy.source}), even "
-                                       "with --allow-env",
+                               message=f"env {name}: refused: a launch script never sets it (it can run code or "
+                                       "turn off a check when the script starts; deny-list of "
+                                       f"{policy.source}), even with --allow-env",
                                hint=f"drop env.{name} from the recipe; if you need it, set it in your own shell "
                                     "before starting the script"))
         elif verdict == "unknown":
