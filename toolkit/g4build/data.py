@@ -9,9 +9,10 @@ recipes into launch scripts), so it is used only when it passes an ownership che
 the project folder, its data folders and files (linked folders entered: what is read through a link is checked as
 if it were here), and every folder walked from the working directory up to it are owned by the user running
 g4build and writable by no one else (group-writable only where the group is the user's own, as a umask of 002
-with user private groups leaves files: named as the user, with no other member, listed or by primary group). A ``patches/`` planted in ``/tmp`` or a shared
-parent folder is then passed over with a one-line note; naming a project (``--root``, ``G4BUILD_HOME``) uses it
-as named. ``project_choice`` says which project is used and why (``g4build doctor`` shows it).
+with user private groups leaves files: named as the user, with no other member, listed or by primary group). A
+``patches/`` planted in ``/tmp`` or a shared parent folder is then passed over with a one-line note; naming a
+project (``--root``, ``G4BUILD_HOME``) uses it as named. ``project_choice`` says which project is used and why
+(``g4build doctor`` shows it, and the project passed over).
 """
 
 from __future__ import annotations

@@ -129,6 +129,7 @@ def test_lower_case_entries_in_the_policy_file_count(tmp_path: Path, capsys: pyt
     ("\ndeny:\n", "\ndeney:\n", "unknown key 'deney'"),
     ("\n  suffixes: [", "\n  sufixes: [", "unknown key 'sufixes'"),
     ("\npins: {}\n", "\npins: {}\npin: {}\n", "unknown key 'pin'"),
+    ("\npins: {}\n", "\npins: {vllm-0.21.O: {names: [MY_VAR]}}\n", "unknown key 'vllm-0.21.O'"),
 ])
 def test_a_misspelled_key_in_the_policy_is_an_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, said: str) -> None:

@@ -145,6 +145,6 @@ def gather_context(
         vllm_envs=pinned_envs(pin) if pin is not None else None,
         vllm_options=frozenset(table["args"]) if table is not None and isinstance(table.get("args"), dict) else None,
         renamed_env=load_renamed(),
-        env_policy=load_env_policy(),
+        env_policy=load_env_policy(known_pins=tuple(pins.pins)),
         allowed_env=allow_env,
     )

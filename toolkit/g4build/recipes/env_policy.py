@@ -59,7 +59,7 @@ def _unknown_keys(raw: dict[Any, Any], known: tuple[str, ...], where: str) -> No
     """A misspelled key is an error: a `deny:` spelled `deney:` would otherwise deny nothing."""
     unknown = sorted(str(k) for k in raw if k not in known)
     if unknown:
-        close = difflib.get_close_matches(unknown[0], known, n=1)
+        close = difflib.get_close_matches(unknown[0], known, n=1, cutoff=0.7)
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} (expected only {', '.join(known)})",
                           hint=f"did you mean {close[0]!r}?" if close else f"use only {', '.join(known)}")
 
@@ -82,8 +82,10 @@ def _names(raw: Any, where: str) -> NameList:
                     suffixes=tuple(lists["suffixes"]), contains=tuple(lists["contains"]))
 
 
-def load_env_policy(root: Path | None = None) -> EnvPolicy:
-    """The lists from the project's data file; a project without the file allows nothing (fails closed)."""
+def load_env_policy(root: Path | None = None, known_pins: tuple[str, ...] | None = None) -> EnvPolicy:
+    """The lists from the project's data file; a project without the file allows nothing (fails closed).
+    ``known_pins``: the pins of patches/pins.yaml, when given a ``pins:`` entry for another name is an error (a
+    misspelled pin would add its names to no pin)."""
     path = (root if root is not None else recipes_dir()) / POLICY_FILE
     if not path.exists():
         return EnvPolicy(source=f"{path} (absent: no name allowed)", allow=NameList(), deny=NameList())
@@ -92,6 +94,8 @@ def load_env_policy(root: Path | None = None) -> EnvPolicy:
     pins = data.get("pins") or {}
     if not isinstance(pins, dict):
         raise ConfigError(f"{path}.pins: expected a mapping of pin name to names, found {pins!r}")
+    if known_pins is not None:
+        _unknown_keys(pins, known_pins, f"{path}.pins")
     return EnvPolicy(source=str(path), allow=_names(data.get("allow"), f"{path}.allow"),
                      deny=_names(data.get("deny"), f"{path}.deny"),
                      pins={str(k): _names(v, f"{path}.pins.{k}") for k, v in pins.items()})
