@@ -26,6 +26,8 @@ MUTATIONS: tuple[Mutation, ...] = (
       "a misspelled top-level key in launch-env.yaml is an error, not ignored"),
     M("env-policy-misspelled-list", _POLICY, "    _unknown_keys(raw, _LIST_KEYS, where)\n", "", POLICY,
       "a misspelled list key (sufixes) in launch-env.yaml is an error"),
+    M("env-policy-misspelled-pin", _POLICY, '        _unknown_keys(pins, known_pins, f"{path}.pins")\n',
+      "        pass\n", POLICY, "a pins: entry for a pin pins.yaml does not know is an error"),
     M("env-deny-suffixes", _POLICY, " or upper.endswith(self.suffixes)", "", POLICY,
       "a path, cache or endpoint name (TRITON_PTXAS_PATH, HF_ENDPOINT) is denied by its suffix"),
     M("env-deny-contains", _POLICY, "\n                or any(part in upper for part in self.contains))", ")", POLICY,
