@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from g4build.cli import main
-from g4build.data import _private_group, group_is_private, project_choice, project_root, set_root_option
+from g4build.data import group_is_private, project_choice, project_root, set_root_option
 
 REPO = Path(__file__).resolve().parents[2]
 OTHER_UID = 54321
@@ -271,13 +271,3 @@ def test_a_group_is_private_only_when_the_user_alone_is_in_it(user: str, group: 
                                                               private: bool) -> None:
     assert group_is_private(user, group, members) is private
 
-
-def test_the_users_own_group_is_judged_by_its_real_members() -> None:
-    """The real group database: a user whose primary group is the user's group counts as a member."""
-    import grp
-    import pwd
-
-    me = pwd.getpwuid(os.geteuid())
-    group = grp.getgrgid(me.pw_gid)
-    others = (set(group.gr_mem) | {u.pw_name for u in pwd.getpwall() if u.pw_gid == me.pw_gid}) - {me.pw_name}
-    assert _private_group(me.pw_gid) is (group.gr_name == me.pw_name and not others)

@@ -44,6 +44,9 @@ MUTATIONS: tuple[Mutation, ...] = (
       "two spellings of one variable (Windows) are refused"),
     M("env-vllm-name-case", f"{PKG}/recipes/env_names.py", "        if name.upper() in ctx.vllm_envs:",
       "        if False:", POLICY, "a VLLM_ name in another case is named by vLLM's spelling"),
+    M("env-allowed-name-case", f"{PKG}/recipes/env_names.py",
+      "        elif name != name.upper() and not name.upper().startswith(VLLM_PREFIX):", "        elif False:",
+      POLICY, "an allowed name in lower case (read on Windows only) is named by its spelling"),
     # --- the wheel's own manifest ---------------------------------------------------------------------------------
     M("wheel-first-manifest", f"{PKG}/recipes/context.py",
       "            dist = _own_dist_info(names, *_wheel_name(wheel.name), wheel.name)",

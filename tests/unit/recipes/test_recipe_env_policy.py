@@ -158,3 +158,13 @@ def test_a_vllm_name_in_another_case_is_named_by_its_spelling(
     assert code == 11 and "env vllm_logging_level: vLLM 0.21.0 reads VLLM_LOGGING_LEVEL" in out, out
     code, out = _check(top, capsys, "env.VLLM_LOGGING_LEVEL=DEBUG")
     assert code == 0, out
+
+
+def test_an_allowed_name_in_another_case_is_named_by_its_spelling(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Allowed (Windows reads `nccl_debug` as NCCL_DEBUG), but NCCL on Linux never reads it: said, with the fix."""
+    top = _project(tmp_path)
+    code, out = _check(top, capsys, "env.nccl_debug=INFO")
+    assert code == 0 and "env nccl_debug: the programs that read it spell it NCCL_DEBUG" in out, out
+    code, out = _check(top, capsys, "env.NCCL_DEBUG=INFO")
+    assert code == 0 and "env-allowed" not in out, out

@@ -130,4 +130,10 @@ def rule_env_allowed(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
             out.append(Finding(rule="env-allowed", severity="warning",
                                message=f"env {name}: set because the command line said --allow-env {name} (it is "
                                        f"not on the allow-list of {policy.source})"))
+        elif name != name.upper() and not name.upper().startswith(VLLM_PREFIX):  # VLLM_: rule_env_names says it
+            out.append(Finding(rule="env-allowed", severity="warning",
+                               message=f"env {name}: the programs that read it spell it {name.upper()}; on Linux and "
+                                       f"in WSL {name} is another variable, which nothing reads (only Windows "
+                                       "takes either spelling)",
+                               hint=f"spell it {name.upper()}"))
     return out
