@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from g4build.cli import main
-from g4build.data import project_choice, project_root, set_root_option
+from g4build.data import group_is_private, project_choice, project_root, set_root_option
 
 REPO = Path(__file__).resolve().parents[2]
 OTHER_UID = 54321
@@ -181,3 +181,93 @@ def test_doctor_says_which_project_is_used(tmp_path: Path, monkeypatch: pytest.M
         main(["doctor", "--json"])
     findings = json.loads(capsys.readouterr().out)["findings"]
     assert findings[0]["check"] == "project" and findings[0]["detail"]["root"] == str(top)
+
+
+# --- linked folders are entered; the working directory is a candidate; a private group has no other member ------
+
+
+def _link_in(top: Path, outside: Path, rel: str) -> Path:
+    """Move ``top/rel`` to ``outside`` and leave a link to it in its place: the project reads it through the link."""
+    target = outside / Path(rel).name
+    outside.mkdir(parents=True, exist_ok=True)
+    shutil.move(top / rel, target)
+    (top / rel).symlink_to(target, target_is_directory=True)
+    return target
+
+
+@pytest.mark.parametrize(("rel", "inner"), [("recipes/vllm-args", "launch-env.yaml"),
+                                            ("recipes/vllm-args", "deep/er/x.json"),
+                                            ("patches/vllm-0.21.0", "0001-x.patch"),
+                                            ("recipes", f"{PLANTED}.yaml")])
+def test_a_file_others_may_write_inside_a_linked_folder_is_passed_over(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], rel: str,
+        inner: str) -> None:
+    """A world-writable launch-env.yaml in a linked recipes/vllm-args could allow LD_PRELOAD: the linked folder is
+    read as the project's own, so it is checked as the project's own, to the last file under it."""
+    top, work = _plant(tmp_path / "mine")
+    (top / rel).mkdir(parents=True, exist_ok=True)
+    (top / rel).chmod(0o755)
+    target = _link_in(top, tmp_path / "elsewhere", rel)
+    (target / inner).parent.mkdir(parents=True, exist_ok=True)
+    if not (target / inner).exists():
+        (target / inner).write_text("allow: {names: [LD_PRELOAD]}\n", encoding="utf-8")
+    for folder in (target / inner).parents:
+        if folder == target.parent:
+            break
+        folder.chmod(0o755)
+    monkeypatch.chdir(work)
+    names, err = _listed(capsys)
+    assert PLANTED in names and "not using" not in err, err  # the link alone is fine while its files are yours
+    set_root_option(None)
+    (target / inner).chmod(0o666)
+    names, err = _listed(capsys)
+    assert PLANTED not in names and f"{top / rel / inner} is writable by others" in err, err
+    assert project_root() == REPO
+
+
+def test_doctor_says_which_project_was_passed_over_and_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    top, work = _plant(tmp_path / "mine")
+    (top / "recipes" / "vllm-args").mkdir()
+    target = _link_in(top, tmp_path / "elsewhere", "recipes/vllm-args")
+    (target / "launch-env.yaml").write_text("allow: {names: [LD_PRELOAD]}\n", encoding="utf-8")
+    (target / "launch-env.yaml").chmod(0o666)
+    monkeypatch.chdir(work)
+    with contextlib.suppress(SystemExit):  # doctor fails on a machine without a GPU; its JSON comes first
+        main(["doctor", "--json"])
+    first = json.loads(capsys.readouterr().out)["findings"][0]
+    assert first["check"] == "project" and first["status"] == "warn", first
+    assert first["detail"]["root"] == str(REPO) and first["detail"]["passed_over"] == str(top), first
+    assert "launch-env.yaml is writable by others" in first["detail"]["problem"], first
+    assert "writable by no one else" not in first["summary"], first
+
+
+def test_a_link_loop_under_recipes_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    top, work = _plant(tmp_path / "mine")
+    (top / "recipes" / "loop").symlink_to(top / "recipes", target_is_directory=True)
+    monkeypatch.chdir(work)
+    names, err = _listed(capsys)
+    assert PLANTED in names and "not using" not in err, err
+
+
+def test_the_working_directory_itself_is_a_candidate(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    top, _work = _plant(tmp_path / "mine")
+    monkeypatch.chdir(top)
+    names, err = _listed(capsys)
+    assert PLANTED in names and "not using" not in err, err
+    assert project_choice()[0] == top
+
+
+@pytest.mark.parametrize(("user", "group", "members", "private"), [
+    ("ada", "ada", set(), True),
+    ("ada", "ada", {"ada"}, True),
+    ("ada", "ada", {"ada", "bob"}, False),  # named like the user, but bob is in it (listed or by primary group)
+    ("ada", "ada", {"bob"}, False),
+    ("ada", "staff", {"ada"}, False),
+])
+def test_a_group_is_private_only_when_the_user_alone_is_in_it(user: str, group: str, members: set[str],
+                                                              private: bool) -> None:
+    assert group_is_private(user, group, members) is private
+

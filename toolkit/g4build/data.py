@@ -6,11 +6,13 @@ file; commands that write data refuse the copy an installed wheel carries (``wri
 
 A project found by walking up from the working directory is code, not just data (its patches go into wheels, its
 recipes into launch scripts), so it is used only when it passes an ownership check like git's ``safe.directory``:
-the project folder, its data folders and files, and every folder walked from the working directory up to it are
-owned by the user running g4build and writable by no one else (group-writable only where the group is the user's
-own, as a umask of 002 with user private groups leaves files). A ``patches/`` planted in ``/tmp`` or a shared
-parent folder is then passed over with a one-line note; naming a project (``--root``, ``G4BUILD_HOME``) uses it
-as named. ``project_choice`` says which project is used and why (``g4build doctor`` shows it).
+the project folder, its data folders and files (linked folders entered: what is read through a link is checked as
+if it were here), and every folder walked from the working directory up to it are owned by the user running
+g4build and writable by no one else (group-writable only where the group is the user's own, as a umask of 002
+with user private groups leaves files: named as the user, with no other member, listed or by primary group). A
+``patches/`` planted in ``/tmp`` or a shared parent folder is then passed over with a one-line note; naming a
+project (``--root``, ``G4BUILD_HOME``) uses it as named. ``project_choice`` says which project is used and why
+(``g4build doctor`` shows it, and the project passed over).
 """
 
 from __future__ import annotations
@@ -75,26 +77,51 @@ def _unsafe_entry(path: Path) -> str | None:
 
 def _private_group(gid: int) -> bool:
     """True for the user's own group (user private groups: a umask of 002 makes files group-writable, but the
-    group is the user alone): named as the user, no member but the user."""
+    group is the user alone): named as the user, with no other member, listed or by primary group."""
     try:
         import grp
         import pwd
     except ImportError:
         return False
     try:
-        user = pwd.getpwuid(os.geteuid()).pw_name
+        me = pwd.getpwuid(os.geteuid())
         group = grp.getgrgid(gid)
     except KeyError:
         return False
-    return group.gr_name == user and set(group.gr_mem) <= {user}
+    primary = {u.pw_name for u in pwd.getpwall() if u.pw_gid == gid}
+    return group_is_private(me.pw_name, group.gr_name, set(group.gr_mem) | primary)
+
+
+def group_is_private(user: str, group: str, members: set[str]) -> bool:
+    """A group only ``user`` is in: named as the user, every member (listed, or by primary group) the user."""
+    return group == user and members <= {user}
+
+
+def _tree(folder: Path) -> list[Path]:
+    """``folder`` and everything under it, entering linked folders (each real folder once, so a link loop ends):
+    what a link points to is read as if it were here, so it is checked as if it were here."""
+    out, seen, todo = [folder], set(), [folder]
+    while todo:
+        here = todo.pop()
+        real = here.resolve()
+        if real in seen or not real.is_dir():
+            continue
+        seen.add(real)
+        try:
+            children = sorted(here.iterdir())
+        except OSError:
+            continue  # _unsafe_entry reports what cannot be read
+        out += children
+        todo += [c for c in children if c.is_dir()]
+    return out
 
 
 def ownership_problem(project: Path, start: Path) -> str | None:
     """Why a project found at or above ``start`` must not be trusted, or None (see the module docstring).
 
     Checked: each folder from ``start`` up to ``project``, the project's data folders, and every file and folder
-    under ``patches/`` and ``recipes/`` (what becomes code); a link inside them counts as its target too. Where
-    the system has no POSIX owners (Windows), a found project is never trusted: name it instead.
+    under ``patches/`` and ``recipes/`` (what becomes code), linked folders entered; a link counts as its target
+    too. Where the system has no POSIX owners (Windows), a found project is never trusted: name it instead.
     """
     if not hasattr(os, "geteuid"):
         return "this system has no POSIX file owners to check it by"
@@ -107,7 +134,7 @@ def ownership_problem(project: Path, start: Path) -> str | None:
         data = top / name
         if not data.exists():
             continue
-        entries = [data, *data.rglob("*")] if name != "ci" else [data, *data.iterdir()]
+        entries = _tree(data) if name != "ci" else [data, *data.iterdir()]
         for entry in entries:
             if problem := _unsafe_entry(entry):
                 return problem
@@ -149,6 +176,15 @@ def project_choice() -> tuple[Path, str]:
     if is_project(checkout):
         return checkout, "the g4build checkout this g4build runs from"
     return _installed_data(), "the data the installed g4build package carries"
+
+
+def passed_over() -> tuple[Path, str] | None:
+    """The project found from the working directory that ``project_choice`` passed over, and why; else None."""
+    cwd = Path.cwd()
+    for (found, start), problem in _checked.items():
+        if start == cwd and problem is not None:
+            return found, problem
+    return None
 
 
 def project_root() -> Path:

@@ -31,12 +31,13 @@ def g4build(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
 def make_wheel(path: Path, manifest: dict[str, Any] | None = None, metadata: str | None = None) -> Path:
     """A small real wheel (zip) with an optional g4build build-manifest.json and METADATA in its dist-info."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    dist = "-".join(path.name.split("-")[:2]) + ".dist-info"  # the wheel's own, as its file name says
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("vllm/__init__.py", "")
         if manifest is not None:
-            archive.writestr("vllm-0.21.0.dist-info/build-manifest.json", json.dumps(manifest))
+            archive.writestr(f"{dist}/build-manifest.json", json.dumps(manifest))
         if metadata is not None:
-            archive.writestr("vllm-0.21.0.dist-info/METADATA", metadata)
+            archive.writestr(f"{dist}/METADATA", metadata)
     return path
 
 

@@ -6,6 +6,7 @@ deny-list stays refused even then. Real recipe files, the real CLI, the rendered
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -39,10 +40,13 @@ def test_code_running_names_in_a_recipe_file_are_refused(tmp_path: Path, case: s
     rendered = g4build("recipe", "render", str(path), "--shell", shell, "--out", str(out))
     assert rendered.returncode == 11, rendered.stderr
     name = next(iter(HOSTILE[case]))
-    assert f"env {name}: refused" in rendered.stderr and "unexpected" not in rendered.stderr
+    # refused as denied (so --allow-env cannot open it), not merely as a name off the allow-list
+    denied = f"env {name}: refused: a launch script never sets it"
+    assert denied in rendered.stderr and "unexpected" not in rendered.stderr, rendered.stderr
     assert not out.exists()  # no script at all
     checked = g4build("recipe", "check", str(path))
-    assert checked.returncode == 11 and f"[env-allowed] env {name}: refused" in checked.stdout, checked.stdout
+    assert checked.returncode == 11 and f"[env-allowed] {denied}" in checked.stdout, checked.stdout
+    assert f"env {name}: refused: not a name" not in checked.stdout, checked.stdout
 
 
 def test_allow_env_does_not_open_the_deny_list(tmp_path: Path) -> None:
@@ -72,9 +76,15 @@ def test_a_name_off_the_list_is_set_only_on_allow_env_and_named(tmp_path: Path, 
 
 
 def test_the_shipped_recipes_set_only_allowed_names(tmp_path: Path, stubs: Stubs) -> None:
-    for recipe in sorted(p.stem for p in (REPO / "recipes").glob("*.yaml")):
-        result = g4build("recipe", "check", recipe)
-        assert "env-allowed" not in result.stdout, result.stdout
+    recipes = sorted(p.stem for p in (REPO / "recipes").glob("*.yaml"))
+    assert len(recipes) >= 5
+    for recipe in recipes:
+        result = g4build("recipe", "check", recipe, "--json")
+        # exit 0 and the report of this recipe: a crash with empty output would otherwise pass
+        assert result.returncode == 0, (recipe, result.stdout, result.stderr)
+        report = json.loads(result.stdout)
+        assert report["recipe"] == recipe and report["ok"] is True, report
+        assert not [f for f in report["findings"] if f["rule"] == "env-allowed"], report
 
 
 def test_an_allowed_name_renders_and_runs(tmp_path: Path, stubs: Stubs) -> None:

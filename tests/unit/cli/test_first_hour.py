@@ -37,10 +37,11 @@ def g4(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -
 
 def wheel(path: Path, manifest: dict[str, object] | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
+    dist = "-".join(path.name.split("-")[:2]) + ".dist-info"  # the wheel's own, as its file name says
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("vllm/__init__.py", "")
         if manifest is not None:
-            archive.writestr("vllm-0.21.0.dist-info/build-manifest.json", json.dumps(manifest))
+            archive.writestr(f"{dist}/build-manifest.json", json.dumps(manifest))
     return path
 
 

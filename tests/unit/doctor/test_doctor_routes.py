@@ -67,7 +67,7 @@ def test_the_cli_reads_route_and_pin_from_the_wheel(tmp_path: Path) -> None:
     pin = load_pins().get("vllm-0.33.0")
     wheel = tmp_path / "vllm-0.33.0+g4.0123456789-cp38-abi3-manylinux_2_28_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
-        archive.writestr("vllm-0.33.0.dist-info/build-manifest.json",
+        archive.writestr("vllm-0.33.0+g4.0123456789.dist-info/build-manifest.json",  # the wheel's own dist-info
                          json.dumps(make_manifest(pin, [], route="overlay")))
     done = g4("doctor", "--wheel", str(wheel), "--json")
     assert done.returncode in (0, 14), done.stderr  # this machine's own findings decide between the two

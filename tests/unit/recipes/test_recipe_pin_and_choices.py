@@ -40,7 +40,7 @@ def overlaid(folder: Path, pin_name: str = "vllm-0.33.0") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("vllm/__init__.py", "")
-        archive.writestr("vllm-0.33.0.dist-info/build-manifest.json", json.dumps(manifest))
+        archive.writestr("vllm-0.33.0+g4.0123456789.dist-info/build-manifest.json", json.dumps(manifest))
     return path
 
 
@@ -87,6 +87,17 @@ def test_a_value_outside_the_choices_is_refused_offline(tmp_path: Path, command:
     assert "did you mean 'marlin'?" in said and not (tmp_path / "l").exists()
     # vLLM lowers the text and turns '-' into '_' before it compares: so does the check
     assert g4("recipe", command, RECIPE, *extra, "--set", "args.moe-backend=Marlin").returncode == 0
+
+
+def test_a_choice_is_folded_only_where_vllm_folds_it() -> None:
+    """--moe-backend goes through vLLM's `s.lower().replace("-", "_")` before argparse compares; --dtype does not,
+    so `BFloat16` is refused there as vLLM refuses it."""
+    for spelled in ("Flashinfer-Cutlass", "FLASHINFER_CUTLASS"):
+        taken = g4("recipe", "check", RECIPE, "--set", "pin=vllm-0.33.0", "--set", f"args.moe-backend={spelled}")
+        assert taken.returncode == 0, taken.stderr
+    refused = g4("recipe", "check", RECIPE, "--set", "args.dtype=BFloat16")
+    assert refused.returncode == 2 and "--set args.dtype='BFloat16': expected one of" in refused.stderr
+    assert g4("recipe", "check", RECIPE, "--set", "args.dtype=bfloat16").returncode == 0
 
 
 def test_the_choices_are_per_pin() -> None:

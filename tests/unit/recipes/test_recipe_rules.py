@@ -12,6 +12,7 @@ from g4build.pins.model import load_pins
 from g4build.recipes.checkpoint import CheckpointInfo
 from g4build.recipes.model import KvGeometry, Recipe, parse_recipe
 from g4build.recipes.rules import CheckContext, Finding, WheelInfo, check
+from g4build.recipes.vllm_args import recorded_table
 from g4build.series.model import Series, load_series
 
 PINS = load_pins()
@@ -58,6 +59,18 @@ def test_wheel_from_another_pin_is_refused(base_data: dict[str, Any]) -> None:
     assert not found(check(recipe(base_data), ctx(wheel=dataclasses.replace(wheel, pin="vllm-0.21.0"))), "pin")
 
 
+@pytest.mark.parametrize("claimed", [None, "vllm-9.9.9"])
+def test_series_claimed_without_a_known_pin_are_refused(base_data: dict[str, Any], claimed: str | None) -> None:
+    """As validate: a series is known by its fingerprints for one pin; a manifest naming no known pin claims it
+    unchecked."""
+    wheel = WheelInfo(file="w.whl", pin=claimed, series={"dflash": 1})
+    [finding] = [f for f in found(check(recipe(base_data), ctx(wheel=wheel)), "pin", "error")
+                 if "claims series dflash" in f.message]
+    assert ("names no pin" if claimed is None else "an unknown pin 'vllm-9.9.9'") in finding.message
+    assert not found(check(recipe(base_data), ctx(wheel=dataclasses.replace(wheel, pin="vllm-0.21.0"))), "pin")
+    assert not found(check(recipe(base_data), ctx(wheel=dataclasses.replace(wheel, pin=None, series={}))), "pin")
+
+
 # --- quantization ----------------------------------------------------------------------------------------
 def test_forced_modelopt_quantization_on_nvfp4_checkpoint_is_an_error(base_data: dict[str, Any]) -> None:
     r = recipe(base_data, args={"quantization": "modelopt"})
@@ -100,6 +113,48 @@ def test_later_pins_refuse_the_moe_kernels_that_still_reject_gelu_tanh(
         assert not found(check(recipe(base_data, pin=pin, args={"moe-backend": backend}), on), "moe-backend")
     # 0.21.0's switch is not read there: env-names says so, not this rule
     assert not found(check(recipe(base_data, pin=pin, env={"VLLM_USE_FLASHINFER_MOE_FP4": "1"}), on), "moe-backend")
+
+
+# What each pin's tree says (its NVFP4 MoE oracle's experts without GELU_TANH): the network test
+# test_recipe_moe_gelu_tanh.py reads it from the trees; written out here so that a value dropped from (or added
+# to) a pin's row fails offline too.
+GELU_TANH_REJECTED_BY_THE_TREES = {
+    "vllm-0.21.0": {"cutlass", "flashinfer_cutedsl", "flashinfer_cutlass", "flashinfer_trtllm"},
+    "vllm-0.26.0": {"flashinfer_b12x", "flashinfer_cutedsl"},
+    "vllm-0.29.0": {"b12x", "flashinfer_cutedsl"},
+    "vllm-0.33.0": {"b12x", "flashinfer_cutedsl", "flashinfer_moe_ep_cutedsl"},
+}
+
+
+@pytest.mark.parametrize("pin", sorted(PINS.pins))
+def test_each_pins_moe_row_refuses_exactly_what_its_tree_rejects(base_data: dict[str, Any], pin: str) -> None:
+    """Every --moe-backend value the pin accepts (its recorded argument table), one by one: exactly the row's are
+    refused, on --moe-backend and on the drafter's moe_backend."""
+    table = recorded_table(PINS.get(pin))
+    assert table is not None, f"{pin} has no recorded argument table"
+    choices = table["args"]["moe-backend"]["choices"]
+    expected = GELU_TANH_REJECTED_BY_THE_TREES[pin]
+    assert expected <= set(choices), (pin, expected - set(choices))
+    on = ctx(pin=PINS.get(pin))
+    for backend in choices:
+        refused = bool(found(check(recipe(base_data, pin=pin, args={"moe-backend": backend}), on), "moe-backend"))
+        spec = recipe(base_data, pin=pin, speculative={**DFLASH, "moe_backend": backend})
+        assert refused is (backend in expected), (pin, backend)
+        assert bool(found(check(spec, on), "moe-backend", "error")) is (backend in expected), (pin, backend)
+
+
+@pytest.mark.parametrize("spelled", ["flashinfer-cutedsl", "FlashInfer_CuteDSL", "FLASHINFER-CUTEDSL",
+                                     " flashinfer_cutedsl"])
+@pytest.mark.parametrize("pin", ["vllm-0.21.0", "vllm-0.26.0", "vllm-0.33.0"])
+def test_the_moe_rule_reads_the_value_as_vllms_parser_does(base_data: dict[str, Any], pin: str,
+                                                          spelled: str) -> None:
+    """vLLM lower-cases --moe-backend and turns '-' into '_': flashinfer-cutedsl is flashinfer_cutedsl there."""
+    on = ctx(pin=PINS.get(pin))
+    [finding] = found(check(recipe(base_data, pin=pin, args={"moe-backend": spelled}), on), "moe-backend", "error")
+    assert "GELU_TANH" in finding.message
+    spec = recipe(base_data, pin=pin, speculative={**DFLASH, "moe_backend": spelled})
+    assert found(check(spec, on), "moe-backend", "error")
+    assert not found(check(recipe(base_data, pin=pin, args={"moe-backend": "Marlin"}), on), "moe-backend")
 
 
 def test_flashinfer_moe_env_for_gemma4_is_an_error(base_data: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from g4build.builder.buildcosts import BUILD_ARCH, load_costs
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json, require_wheel_file
-from g4build.data import patches_dir, project_choice
+from g4build.data import passed_over, patches_dir, project_choice
 from g4build.doctor import ROUTES, SystemProbe, run_doctor
 from g4build.doctor.checks import Finding
 from g4build.errors import DoctorFailed, UsageError
@@ -78,6 +78,11 @@ def doctor(
     root, why = project_choice()
     used = Finding(check="project", status="ok", summary=f"g4build data from {root}: {why}",
                    fix="g4build --root DIR (or G4BUILD_HOME) names another", detail={"root": str(root), "why": why})
+    skipped = passed_over()
+    if skipped is not None:  # said here too, not only in a note on stderr
+        used = dataclasses.replace(used, status="warn", summary=f"{used.summary}; not the project at {skipped[0]}: "
+                                   f"{skipped[1]}", fix=f"make it yours alone, or name it: g4build --root {skipped[0]}",
+                                   detail={**used.detail, "passed_over": str(skipped[0]), "problem": skipped[1]})
     report = dataclasses.replace(report, findings=(used, *report.findings))
     if json_out:
         print_json(report.to_dict())

@@ -6,6 +6,9 @@ import importlib
 import zipfile
 from pathlib import Path
 
+from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
 from g4build.errors import UsageError
 from g4build.pins.model import load_pins
 from g4build.recipes.checkpoint import CheckpointInfo, read_checkpoint
@@ -30,18 +33,50 @@ def _small(archive: zipfile.ZipFile, name: str) -> bytes:
     return data
 
 
+def _wheel_name(filename: str) -> tuple[NormalizedName, Version]:
+    try:
+        name, version, _build, _tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename as exc:
+        raise UsageError(f"--wheel {filename}: expected a wheel file name (name-version-python-abi-platform.whl), "
+                         f"found {filename!r}", hint="pass the .whl file as pip or g4build wrote it") from exc
+    return name, version
+
+
+def _own_dist_info(names: set[str], project: NormalizedName, version: Version, filename: str) -> str | None:
+    """The wheel's own ``<name>-<version>.dist-info`` folder, at the top and matching its file name (None: it has
+    none, so no manifest; pip refuses it at install). A manifest in any other folder (nested, or a vendored
+    package's) describes something else; two folders that both match leave it unknown which one pip reads."""
+    found = set()
+    for top in {n.split("/", 1)[0] for n in names if "/" in n}:
+        if not top.endswith(".dist-info"):
+            continue
+        dist_name, _, dist_version = top[: -len(".dist-info")].partition("-")
+        if canonicalize_name(dist_name) != project:
+            continue
+        try:
+            if Version(dist_version) == version:
+                found.add(top)
+        except InvalidVersion:
+            continue
+    if len(found) > 1:
+        raise UsageError(f"--wheel {filename}: expected one {project}-{version}.dist-info folder at the top of the "
+                         f"wheel, found {len(found)} ({', '.join(sorted(found))})",
+                         hint="pass a wheel as pip or g4build wrote it; `g4build validate WHEEL` says what is wrong")
+    return found.pop() if found else None
+
+
 def read_wheel_info(wheel: Path) -> WheelInfo:
-    """The series a wheel carries, from ``*.dist-info/build-manifest.json`` (none for a stock wheel), and whether
-    installing it brings FlashInfer (the manifest's record of FlashInfer wheels, else its METADATA)."""
+    """The series a wheel carries, from its own dist-info's ``build-manifest.json`` (none for a stock wheel), and
+    whether installing it brings FlashInfer (the manifest's record of FlashInfer wheels, else its METADATA)."""
     if not wheel.is_file():
         raise UsageError(f"{wheel}: expected a wheel file, found none", hint="pass the path of a built .whl")
     try:
         with zipfile.ZipFile(wheel) as archive:
-            names = archive.namelist()
-            manifests = [n for n in names if n.endswith(".dist-info/" + MANIFEST_NAME)]
-            metas = [n for n in names if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
-            raw = _small(archive, manifests[0]) if manifests else None
-            metadata = _small(archive, metas[0]).decode("utf-8", errors="replace") if metas else ""
+            names = set(archive.namelist())
+            dist = _own_dist_info(names, *_wheel_name(wheel.name), wheel.name)
+            manifest, meta = f"{dist}/{MANIFEST_NAME}", f"{dist}/METADATA"
+            raw = _small(archive, manifest) if dist and manifest in names else None
+            metadata = _small(archive, meta).decode("utf-8", errors="replace") if dist and meta in names else ""
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError, ValueError) as exc:
         raise UsageError(f"{wheel}: not a wheel (not a zip archive)") from exc
     data = loads(raw, str(wheel)) if raw is not None else None
@@ -110,6 +145,6 @@ def gather_context(
         vllm_envs=pinned_envs(pin) if pin is not None else None,
         vllm_options=frozenset(table["args"]) if table is not None and isinstance(table.get("args"), dict) else None,
         renamed_env=load_renamed(),
-        env_policy=load_env_policy(),
+        env_policy=load_env_policy(known_pins=tuple(pins.pins)),
         allowed_env=allow_env,
     )

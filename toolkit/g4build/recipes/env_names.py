@@ -78,7 +78,7 @@ def fit_env_to_pin(recipe: Recipe, ctx: CheckContext, user_names: frozenset[str]
 
 
 def rule_env_names(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
-    names = sorted(n for n in recipe.env if n.startswith(VLLM_PREFIX))
+    names = sorted(n for n in recipe.env if n.upper().startswith(VLLM_PREFIX))
     if not names or ctx.pin is None:
         return []
     if ctx.vllm_envs is None:
@@ -89,6 +89,12 @@ def rule_env_names(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     out = []
     for name in names:
         if name in ctx.vllm_envs:
+            continue
+        if name.upper() in ctx.vllm_envs:  # the same variable on Windows only: Linux and WSL keep case
+            out.append(Finding(rule="env-names", severity="error",
+                               message=f"env {name}: vLLM {ctx.pin.version} reads {name.upper()}; on Linux and in "
+                                       f"WSL {name} is another variable, which it never reads",
+                               hint=f"spell it {name.upper()}"))
             continue
         close = difflib.get_close_matches(name, sorted(ctx.vllm_envs), n=2, cutoff=0.8)
         out.append(Finding(rule="env-names", severity="error",
@@ -110,8 +116,9 @@ def rule_env_allowed(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
         verdict = policy.verdict(name, ctx.pin.name if ctx.pin else recipe.pin, ctx.allowed_env)
         if verdict == "denied":
             out.append(Finding(rule="env-allowed", severity="error",
-                               message=f"env {name}: refused: a launch script never sets it (it can run code when "
-                                       f"the script starts; deny-list of {policy.source}), even with --allow-env",
+                               message=f"env {name}: refused: a launch script never sets it (it can run code or "
+                                       "turn off a check when the script starts; deny-list of "
+                                       f"{policy.source}), even with --allow-env",
                                hint=f"drop env.{name} from the recipe; if you need it, set it in your own shell "
                                     "before starting the script"))
         elif verdict == "unknown":
@@ -123,4 +130,10 @@ def rule_env_allowed(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
             out.append(Finding(rule="env-allowed", severity="warning",
                                message=f"env {name}: set because the command line said --allow-env {name} (it is "
                                        f"not on the allow-list of {policy.source})"))
+        elif name != name.upper() and not name.upper().startswith(VLLM_PREFIX):  # VLLM_: rule_env_names says it
+            out.append(Finding(rule="env-allowed", severity="warning",
+                               message=f"env {name}: the programs that read it spell it {name.upper()}; on Linux and "
+                                       f"in WSL {name} is another variable, which nothing reads (only Windows "
+                                       "takes either spelling)",
+                               hint=f"spell it {name.upper()}"))
     return out

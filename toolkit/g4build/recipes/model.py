@@ -233,6 +233,10 @@ def _env(raw: Any, where: str) -> dict[str, str]:
                 f"{where}.{key}: expected a string, found {type(value).__name__} ({value!r})",
                 hint=f"quote the value in YAML, e.g. {key}: \"{value}\"",
             )
+        same = next((k for k in env if k.upper() == key.upper()), None)
+        if same is not None:  # one variable on Windows, where the last would win unseen
+            raise ConfigError(f"{where}: {same!r} and {key!r} name one environment variable (names compare "
+                              "case-insensitively on Windows)", hint="keep one spelling, in upper case")
         env[key] = str(value)
     return env
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from g4build.recipes.findings import CheckContext, Finding, is_gemma4
 from g4build.recipes.model import Recipe
+from g4build.recipes.vllm_choices import LOWER_UNDERSCORE, normalized
 
 # pin -> the --moe-backend values whose NVFP4 MoE experts reject GELU_TANH. No pin is judged as the default pin.
 GELU_TANH_REJECTED: dict[str, tuple[str, ...]] = {
@@ -23,7 +24,10 @@ FLASHINFER_MOE_FP4 = "VLLM_USE_FLASHINFER_MOE_FP4"  # 0.21.0's switch to FlashIn
 
 
 def _rejects(pin: str, value: Any) -> bool:
-    return isinstance(value, str) and value.strip().lower() in GELU_TANH_REJECTED.get(pin, ())
+    """As vLLM reads the value (its parser lower-cases it and turns ``-`` into ``_``: ``flashinfer-cutedsl`` is
+    ``flashinfer_cutedsl``)."""
+    return (isinstance(value, str)
+            and normalized(value.strip(), LOWER_UNDERSCORE) in GELU_TANH_REJECTED.get(pin, ()))
 
 
 def rule_moe_backend(recipe: Recipe, ctx: CheckContext) -> list[Finding]:

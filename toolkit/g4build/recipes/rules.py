@@ -55,6 +55,14 @@ def rule_pin(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
                            message=f"the wheel {ctx.wheel.file} was built from pin '{ctx.wheel.pin}' (its "
                                    f"build-manifest.json), but the recipe is rendered for pin '{recipe.pin}'",
                            hint=f"leave --set pin out (the pin then follows the wheel), or --set pin={ctx.wheel.pin}"))
+    if ctx.wheel is not None and ctx.wheel.series and not (ctx.wheel.pin and ctx.wheel.pin in ctx.known_pins):
+        # as validate: a series is known by its fingerprints for one pin; a claim without a known pin is no claim
+        which = f"an unknown pin {ctx.wheel.pin!r}" if ctx.wheel.pin else "no pin"
+        out.append(Finding(rule="pin", severity="error",
+                           message=f"the wheel {ctx.wheel.file} claims series {', '.join(sorted(ctx.wheel.series))} "
+                                   f"but its build-manifest.json names {which}: what it carries cannot be checked",
+                           hint="rebuild or re-overlay the wheel for a pin of patches/pins.yaml; `g4build validate "
+                                "WHEEL` says the same"))
     return out
 
 

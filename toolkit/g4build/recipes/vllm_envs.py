@@ -18,6 +18,7 @@ from g4build.errors import ConfigError
 from g4build.fsutil import write_atomic
 from g4build.pins.index import cache_root, sha256_file
 from g4build.pins.model import Pin
+from g4build.recipes.model import ENV_NAME_RE
 from g4build.util.safeload import read_json
 
 ENVS_FILE = "vllm/envs.py"
@@ -62,18 +63,29 @@ def envs_from_sdist(pin: Pin, archive: Path) -> dict[str, Any]:
             "envs": sorted(env_names(_read_envs_file(archive)))}
 
 
+def _typed_names(data: object, path: Path, fix: str) -> frozenset[str]:
+    """``data["envs"]``, a list of variable names, or a ConfigError: a string would be read letter by letter (and
+    the recipe's VLLM_ names then dropped as unread), a number is no name."""
+    envs = data.get("envs") if isinstance(data, dict) else None
+    if not isinstance(envs, list) or not all(isinstance(n, str) and ENV_NAME_RE.fullmatch(n) for n in envs):
+        found = type(envs).__name__ if not isinstance(envs, list) else next(
+            repr(n) for n in envs if not (isinstance(n, str) and ENV_NAME_RE.fullmatch(n)))
+        raise ConfigError(f"{path}: 'envs' must be a list of environment variable names, found {found}",
+                          hint=fix)
+    return frozenset(envs)
+
+
 def recorded_envs(pin: Pin) -> frozenset[str] | None:
-    """The names recorded in the project for ``pin`` when they were read from this pin's sdist; else None."""
+    """The names recorded in the project for ``pin`` when they were read from this pin's sdist; else None (no
+    file, or one for another sdist). A file of the wrong shape is a ConfigError."""
     path = recorded_envs_path(pin)
     if not path.is_file():
         return None
-    try:
-        data = read_json(path, 4 << 20, f"the recorded list of vLLM {pin.version}'s environment variables")
-    except ConfigError:
-        return None
+    data = read_json(path, 4 << 20, f"the recorded list of vLLM {pin.version}'s environment variables")
     if (isinstance(data, dict) and data.get("version") == _CACHE_VERSION
-            and data.get("sdist_sha256") == pin.sdist.sha256.lower() and isinstance(data.get("envs"), list)):
-        return frozenset(str(n) for n in data["envs"])
+            and data.get("sdist_sha256") == pin.sdist.sha256.lower()):
+        return _typed_names(data, path, f"write it again from the sdist: `g4build pins add` for {pin.name}, or "
+                                        "delete the file")
     return None
 
 
@@ -102,12 +114,10 @@ def pinned_envs(pin: Pin) -> frozenset[str] | None:
     if recorded is not None:
         return recorded
     cached = cache_root() / "vllm-envs" / f"{pin.name}-{pin.sdist.sha256[:16]}.json"
-    try:
+    if cached.is_file():
         data = read_json(cached, 4 << 20, "a cached list of vLLM's environment variables")
         if isinstance(data, dict) and data.get("version") == _CACHE_VERSION:
-            return frozenset(data["envs"])
-    except (ConfigError, KeyError, TypeError):
-        pass
+            return _typed_names(data, cached, "delete it: it is a cache, read again from the pin's sdist")
     archive = _verified_sdist(pin)
     if archive is None:
         return None
