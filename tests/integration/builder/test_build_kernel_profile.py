@@ -14,6 +14,7 @@ import subprocess
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,6 +22,9 @@ from g4build.builder.depapply import apply_build_series
 from g4build.pins.model import load_pins
 from g4build.series.deps import BuildSeries, get_build_series
 from g4build.series.kernelprofile import left_out
+
+if TYPE_CHECKING:
+    from tests.support.vllm_cmake import Evaluated
 
 pytestmark = pytest.mark.network  # the pin's sdist (cached once per machine)
 CMAKE = shutil.which("cmake")
@@ -36,9 +40,9 @@ class Trees:
     patched: Path
     work: Path
     series: BuildSeries
-    cache: dict[tuple[str, str, str | None], object]
+    cache: dict[tuple[str, str, str | None], Evaluated]
 
-    def evaluate(self, which: str, archs: str, profile: str | None = None):  # type: ignore[no-untyped-def]
+    def evaluate(self, which: str, archs: str, profile: str | None = None) -> Evaluated:
         from tests.support.vllm_cmake import evaluate
 
         key = (which, archs, profile)
@@ -284,3 +288,61 @@ def test_the_patched_bindings_compile_with_each_profiles_definitions(trees: Tree
                    "csrc/libtorch_stable/torch_bindings.cpp"):
         done = _gxx(trees.patched, source, defs)
         assert done.returncode == 0, (source, done.stderr[-3000:])
+
+
+def _schema(bindings: str, op: str) -> str:
+    """The schema string upstream's bindings give ``op`` (its concatenated literals)."""
+    for m in re.finditer(r'ops\.def\(\s*((?:"(?:[^"\\]|\\.)*"\s*)+)', bindings):
+        schema = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', m[1]))
+        if schema.startswith(op + "("):
+            return schema
+    raise AssertionError(f"no schema for {op}")
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ not found")
+@pytest.mark.parametrize("profile", ["all", "gemma4"])
+def test_a_left_out_op_raises_the_not_compiled_message_when_called(trees: Trees, tmp_path: Path,
+                                                                     profile: str) -> None:
+    """The patched helper, compiled into a real torch library: one boxed kernel serves upstream's schemas of
+    different shapes (a tensor op, an op returning nothing, an int -> int op defined with it), registered as a
+    backend kernel and as a catch-all; calling any raises the message naming op, profile and fix."""
+    torch = pytest.importorskip("torch")
+    bindings = (trees.patched / "csrc/torch_bindings.cpp").read_text(encoding="utf-8")
+    start = bindings.index("#ifdef G4B_KERNEL_PROFILE_GEMMA4")
+    helper = bindings[start:bindings.index("}  // namespace", start) + len("}  // namespace")]
+    ns = f"g4btest_{profile}"
+    source = tmp_path / "fallback.cpp"
+    source.write_text("\n".join([
+        "#include <torch/library.h>", "#include <ATen/core/dispatch/Dispatcher.h>", "#include <ATen/core/stack.h>",
+        helper,
+        f"TORCH_LIBRARY({ns}, m) {{",
+        f'  m.def("{_schema(bindings, "machete_mm")}");',
+        f'  m.def("{_schema(bindings, "paged_attention_v1")}");',
+        '  m.def("ggml_moe_get_block_size(int _0) -> int", g4b_not_compiled());',
+        "}",
+        f"TORCH_LIBRARY_IMPL({ns}, CPU, m) {{",
+        '  m.impl("paged_attention_v1", g4b_not_compiled());', "}",
+        f"TORCH_LIBRARY_IMPL({ns}, CatchAll, m) {{",
+        '  m.impl("machete_mm", g4b_not_compiled());', "}", ""]), encoding="utf-8")
+    inc, lib = Path(torch.__file__).parent / "include", Path(torch.__file__).parent / "lib"
+    out = tmp_path / f"lib{ns}.so"
+    defs = ["-DG4B_KERNEL_PROFILE_GEMMA4=1"] if profile == "gemma4" else []
+    done = subprocess.run([GXX or "g++", "-std=c++17", "-shared", "-fPIC", "-O0", *defs,
+                           f"-D_GLIBCXX_USE_CXX11_ABI={int(torch.compiled_with_cxx11_abi())}",
+                           "-I", str(inc), "-I", str(inc / "torch/csrc/api/include"), str(source), "-o", str(out),
+                           "-L", str(lib), "-ltorch", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{lib}"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    torch.ops.load_library(str(out))
+    ops = getattr(torch.ops, ns)
+    assert hasattr(ops, "machete_mm") and hasattr(ops, "paged_attention_v1")  # the probes vLLM makes
+    t = torch.zeros(2)
+    calls = {"machete_mm": lambda: ops.machete_mm(t, t, 0, None, None, None, None, None, None, None),
+             "paged_attention_v1": lambda: ops.paged_attention_v1(
+                 t, t, t, t, 1, 1.0, t, t, 16, 16, None, "auto", t, t, 0, 0, 0, 64, 0),
+             "ggml_moe_get_block_size": lambda: ops.ggml_moe_get_block_size(2)}
+    for op, call in calls.items():
+        with pytest.raises(RuntimeError) as err:
+            call()
+        assert (f"{ns}::{op} is not compiled into this build (g4build kernel profile '{profile}' / no kernel for "
+                "this GPU): rebuild with --kernels all") in str(err.value)
