@@ -43,7 +43,33 @@ function(target_compile_definitions NAME)
 endfunction()
 function(set_source_files_properties)
 endfunction()
-function(set_property)
+function(set_property KIND)
+  if(NOT KIND STREQUAL "SOURCE")
+    return()
+  endif()
+  set(_files)
+  set(_defs)
+  set(_in files)
+  foreach(_a IN LISTS ARGN)
+    if(_a STREQUAL "APPEND" OR _a STREQUAL "PROPERTY")
+      set(_in name)
+    elseif(_in STREQUAL "name")
+      if(_a STREQUAL "COMPILE_DEFINITIONS")
+        set(_in defs)
+      else()
+        set(_in other)
+      endif()
+    elseif(_in STREQUAL "files")
+      list(APPEND _files "${_a}")
+    elseif(_in STREQUAL "defs")
+      list(APPEND _defs "${_a}")
+    endif()
+  endforeach()
+  foreach(_f IN LISTS _files)
+    foreach(_d IN LISTS _defs)
+      message("G4BEVAL|SRCDEF|${_f}|${_d}")
+    endforeach()
+  endforeach()
 endfunction()
 function(target_include_directories)
 endfunction()
@@ -79,10 +105,12 @@ endmacro()
 @dataclass
 class Evaluated:
     """Sources per extension target (paths relative to the tree; fetched projects as ``<name>/...``), the
-    compile definitions given to targets, and what the CMake log printed."""
+    compile definitions given to targets and to single sources, the kernel profile's record (G4B_LEFT_OUT,
+    G4B_DEFS), and what the CMake log printed."""
 
     sources: dict[str, list[str]] = field(default_factory=dict)
     definitions: dict[str, list[str]] = field(default_factory=dict)
+    source_definitions: dict[str, list[str]] = field(default_factory=dict)  # set_property(SOURCE ...)
     left_out: list[str] = field(default_factory=list)
     g4b_defs: list[str] = field(default_factory=list)
     log: str = ""
@@ -165,6 +193,8 @@ def evaluate(tree: Path, archs: str, work: Path, profile: str | None = None, cma
                 listed.append(rel)
         elif kind == "DEF":
             out.definitions.setdefault(target, []).append(value)
+        elif kind == "SRCDEF":
+            out.source_definitions.setdefault(target.removeprefix(root), []).append(value)
         elif target == "G4B_LEFT_OUT":
             out.left_out = [v for v in value.split(";") if v]
         else:

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.network  # the pin's sdist (cached once per machine)
 CMAKE = shutil.which("cmake")
 GXX = shutil.which("g++")
 MLA = "csrc/attention/mla/sm100_cutlass_mla_kernel.cu"
+BINDINGS = ("csrc/torch_bindings.cpp", "csrc/moe/torch_bindings.cpp", "csrc/libtorch_stable/torch_bindings.cpp")
 C2X = "csrc/libtorch_stable/quantization/w8a8/cutlass/scaled_mm_c2x.cu"
 
 
@@ -179,6 +180,10 @@ def test_the_cmake_says_what_it_left_out_and_defines_it_for_the_bindings(trees: 
     assert {d for d in ev.g4b_defs if d.startswith("G4B_NO_")} == {f"G4B_NO_{f}=1" for f in ev.left_out}
     recorded = {f for lo in left_out("gemma4", [trees.series]) for f in lo.decision.cmake_families}
     assert set(ev.left_out) <= recorded
+    # only the three bindings get them: every kernel unit compiles as under `all` (compiler caches serve both)
+    assert ev.source_definitions == dict.fromkeys(BINDINGS, ev.g4b_defs)
+    assert not any(d.startswith("G4B_") for ds in ev.definitions.values() for d in ds)
+    assert trees.evaluate("patched", "9.0a").source_definitions == {}  # nothing left out: nothing defined
 
 
 def test_gemma4_list_in_the_cmake_is_the_decisions_table(trees: Trees) -> None:
