@@ -88,3 +88,19 @@ def test_bad_profile_keys_are_config_errors(tmp_path: Path, old: str, new: str, 
 def test_the_copy_loads_as_the_real_series(tmp_path: Path) -> None:  # the edits above are the only difference
     folder = _series_with(tmp_path, "version: 3\n", "version: 3\n")
     assert load_build_series(folder).decisions == get_build_series(SERIES).decisions
+
+
+def test_deps_list_says_which_profile_leaves_a_family_out(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from g4build.cli import main
+
+    main(["deps", "list"])
+    out = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+    assert "CUTLASS MLA (sm100_cutlass_mla_kernel.cu) (MLA_ARCHS, upstream 10.0f;11.0f;12.0f): patch [left out in: " \
+           "all, gemma4]" in out
+    assert "Marlin MoE (moe marlin sm80 kernels) (MARLIN_MOE_ARCHS, upstream 8.0+PTX): patch —" in out
+    main(["deps", "list", "--json"])
+    kernels = json.loads(capsys.readouterr().out)["build_series"][1]
+    paged = next(d for d in kernels["decisions"] if d["family"].startswith("Paged attention"))
+    assert paged["left_out_in"] == ["gemma4"] and paged["cmake_family"] == ["PAGED_ATTENTION"]
