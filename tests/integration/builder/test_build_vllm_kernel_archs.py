@@ -39,11 +39,16 @@ def _git(*args: str, cwd: Path) -> None:
 
 
 def _tree(sdist: Path, dest: Path) -> Path:
+    """The files the series touches, as the pin's sdist has them, in a one-commit git repository."""
     dest.mkdir()
-    shutil.copy2(sdist / "CMakeLists.txt", dest / "CMakeLists.txt")
+    variant = get_build_series("vllm-kernel-archs").variant("vllm-0.21.0")
+    assert variant is not None
+    for rel in variant.files:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(sdist / rel, dest / rel)
     _git("init", "-q", cwd=dest)
     _git("add", "-A", cwd=dest)
-    _git("commit", "-qm", "upstream vllm 0.21.0 (CMakeLists.txt)", cwd=dest)
+    _git("commit", "-qm", "upstream vllm 0.21.0 (the files the series touches)", cwd=dest)
     return dest
 
 
@@ -72,7 +77,7 @@ def test_the_patches_apply_with_zero_fuzz_and_applying_twice_changes_nothing(sdi
     assert hashlib.sha256((sdist / "CMakeLists.txt").read_bytes()).hexdigest() == variant.files["CMakeLists.txt"]
     tree = _tree(sdist, tmp_path / "vllm")
     check = check_dependency(tree, series, pin21)
-    assert check.ok and [(p.status, p.offsets) for p in check.report.series[0].patches] == [("applies", ())] * 2
+    assert check.ok and [(p.status, p.offsets) for p in check.report.series[0].patches] == [("applies", ())] * 3
     apply_build_series(tree, series, pin21)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True).stdout
     again = apply_build_series(tree, series, pin21)
@@ -146,7 +151,7 @@ def _c2x_archs(tree: Path, tmp_path: Path, archs: str, three_x: str) -> str:
 @pytest.mark.skipif(CMAKE is None, reason="cmake not found")
 def test_scaled_mm_c2x_is_left_out_only_where_no_gpu_runs_it(sdist: Path, tmp_path: Path, pin21: Pin) -> None:
     tree = _tree(sdist, tmp_path / "vllm")
-    shutil.copytree(sdist / "cmake", tree / "cmake")
+    shutil.copytree(sdist / "cmake", tree / "cmake", dirs_exist_ok=True)  # utils.cmake beside the touched ones
     apply_build_series(tree, get_build_series("vllm-kernel-archs"), pin21)
     # upstream compiles c2x for 8.9+PTX on a 12.0f-only (and a Hopper-only) list: the unit that held the build
     assert _c2x_archs(sdist, tmp_path, "12.0f", "12.0f") == "8.9+PTX"

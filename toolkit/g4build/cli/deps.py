@@ -43,7 +43,9 @@ def list_cmd(json_out: bool = JSON_OPTION) -> None:
     console.print(table)
     for b in found:
         for d in b.decisions:
-            console.print(f"{b.name}: {d.family} ({d.cmake}, upstream {d.upstream}): {d.decision} — {escape(d.why)}")
+            left = escape(f" [left out in: {', '.join(d.left_out_in)}]") if d.left_out_in else ""
+            console.print(f"{b.name}: {d.family} ({d.cmake}, upstream {d.upstream}): {d.decision}{left} — "
+                          f"{escape(d.why)}")
 
 
 @deps_app.command("check")

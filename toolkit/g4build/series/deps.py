@@ -11,7 +11,9 @@ Extra keys: ``project`` — the CMake FetchContent name of a dependency as the p
 variant is written for (the pin's CMake must name exactly it; not used for ``vllm``) and ``files`` — the sha256
 of each file the patches touch as that commit has it (a changed file is drift even where the context still
 matches); ``decisions`` — what each kernel family is compiled for on the target and why (documentation that
-the tests hold against the pin's CMake).
+the tests hold against the pin's CMake), each optionally with ``units`` (globs of the units it compiles),
+``left_out_in`` (the kernel profiles that leave it out) and ``cmake_family`` (the G4B_NO_<name> definitions,
+comma-separated, that the patched bindings read then).
 
 These series are never part of ``patches/series.yaml``: an overlay (Python only) never sees them, and a build
 applies them after the series, to the vLLM tree (``vllm``) or to a patched copy of the prefetched dependency
@@ -21,6 +23,7 @@ that the CMake initial cache then names.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +39,10 @@ from g4build.util.yamlsafe import confined, tree_relative
 
 DEPS_FOLDER = "deps"
 VLLM_PROJECT = "vllm"  # the vLLM tree itself (its CMakeLists.txt), not a FetchContent dependency
+# Kernel profiles the vllm-kernel-archs series knows (its CMake cache variable G4B_KERNEL_PROFILE); `all` first:
+# the default, what a build gets when the variable is unset.
+KERNEL_PROFILES = ("all", "gemma4")
+_CMAKE_FAMILY_RE = re.compile(r"[A-Z][A-Z0-9_]*")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,10 +54,18 @@ class Decision:
     upstream: str  # the SRC list upstream intersects with (as written in the CMake)
     decision: str  # keep | patch | dependency-series
     why: str
+    units: tuple[str, ...] = ()  # globs of the units it compiles (tree-relative; fetched projects as <name>/...)
+    left_out_in: tuple[str, ...] = ()  # kernel profiles that leave it out
+    cmake_families: tuple[str, ...] = ()  # the G4B_NO_<name> definitions the bindings read when it is left out
 
-    def to_dict(self) -> dict[str, str]:
-        return {"family": self.family, "cmake": self.cmake, "upstream": self.upstream,
-                "decision": self.decision, "why": self.why}
+    def to_dict(self) -> dict[str, Any]:
+        found: dict[str, Any] = {"family": self.family, "cmake": self.cmake, "upstream": self.upstream,
+                                 "decision": self.decision, "why": self.why}
+        for key, value in (("units", self.units), ("left_out_in", self.left_out_in),
+                           ("cmake_family", self.cmake_families)):
+            if value:
+                found[key] = list(value)
+        return found
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,8 +148,27 @@ def _decisions(raw: Any, where: str) -> tuple[Decision, ...]:
             raise ConfigError(f"{w}.decision: expected keep, patch or dependency-series, found {decision!r}")
         found.append(Decision(family=require(d, "family", str, w), cmake=require(d, "cmake", str, w),
                               upstream=require(d, "upstream", str, w), decision=decision,
-                              why=" ".join(require(d, "why", str, w).split())))
+                              why=" ".join(require(d, "why", str, w).split()), **_profile_keys(d, w)))
     return tuple(found)
+
+
+def _profile_keys(d: dict[str, Any], w: str) -> dict[str, tuple[str, ...]]:
+    units = d.get("units") or []
+    if not isinstance(units, list) or not all(isinstance(u, str) and u for u in units):
+        raise ConfigError(f"{w}.units: expected a list of path globs, found {units!r}")
+    left_out = d.get("left_out_in") or []
+    if not isinstance(left_out, list) or not set(left_out) <= set(KERNEL_PROFILES):
+        raise ConfigError(f"{w}.left_out_in: expected a list of kernel profiles ({', '.join(KERNEL_PROFILES)}), "
+                          f"found {left_out!r}")
+    raw = d.get("cmake_family") or ""
+    families = tuple(f.strip() for f in raw.split(",") if f.strip()) if isinstance(raw, str) else ()
+    if not isinstance(raw, str) or not all(_CMAKE_FAMILY_RE.fullmatch(f) for f in families):
+        raise ConfigError(f"{w}.cmake_family: expected CMake family names (PAGED_ATTENTION, ...) separated by "
+                          f"commas, found {raw!r}")
+    if bool(left_out) != bool(families):
+        raise ConfigError(f"{w}: left_out_in and cmake_family go together (a family a profile leaves out names "
+                          "the G4B_NO_<name> definition its bindings read)")
+    return {"units": tuple(units), "left_out_in": tuple(left_out), "cmake_families": families}
 
 
 def load_build_series(folder: Path) -> BuildSeries:
