@@ -5,10 +5,8 @@ vllm-flash-attn: ``G4B_FLASH_ATTN``). A default build passes neither, so its CMa
 from __future__ import annotations
 
 from g4build.errors import UsageError
+from g4build.series.deps import KERNEL_PROFILES  # the build series' own list: all, gemma4
 
-# "all": upstream's kernel set for the arch list, less what no GPU of the list can run; "gemma4": only the kernel
-# families Gemma 4 and its drafters (DFlash, MTP) call (the build series' decisions table names what it leaves out)
-KERNEL_PROFILES = ("all", "gemma4")
 # "all": FA2, and FA3 with a Hopper arch; "2": FlashAttention 2 alone (an SM120 card's situation, on any GPU)
 FLASH_ATTN_CHOICES = ("all", "2")
 

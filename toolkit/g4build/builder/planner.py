@@ -21,6 +21,7 @@ from g4build.builder.plan import (
 from g4build.builder.platforms import platform_for
 from g4build.pins.model import Pin
 from g4build.series.deps import BuildSeries
+from g4build.series.kernelprofile import left_out
 from g4build.series.model import Series
 
 
@@ -35,9 +36,8 @@ def python_cmd(target: Target, exe: str | None = None) -> tuple[str, ...]:
 
 def kernel_notes(opts: Options, build: Sequence[BuildSeries]) -> list[str]:
     """The plan's notes for --kernels / --flash-attn, with the families the profile leaves out as the build
-    series' decisions table records them (a decision with ``profiles`` naming the profile)."""
-    leaves_out = [f"{d.family}: {d.why}" for b in build for d in b.decisions
-                  if opts.kernels in getattr(d, "left_out_by", ())]
+    series' decisions table records them (``left_out_in``)."""
+    leaves_out = [f"{lo.decision.family}: {lo.decision.why}" for lo in left_out(opts.kernels, build)]
     return build_option_notes(opts.kernels, opts.flash_attn, leaves_out)
 
 
