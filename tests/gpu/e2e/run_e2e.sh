@@ -398,8 +398,10 @@ serve_run() {  # RECIPE DRAFTER
   local served=$py
   if [ -f "$stage/built-wheel" ]; then
     extra+=(--wheel "$(cat "$stage/built-wheel")")
-    [ -x "$stage/venv/bin/python" ] || "$py" -m venv --system-site-packages "$stage/venv" || return 9
-    served=$stage/venv/bin/python
+    if [ -z "${VIRTUAL_ENV:-}" ] && [ "${G4E2E_SERVE_VENV:-0}" = 1 ]; then
+      [ -x "$stage/venv/bin/python" ] || "$py" -m venv --system-site-packages "$stage/venv" || return 9
+      served=$stage/venv/bin/python
+    fi
   fi
   PATH=$(dirname "$served"):$PATH VIRTUAL_ENV=$(dirname "$(dirname "$served")") \
   PYTHONPATH=$(runpath patched "$stage/deps-serve" "$here") timeout -k 30 "$run_limit" "$served" \
