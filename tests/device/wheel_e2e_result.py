@@ -55,7 +55,8 @@ def build_summary(results: Path, arch: str, cores: int | None) -> dict[str, Any]
     state = load(d / "g4build-state.json") or {}
     validate = load(d / "validate.json") or {}
     rc = (d / "build.rc").read_text().strip() if (d / "build.rc").is_file() else None
-    return {"rc": int(rc) if rc and rc.isdigit() else rc, "steps": state.get("steps", state),
+    steps = {k: v.get("seconds") for k, v in (state.get("done") or {}).items() if isinstance(v, dict)}
+    return {"rc": int(rc) if rc and rc.isdigit() else rc, "step_seconds": steps,
             "validate_ok": validate.get("ok"), "validate_checks": {c.get("name"): c.get("ok") for c in
                                                                    validate.get("checks", []) if isinstance(c, dict)},
             "cubins": (d / "cubins.txt").read_text().strip().splitlines() if (d / "cubins.txt").is_file() else None,
