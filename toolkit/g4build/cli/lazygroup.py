@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "prefetch": "wheel",
     "cuda-shim": "wheel",
     "flashinfer-wheels": "wheel",
+    "flashinfer-aot": "flashinfer_aot",
     "manifest": "wheel",
     "validate": "validate",
     "overlay": "overlay",
