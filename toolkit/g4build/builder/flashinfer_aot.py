@@ -35,6 +35,7 @@ PROJECT = "flashinfer-jit-cache"
 PACKAGE = "flashinfer_jit_cache"
 CACHE_DIR = "jit_cache"  # the folder upstream's package keeps its modules in
 MODULES_FILE = "g4build-modules.json"
+RECORD_FILE = "flashinfer-aot.json"  # beside the wheels: what `g4build flashinfer-aot` built, for the manifest
 _ARCH_RE = re.compile(r"^(\d{1,2})\.(\d)([af]?)$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")  # FlashInfer's module names are identifiers (folder and file names)
 
@@ -189,3 +190,27 @@ def manifest_record(info: JitCacheInfo, wheel: Path, seconds: float | None = Non
     if sizes is not None:
         record["bytes"] = dict(sizes)
     return record
+
+
+def read_record(out: Path, flashinfer: str) -> dict[str, Any] | None:
+    """The scoped build's record in ``out`` (None: no scoped build ran there), its wheel re-hashed."""
+    path = out / RECORD_FILE
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        wheels = record["wheels"]
+        version = record["flashinfer"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValidationError(f"{path}: expected the record `g4build flashinfer-aot` writes ({exc})",
+                              hint="run the flashinfer-aot step again") from exc
+    if version != flashinfer:
+        raise ValidationError(f"{path}: expected FlashInfer {flashinfer} (the pin's), found {version}",
+                              hint="a record of another build: run the flashinfer-aot step again")
+    for wheel in wheels:
+        dest = out / str(wheel.get("file"))
+        found = hashlib.sha256(dest.read_bytes()).hexdigest() if dest.is_file() else "missing"
+        if found != wheel.get("sha256"):
+            raise ValidationError(f"{dest}: expected sha256 {wheel.get('sha256')} (recorded in {RECORD_FILE}), "
+                                  f"found {found}", hint="run the flashinfer-aot step again")
+    return dict(record)

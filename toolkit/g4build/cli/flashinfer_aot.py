@@ -11,15 +11,19 @@ from pathlib import Path
 import typer
 
 from g4build.builder.arch import flashinfer_arch_list, parse_arch
-from g4build.builder.flashinfer_aot import JitCacheInfo, flashinfer_arch_name, manifest_record, pack_wheel
+from g4build.builder.flashinfer_aot import (
+    RECORD_FILE,
+    JitCacheInfo,
+    flashinfer_arch_name,
+    manifest_record,
+    pack_wheel,
+)
 from g4build.builder.flashinfer_aot_build import Module, compile_modules, source_tree
 from g4build.cli._common import JSON_OPTION, console, print_json
 from g4build.errors import ConfigError
 from g4build.pins.model import Pin, load_pins
 from g4build.recipes import recipe_names
 from g4build.recipes.flashinfer_modules import TABLE_FILE, Derived, load_table, modules_for_pin
-
-RECORD_FILE = "flashinfer-aot.json"  # beside the wheels: what the manifest step records
 
 
 def _arch_list(text: str, pin: Pin) -> str:

@@ -66,6 +66,9 @@ def wheel(
     ),
     jobs: int | None = typer.Option(None, "--jobs", min=1, help="MAX_JOBS (default: RAM/5GB, <= cores)."),
     no_flashinfer: bool = typer.Option(False, "--no-flashinfer", help="Leave FlashInfer out."),
+    flashinfer_full: bool = typer.Option(
+        False, "--flashinfer-full", help="Build FlashInfer's whole jit-cache from its git tag (every module, hours) "
+        "instead of only the modules the launch recipes load (the default)."),
     flashinfer_wheels: list[str] = typer.Option(
         None, "--flashinfer-wheel", metavar="PATH=SHA256",
         help="Windows: a wheel of the pin's FlashInfer version for Windows (flashinfer-python, and "
@@ -91,7 +94,7 @@ def wheel(
     planned = plan_wheel(WheelRequest(
         arch=arch, os_name=os_name, pin_name=pin_name, release=release, python=python, python_exe=python_exe,
         cuda=cuda, executor=executor, out=out, root=root, torch_index=torch_index, jobs=jobs,
-        flashinfer=not no_flashinfer, flashinfer_wheels=tuple(flashinfer_wheels or ()), sccache=sccache,
+        flashinfer=not no_flashinfer, flashinfer_full=flashinfer_full, flashinfer_wheels=tuple(flashinfer_wheels or ()), sccache=sccache,
         recipes=tuple(recipe_names()) if recipes else (), run_here=not dry_run and emit_script is None))
     plan = planned.plan
     if emit_script is not None:
