@@ -13,9 +13,17 @@ from pathlib import Path
 import pytest
 from tests.support.wheelsfactory import container, elf, entry
 
-from g4build.builder.flashinfer_aot import JitCacheInfo, arch_names, flashinfer_arch_name, pack_wheel
+from g4build.builder.flashinfer_aot import (
+    RECORD_FILE,
+    JitCacheInfo,
+    arch_names,
+    flashinfer_arch_name,
+    manifest_record,
+    pack_wheel,
+    read_record,
+)
 from g4build.builder.flashinfer_aot_build import Module, buildable, check_cuda_headers
-from g4build.errors import UsageError
+from g4build.errors import UsageError, ValidationError
 from g4build.validate.fatbin import FLAG_ARCH_SPECIFIC, FLAG_FAMILY, Arch
 from g4build.validate.wheel import ValidateOptions, validate_wheel
 
@@ -63,7 +71,7 @@ def test_wheel_layout_version_and_record(tmp_path: Path) -> None:
         record = json.loads(zf.read("flashinfer_jit_cache/jit_cache/g4build-modules.json"))
     assert "flashinfer_jit_cache/jit_cache/sampling/sampling.so" in names
     assert record["modules"] == ["sampling"] and record["cuda_architectures"] == ["sm90a"]
-    assert record["source"] == {"file": "flashinfer_python-0.6.8.post1.tar.gz", "sha256": SHA}
+    assert record["sdist"] == {"file": "flashinfer_python-0.6.8.post1.tar.gz", "sha256": SHA}
     assert not list((tmp_path / "out").glob(".*.part"))
 
 
@@ -88,7 +96,7 @@ def test_the_package_answers_flashinfer_06_and_07(tmp_path: Path) -> None:
 
 
 def test_missing_module_library_is_refused_before_packing(tmp_path: Path) -> None:
-    with pytest.raises(Exception, match="expected the compiled module fp4_gemm_cutlass_sm120"):
+    with pytest.raises(ValidationError, match="expected the compiled module fp4_gemm_cutlass_sm120"):
         pack_wheel(built(tmp_path, {"sampling": lib(SASS90A)}), tmp_path / "out",
                    info(("sampling", "fp4_gemm_cutlass_sm120")), "linux_x86_64")
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
@@ -161,3 +169,19 @@ def test_cuda_without_curand_headers_is_refused(tmp_path: Path) -> None:
 def test_cuda_home_must_be_named() -> None:
     with pytest.raises(UsageError, match="CUDA_HOME is not set"):
         check_cuda_headers({})
+
+
+def test_record_for_the_manifest_is_read_back_with_its_wheel_rehashed(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert read_record(out, "0.6.8.post1") is None  # no scoped build ran there
+    wheel = pack_wheel(built(tmp_path, {"sampling": lib(SASS90A)}), out, info(), "linux_x86_64")
+    record = manifest_record(info(), wheel, 12.3, {"sampling": 4})
+    (out / RECORD_FILE).write_text(json.dumps(record))
+    back = read_record(out, "0.6.8.post1")
+    assert back is not None and back["source"] == "aot" and back["modules"] == ["sampling"]
+    assert back["source"] == "aot" and back["wheels"][0]["file"] == wheel.name and back["seconds"] == 12.3
+    with pytest.raises(ValidationError, match=r"expected FlashInfer 0.7.2.post1 \(the pin's\), found 0.6.8.post1"):
+        read_record(out, "0.7.2.post1")
+    wheel.write_bytes(wheel.read_bytes() + b"x")
+    with pytest.raises(ValidationError, match="recorded in flashinfer-aot.json"):
+        read_record(out, "0.6.8.post1")

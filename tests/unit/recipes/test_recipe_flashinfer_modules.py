@@ -15,6 +15,7 @@ from g4build.data import load_yaml_mapping, recipes_dir
 from g4build.errors import ConfigError, RecipeError
 from g4build.pins.model import load_pins
 from g4build.recipes import recipe_names
+from g4build.recipes.flashinfer import wheel_flashinfer
 from g4build.recipes.flashinfer_modules import TABLE_FILE, load_table, modules_for_pin, option_values
 
 PINS = load_pins()
@@ -131,3 +132,10 @@ def test_table_pin_naming_an_unknown_table_is_refused(tmp_path: Path) -> None:
     root = _table_root(tmp_path, "modules: {}\ntables: {}\npins: {p: missing}\n")
     with pytest.raises(ConfigError, match="expected one of the tables"):
         load_table(root)
+
+
+def test_a_wheel_built_with_the_scoped_jit_cache_installs_it_beside() -> None:
+    jit = "flashinfer_jit_cache-0.6.8.post1+g4jit.0123456789ab-py3-none-linux_x86_64.whl"
+    manifest = {"flashinfer": {"source": "aot", "version": "0.6.8.post1", "wheels": [{"file": jit, "sha256": "a" * 64}]}}
+    found = wheel_flashinfer("vllm-0.21.0+cu130.g4.abc-cp38-abi3-manylinux_2_28_x86_64.whl", "", manifest)
+    assert found.presence == "present" and found.wheels == (jit,)

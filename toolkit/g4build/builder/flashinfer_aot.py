@@ -75,7 +75,7 @@ class JitCacheInfo:
         return [a for a in arch_names(self.arch_list) if not majors or int(a[2:].rstrip("af")[:-1]) in majors]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"flashinfer": self.flashinfer, "source": {"file": self.source_file, "sha256": self.source_sha256},
+        return {"flashinfer": self.flashinfer, "sdist": {"file": self.source_file, "sha256": self.source_sha256},
                 "arch_list": self.arch_list, "cuda_architectures": list(arch_names(self.arch_list)),
                 "modules": list(self.modules), "module_archs": {m: self.module_archs(m) for m in self.modules}}
 
