@@ -25,9 +25,8 @@ def main() -> int:
     out = Path(sys.argv[1])
     result: dict[str, object] = {"ok": False, "nvcc_on_path": shutil.which("nvcc"),
                                  "disable_jit": os.environ.get("FLASHINFER_DISABLE_JIT")}
-    import torch
-
     import flashinfer
+    import torch
     from flashinfer.jit import env as jit_env
     from flashinfer.jit.sampling import gen_sampling_module
 

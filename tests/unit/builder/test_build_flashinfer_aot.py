@@ -52,13 +52,14 @@ def lib(*entries: bytes, units: int = 1) -> bytes:
 
 
 @pytest.mark.parametrize(("item", "name"), [("9.0", "sm90a"), ("12.0", "sm120f"), ("12.0f", "sm120f"),
-                                            ("12.1", "sm121a"), ("10.0", "sm100a"), ("8.6", "sm86"), ("12.0a", "sm120a")])
+                                            ("12.1", "sm121a"), ("10.0", "sm100a"), ("8.6", "sm86"),
+                                            ("12.0a", "sm120a")])
 def test_arch_names_as_flashinfer_normalises_them(item: str, name: str) -> None:
     assert flashinfer_arch_name(item) == name
 
 
 def test_bad_arch_is_a_usage_error() -> None:
-    with pytest.raises(UsageError, match="expected MAJOR.MINOR"):
+    with pytest.raises(UsageError, match=r"expected MAJOR\.MINOR"):
         arch_names("sm120")
 
 
@@ -158,7 +159,7 @@ def test_fp4_gemm_is_skipped_for_hopper() -> None:
 
 def test_cuda_without_curand_headers_is_refused(tmp_path: Path) -> None:
     (tmp_path / "cuda" / "include").mkdir(parents=True)
-    with pytest.raises(UsageError, match="curand_kernel.h is in none of"):
+    with pytest.raises(UsageError, match=r"curand_kernel\.h is in none of"):
         check_cuda_headers({"CUDA_HOME": str(tmp_path / "cuda")})
     extra = tmp_path / "curand"
     extra.mkdir()
@@ -183,5 +184,5 @@ def test_record_for_the_manifest_is_read_back_with_its_wheel_rehashed(tmp_path: 
     with pytest.raises(ValidationError, match=r"expected FlashInfer 0.7.2.post1 \(the pin's\), found 0.6.8.post1"):
         read_record(out, "0.7.2.post1")
     wheel.write_bytes(wheel.read_bytes() + b"x")
-    with pytest.raises(ValidationError, match="recorded in flashinfer-aot.json"):
+    with pytest.raises(ValidationError, match=r"recorded in flashinfer-aot\.json"):
         read_record(out, "0.6.8.post1")

@@ -12,8 +12,9 @@ picks a provider whose architectures run on the device. Either way a module ``NA
 
 The wheel written here is that package with our own small ``__init__``: both entry points, answered from
 ``jit_cache/g4build-modules.json`` (modules, architectures, the FlashInfer version and source sha256). Its version
-is ``<flashinfer version>+g4jit.<digest>`` (not ``g4.``: that label means vLLM series and a build-manifest), the digest over the libraries, so a rebuild with other kernels is another
-version. Tag ``py3-none-<platform>``: the libraries are tvm-ffi modules, not CPython extensions.
+is ``<flashinfer version>+g4jit.<digest>`` (not ``g4.``: that label means vLLM series and a build-manifest),
+the digest over the libraries, so a rebuild with other kernels is another version. Tag ``py3-none-<platform>``:
+the libraries are tvm-ffi modules, not CPython extensions.
 """
 
 from __future__ import annotations
@@ -176,7 +177,7 @@ def read_packed(zf: zipfile.ZipFile, where: str) -> dict[str, Any]:
     if not isinstance(modules, list) or not modules or not all(isinstance(m, str) and _NAME_RE.match(m)
                                                                for m in modules):
         raise ValidationError(f"{where}: {name}: expected a non-empty list of module names, found {modules!r:.80}")
-    return raw
+    return dict(raw)
 
 
 def manifest_record(info: JitCacheInfo, wheel: Path, seconds: float | None = None,

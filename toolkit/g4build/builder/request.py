@@ -173,7 +173,8 @@ def plan_wheel(request: WheelRequest) -> WheelPlan:
     default_jobs, launcher, cuda_home = machine_choices(target, host)
     python_exe = checked_python_exe(r.python_exe, target) if r.python_exe is not None else None
     opts = Options(jobs=r.jobs or default_jobs, jobs_given=r.jobs is not None, flashinfer=r.flashinfer,
-                   flashinfer_full=r.flashinfer_full, launcher=launcher, sccache=r.sccache, cache_backend=shared_cache(),
+                   flashinfer_full=r.flashinfer_full, launcher=launcher, sccache=r.sccache,
+                   cache_backend=shared_cache(),
                    python=python_cmd(target, python_exe), python_exe=python_exe, recipes=r.recipes,
                    torch_index=r.torch_index or None,
                    flashinfer_wheels=tuple(parse_spec(item) for item in r.flashinfer_wheels))

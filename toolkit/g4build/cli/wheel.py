@@ -94,7 +94,8 @@ def wheel(
     planned = plan_wheel(WheelRequest(
         arch=arch, os_name=os_name, pin_name=pin_name, release=release, python=python, python_exe=python_exe,
         cuda=cuda, executor=executor, out=out, root=root, torch_index=torch_index, jobs=jobs,
-        flashinfer=not no_flashinfer, flashinfer_full=flashinfer_full, flashinfer_wheels=tuple(flashinfer_wheels or ()), sccache=sccache,
+        flashinfer=not no_flashinfer,
+        flashinfer_full=flashinfer_full, flashinfer_wheels=tuple(flashinfer_wheels or ()), sccache=sccache,
         recipes=tuple(recipe_names()) if recipes else (), run_here=not dry_run and emit_script is None))
     plan = planned.plan
     if emit_script is not None:

@@ -70,7 +70,8 @@ def check_jit_cache(path: Path, c: Contents, targets: Sequence[Arch]) -> list[Ch
                                    f"{', '.join(missing) or 'none'}; not listed: {', '.join(extra) or 'none'}"))
     else:
         checks.append(Check(name="jit-cache modules", ok=True, detail=f"{', '.join(listed)}"))
-    per_module = record.get("module_archs") if isinstance(record.get("module_archs"), dict) else {}
+    raw_archs = record.get("module_archs")
+    per_module: dict[str, object] = raw_archs if isinstance(raw_archs, dict) else {}
     for module in listed:
         if module not in files:
             continue
