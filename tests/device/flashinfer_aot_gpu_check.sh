@@ -5,7 +5,7 @@
 # Usage: tests/device/flashinfer_aot_gpu_check.sh INPUTS [WORK] [RESULTS]
 #   INPUTS/wh: wheels for an offline pip: flashinfer-python of the pin's version and its requirements
 #              (apache-tvm-ffi, nvidia-ml-py, einops, ...; torch comes from the machine's Python), and
-#              flashinfer_jit_cache-<ver>+g4jit.*-py3-none-linux_x86_64.whl built with
+#              flashinfer_jit_cache-<ver>+g4jit.*-cp39-abi3-linux_x86_64.whl built with
 #              `g4build flashinfer-aot --arch 9.0` (its record flashinfer-aot.json beside it, if any).
 #   RESULTS: folder for flashinfer-aot-gpu.json (the probe's verdict) and the validate JSON.
 # Optional: VLLM_MODEL=<tiny Gemma 4 folder> with vLLM installed also serves it twice in one engine: greedy

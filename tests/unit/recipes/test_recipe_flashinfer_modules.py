@@ -135,7 +135,7 @@ def test_table_pin_naming_an_unknown_table_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_wheel_built_with_the_scoped_jit_cache_installs_it_beside() -> None:
-    jit = "flashinfer_jit_cache-0.6.8.post1+g4jit.0123456789ab-py3-none-linux_x86_64.whl"
+    jit = "flashinfer_jit_cache-0.6.8.post1+g4jit.0123456789ab-cp39-abi3-linux_x86_64.whl"
     record = {"source": "aot", "version": "0.6.8.post1", "wheels": [{"file": jit, "sha256": "a" * 64}]}
     manifest = {"flashinfer": record}
     found = wheel_flashinfer("vllm-0.21.0+cu130.g4.abc-cp38-abi3-manylinux_2_28_x86_64.whl", "", manifest)

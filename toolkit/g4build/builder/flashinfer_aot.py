@@ -13,8 +13,8 @@ picks a provider whose architectures run on the device. Either way a module ``NA
 The wheel written here is that package with our own small ``__init__``: both entry points, answered from
 ``jit_cache/g4build-modules.json`` (modules, architectures, the FlashInfer version and source sha256). Its version
 is ``<flashinfer version>+g4jit.<digest>`` (not ``g4.``: that label means vLLM series and a build-manifest),
-the digest over the libraries, so a rebuild with other kernels is another version. Tag ``py3-none-<platform>``:
-the libraries are tvm-ffi modules, not CPython extensions.
+the digest over the libraries, so a rebuild with other kernels is another version. Tag ``cp39-abi3-<platform>``,
+as upstream's jit-cache wheels (the libraries are tvm-ffi modules: no CPython ABI beyond the stable one).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ PROJECT = "flashinfer-jit-cache"
 PACKAGE = "flashinfer_jit_cache"
 CACHE_DIR = "jit_cache"  # the folder upstream's package keeps its modules in
 MODULES_FILE = "g4build-modules.json"
+TAG = "cp39-abi3"  # upstream's jit-cache tag: any CPython 3.9+
 RECORD_FILE = "flashinfer-aot.json"  # beside the wheels: what `g4build flashinfer-aot` built, for the manifest
 _ARCH_RE = re.compile(r"^(\d{1,2})\.(\d)([af]?)$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")  # FlashInfer's module names are identifiers (folder and file names)
@@ -133,7 +134,7 @@ def check_built(built: Path, modules: Sequence[str]) -> None:
 
 
 def pack_wheel(built: Path, out: Path, info: JitCacheInfo, platform: str) -> Path:
-    """Write ``flashinfer_jit_cache-<version>-py3-none-<platform>.whl`` into ``out`` from ``built/NAME/NAME.so``
+    """Write ``flashinfer_jit_cache-<version>-cp39-abi3-<platform>.whl`` into ``out`` from ``built/NAME/NAME.so``
     (a temporary name first, renamed when whole). Returns its path."""
     check_built(built, info.modules)
     version = f"{info.flashinfer}+g4jit.{library_digest(built, info.modules)}"
@@ -147,12 +148,12 @@ def pack_wheel(built: Path, out: Path, info: JitCacheInfo, platform: str) -> Pat
     dist_info = dist_info_name(PROJECT, version)
     files[f"{dist_info}/METADATA"] = _metadata(version, info)
     files[f"{dist_info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: g4build\nRoot-Is-Purelib: false\n"
-                                   f"Tag: py3-none-{platform}\n").encode()
+                                   f"Tag: {TAG}-{platform}\n").encode()
     rows = [RecordRow(path=p, hash=record_hash(d), size=str(len(d))) for p, d in files.items()]
     rows.append(RecordRow(path=f"{dist_info}/RECORD", hash="", size=""))
     files[f"{dist_info}/RECORD"] = format_record(rows)
     out.mkdir(parents=True, exist_ok=True)
-    wheel = out / f"{PACKAGE}-{version}-py3-none-{platform}.whl"
+    wheel = out / f"{PACKAGE}-{version}-{TAG}-{platform}.whl"
     tmp = out / f".{wheel.name}.part"
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for path, data in files.items():
