@@ -22,8 +22,8 @@ from g4build.builder.flashinfer_aot import (
     pack_wheel,
     read_record,
 )
-from g4build.builder.flashinfer_aot_build import Module, buildable, check_cuda_headers
-from g4build.errors import UsageError, ValidationError
+from g4build.builder.flashinfer_aot_build import Module, buildable, check_cuda_headers, compile_modules
+from g4build.errors import BuildError, UsageError, ValidationError
 from g4build.validate.fatbin import FLAG_ARCH_SPECIFIC, FLAG_FAMILY, Arch
 from g4build.validate.wheel import ValidateOptions, ValidationReport, validate_wheel
 
@@ -191,3 +191,16 @@ def test_record_for_the_manifest_is_read_back_with_its_wheel_rehashed(tmp_path: 
     wheel.write_bytes(wheel.read_bytes() + b"x")
     with pytest.raises(ValidationError, match=r"recorded in flashinfer-aot\.json"):
         read_record(out, "0.6.8.post1")
+
+
+def test_a_failed_compile_says_why_and_keeps_the_log(tmp_path: Path) -> None:
+    # the real driver, run by this Python, on a folder that is no flashinfer-python sdist
+    (tmp_path / "cuda" / "include").mkdir(parents=True)
+    (tmp_path / "cuda" / "include" / "curand_kernel.h").write_text("/* header */\n")
+    (tmp_path / "tree").mkdir()
+    with pytest.raises(BuildError, match="expected an unpacked flashinfer-python sdist") as info_:
+        compile_modules(python=sys.executable, tree=tmp_path / "tree", work=tmp_path / "work",
+                        modules=[Module(name="sampling", generator="flashinfer.jit.sampling:gen_sampling_module")],
+                        arch_list="9.0", jobs=1, env={"CUDA_HOME": str(tmp_path / "cuda"), "PATH": "/usr/bin:/bin"})
+    assert str(tmp_path / "work" / "compile.log") in (info_.value.hint or "")
+    assert (tmp_path / "work" / "compile.log").is_file()

@@ -107,14 +107,18 @@ def compile_modules(*, python: str | None, tree: Path, work: Path, modules: Sequ
     build, built = work / "build", work / "modules"
     run_env = {**base, "FLASHINFER_CUDA_ARCH_LIST": arch_list, "MAX_JOBS": str(jobs)}
     cmd = driver_command(python or sys.executable, tree, build, built, keep)
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "compile.log"  # nvcc's output, kept: the compile takes minutes per module
     start = time.monotonic()
-    done = subprocess.run(cmd, env=run_env, capture_output=True, text=True, check=False)
+    with log.open("w", encoding="utf-8") as sink:
+        done = subprocess.run(cmd, env=run_env, stdout=sink, stderr=subprocess.STDOUT, check=False)
     seconds = time.monotonic() - start
+    text = log.read_text(encoding="utf-8", errors="replace")
     if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        tail = "\n".join(text.strip().splitlines()[-15:])
         raise BuildError(f"the FlashInfer module compile exited {done.returncode}:\n{tail}",
-                         hint=f"the ninja files and logs are in {build}")
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+                         hint=f"the whole output is in {log}, the ninja files in {build}")
+    lines = [ln for ln in text.splitlines() if ln.startswith("{")]
     report = json.loads(lines[-1]) if lines else {}
     sizes = {str(k): int(v) for k, v in (report.get("modules") or {}).items()}
     return built, Built(modules=tuple(m.name for m in keep), skipped=tuple(skipped), seconds=seconds, sizes=sizes)
