@@ -4,6 +4,10 @@ to the launch ``recipe render`` writes): the shipped recipes per pin, and recipe
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+import g4build
 from g4build.data import load_yaml_mapping, recipes_dir
 from g4build.errors import ConfigError, RecipeError
 from g4build.pins.model import load_pins
@@ -140,3 +145,17 @@ def test_a_wheel_built_with_the_scoped_jit_cache_installs_it_beside() -> None:
     manifest = {"flashinfer": record}
     found = wheel_flashinfer("vllm-0.21.0+cu130.g4.abc-cp38-abi3-manylinux_2_28_x86_64.whl", "", manifest)
     assert found.presence == "present" and found.wheels == (jit,)
+
+
+def test_the_command_lists_the_derived_modules() -> None:
+    done = subprocess.run([sys.executable, "-m", "g4build", "flashinfer-aot", "--list", "--json", "--pin",
+                           "vllm-0.33.0", "--arch", "sm120", "--recipe", BASELINE], capture_output=True, text=True,
+                          check=False, env={**os.environ, "PYTHONPATH": str(Path(g4build.__file__).parents[1])})
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert (data["flashinfer"], data["arch_list"]) == ("0.7.2.post1", "12.0f")
+    assert [m["module"] for m in data["modules"]] == BOTH
+    bad = subprocess.run([sys.executable, "-m", "g4build", "flashinfer-aot", "--list", "--arch", "12.x"],
+                         capture_output=True, text=True, check=False,
+                         env={**os.environ, "PYTHONPATH": str(Path(g4build.__file__).parents[1])})
+    assert bad.returncode != 0 and "12.x" in bad.stderr
