@@ -15,7 +15,7 @@ import pytest
 from tests.support.wheelsfactory import container, elf, entry
 
 from g4build.builder.flashinfer_aot import JitCacheInfo, pack_wheel
-from g4build.builder.flashinfer_aot_build import source_tree
+from g4build.builder.flashinfer_aot_build import source_commit, source_tree
 from g4build.recipes.flashinfer_modules import load_table
 from g4build.validate.fatbin import FLAG_ARCH_SPECIFIC
 
@@ -41,6 +41,8 @@ def test_flashinfer_finds_the_sampling_module_in_the_wheel(tmp_path: Path, versi
     pytest.importorskip("tvm_ffi")
     source = load_table().sources[version]
     tree = source_tree(version, source.file, source.sha256, tmp_path / "work")
+    commit = source_commit(tree)  # what the manifest records as the source commit
+    assert commit is not None and len(commit) == 40
     built = tmp_path / "built" / "sampling"
     built.mkdir(parents=True)
     (built / "sampling.so").write_bytes(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -59,6 +60,14 @@ def source_tree(version: str, file: str, sha256: str, work: Path) -> Path:
     top = safe_extract_tar(got.path, dest)
     marker.write_text(got.sha256 + "\n")
     return top
+
+
+def source_commit(tree: Path) -> str | None:
+    """The FlashInfer commit the sdist was made from, as its ``flashinfer/_build_meta.py`` records it."""
+    meta = tree / "flashinfer" / "_build_meta.py"
+    text = meta.read_text(encoding="utf-8", errors="replace") if meta.is_file() else ""
+    found = re.search(r'^__git_(?:version|commit)__ = "([0-9a-f]{7,40})"$', text, re.MULTILINE)
+    return found[1] if found else None
 
 
 def arch_majors(arch_list: str) -> set[int]:

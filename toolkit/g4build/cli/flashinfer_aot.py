@@ -18,7 +18,7 @@ from g4build.builder.flashinfer_aot import (
     manifest_record,
     pack_wheel,
 )
-from g4build.builder.flashinfer_aot_build import Module, compile_modules, source_tree
+from g4build.builder.flashinfer_aot_build import Module, compile_modules, source_commit, source_tree
 from g4build.cli._common import JSON_OPTION, console, print_json
 from g4build.errors import ConfigError
 from g4build.pins.model import Pin, load_pins
@@ -76,7 +76,7 @@ def flashinfer_aot(
                         majors=tuple((m.name, m.majors) for m in modules if m.majors))
     wheel = pack_wheel(built_dir, out, info, _platform_tag())
     record = {**manifest_record(info, wheel, built.seconds, built.sizes), "skipped": list(built.skipped),
-              "recipes": names}
+              "recipes": names, "commit": source_commit(tree)}
     (out / RECORD_FILE).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     if as_json:
         print_json(record)
