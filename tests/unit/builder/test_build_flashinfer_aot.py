@@ -11,7 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from tests.support.wheelsfactory import container, elf, entry
+from tests.support.wheelsfactory import build_wheel, container, elf, entry
 
 from g4build.builder.flashinfer_aot import (
     RECORD_FILE,
@@ -24,8 +24,11 @@ from g4build.builder.flashinfer_aot import (
 )
 from g4build.builder.flashinfer_aot_build import Module, buildable, check_cuda_headers, compile_modules
 from g4build.errors import BuildError, UsageError, ValidationError
+from g4build.recipes.context import read_wheel_info
 from g4build.validate.fatbin import FLAG_ARCH_SPECIFIC, FLAG_FAMILY, Arch
 from g4build.validate.wheel import ValidateOptions, ValidationReport, validate_wheel
+
+from .conftest import run_cli
 
 SASS90A = entry(2, 90, b"cubin", flags=0x11 | FLAG_ARCH_SPECIFIC)
 SASS120F = entry(2, 120, b"cubin", flags=0x11 | FLAG_FAMILY)
@@ -204,3 +207,20 @@ def test_a_failed_compile_says_why_and_keeps_the_log(tmp_path: Path) -> None:
                         arch_list="9.0", jobs=1, env={"CUDA_HOME": str(tmp_path / "cuda"), "PATH": "/usr/bin:/bin"})
     assert str(tmp_path / "work" / "compile.log") in (info_.value.hint or "")
     assert (tmp_path / "work" / "compile.log").is_file()
+
+
+def test_linux_manifest_records_the_scoped_build_and_the_launch_installs_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "wheels"
+    build_wheel(out, version="0.21.0+cu130", tag="cp38-abi3-manylinux_2_28_x86_64")  # the vLLM wheel it stamps
+    wheel = pack_wheel(built(tmp_path, {"sampling": lib(SASS120F)}), out, info(arch_list="12.0f"), "linux_x86_64")
+    (out / RECORD_FILE).write_text(json.dumps(manifest_record(info(arch_list="12.0f"), wheel, 99.0, {"sampling": 1})))
+    base = ["manifest", "--pin", "vllm-0.21.0", "--out", str(out), "--os", "linux", "--json"]
+    code, stdout, err = run_cli(base, capsys)
+    assert code == 0, err
+    record = json.loads(stdout)["manifest"]["flashinfer"]
+    assert (record["source"], record["modules"], record["cuda_architectures"]) == ("aot", ["sampling"], ["sm120f"])
+    assert record["sdist"]["sha256"] == SHA and record["wheels"][0]["file"] == wheel.name
+    (vllm,) = out.glob("vllm-*.whl")
+    stamped = read_wheel_info(vllm).flashinfer  # what `recipe render --wheel` reads: install the jit-cache beside
+    assert stamped is not None and (stamped.presence, stamped.wheels) == ("present", (wheel.name,))
