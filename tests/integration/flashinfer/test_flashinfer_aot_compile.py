@@ -68,6 +68,13 @@ def test_sampling_compiles_for_sm90a_packs_and_validates(tmp_path: Path) -> None
     flags = _curand_flags(home, tmp_path / "curand")
     if flags:
         env["FLASHINFER_EXTRA_CUDAFLAGS"] = flags
+    if not (home / "lib64" / "stubs" / "libcuda.so").exists():  # a bare toolkit: the link stub it lacks, by gcc
+        stub = tmp_path / "stub"
+        stub.mkdir()
+        (stub / "stub.c").write_text("void g4build_link_stub(void) {}\n")
+        subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(stub / "libcuda.so"),
+                        str(stub / "stub.c")], check=True)
+        env["FLASHINFER_EXTRA_LDFLAGS"] = f"-L{stub}"
     source = load_table().sources[VERSION]
     tree = source_tree(VERSION, source.file, source.sha256, tmp_path / "work")
     sampling = Module(name="sampling", generator="flashinfer.jit.sampling:gen_sampling_module")

@@ -22,7 +22,13 @@ from g4build.builder.flashinfer_aot import (
     pack_wheel,
     read_record,
 )
-from g4build.builder.flashinfer_aot_build import Module, buildable, check_cuda_headers, compile_modules
+from g4build.builder.flashinfer_aot_build import (
+    SYSTEM_LIB_DIRS,
+    Module,
+    buildable,
+    check_cuda_headers,
+    compile_modules,
+)
 from g4build.errors import BuildError, UsageError, ValidationError
 from g4build.recipes.context import read_wheel_info
 from g4build.validate.fatbin import FLAG_ARCH_SPECIFIC, FLAG_FAMILY, Arch
@@ -165,14 +171,29 @@ def test_fp4_gemm_is_skipped_for_hopper() -> None:
     assert buildable(modules, "12.0f")[1] == []
 
 
-def test_cuda_without_curand_headers_is_refused(tmp_path: Path) -> None:
+def _stub_libcuda(folder: Path) -> None:
+    """A link-time libcuda.so as the toolkit's lib64/stubs has one (soname libcuda.so.1), built here by gcc."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "stub.c").write_text("void g4build_link_stub(void) {}\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(folder / "libcuda.so"),
+                    str(folder / "stub.c")], check=True)
+
+
+def test_cuda_without_curand_headers_or_libcuda_is_refused(tmp_path: Path) -> None:
     (tmp_path / "cuda" / "include").mkdir(parents=True)
     with pytest.raises(UsageError, match=r"curand_kernel\.h is in none of"):
         check_cuda_headers({"CUDA_HOME": str(tmp_path / "cuda")})
     extra = tmp_path / "curand"
     extra.mkdir()
     (extra / "curand_kernel.h").write_text("/* header */\n")
-    check_cuda_headers({"CUDA_HOME": str(tmp_path / "cuda"), "FLASHINFER_EXTRA_CUDAFLAGS": f"-I{extra}"})
+    env = {"CUDA_HOME": str(tmp_path / "cuda"), "FLASHINFER_EXTRA_CUDAFLAGS": f"-I{extra}"}
+    if not any((Path(d) / "libcuda.so").exists() for d in SYSTEM_LIB_DIRS):  # a machine with the driver's dev link
+        with pytest.raises(UsageError, match=r"libcuda\.so is in none of"):
+            check_cuda_headers(env)
+    _stub_libcuda(tmp_path / "stub")
+    check_cuda_headers({**env, "FLASHINFER_EXTRA_LDFLAGS": f"-L{tmp_path / 'stub'}"})
+    _stub_libcuda(tmp_path / "cuda" / "lib64" / "stubs")  # where a full toolkit keeps it
+    check_cuda_headers(env)
 
 
 def test_cuda_home_must_be_named() -> None:
@@ -200,6 +221,7 @@ def test_a_failed_compile_says_why_and_keeps_the_log(tmp_path: Path) -> None:
     # the real driver, run by this Python, on a folder that is no flashinfer-python sdist
     (tmp_path / "cuda" / "include").mkdir(parents=True)
     (tmp_path / "cuda" / "include" / "curand_kernel.h").write_text("/* header */\n")
+    _stub_libcuda(tmp_path / "cuda" / "lib64" / "stubs")
     (tmp_path / "tree").mkdir()
     with pytest.raises(BuildError, match="expected an unpacked flashinfer-python sdist") as info_:
         compile_modules(python=sys.executable, tree=tmp_path / "tree", work=tmp_path / "work",

@@ -4,8 +4,9 @@ for an arch list by ``flashinfer_aot_driver`` in the build environment's Python,
 The sdist is all the source it needs: ``csrc/``, ``include/``, the ``flashinfer/jit`` generators and
 ``3rdparty/cutlass`` + ``spdlog`` (+ ``cccl`` from 0.6.14); no git clone, no submodules, so a build machine
 without network works from g4build's cache. The CUDA toolkit must have cuRAND's headers (the sampler includes
-``curand_kernel.h``); a toolkit without them (a bare nvcc install) is refused before anything compiles, with the
-way to add them (``FLASHINFER_EXTRA_CUDAFLAGS=-I<folder>``, e.g. the ``nvidia-curand`` wheel's include folder).
+``curand_kernel.h``) and a ``libcuda.so`` to link against (its ``lib64/stubs``); a toolkit without them (a bare
+nvcc install) is refused before anything compiles, with the way to add them (``FLASHINFER_EXTRA_CUDAFLAGS=-I..``,
+e.g. the ``nvidia-curand`` wheel's include folder; ``FLASHINFER_EXTRA_LDFLAGS=-L..``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from g4build.source.extract import safe_extract_tar
 DRIVER = Path(__file__).with_name("flashinfer_aot_driver.py")
 PROJECT = "flashinfer-python"
 CURAND_HEADER = "curand_kernel.h"
+LIBCUDA = "libcuda.so"  # FlashInfer links every module with -lcuda: the toolkit's stub, or the driver's dev link
+SYSTEM_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib64")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,7 +86,8 @@ def buildable(modules: Sequence[Module], arch_list: str) -> tuple[list[Module], 
 
 
 def check_cuda_headers(env: Mapping[str, str]) -> None:
-    """cuRAND's device header where nvcc will look: CUDA_HOME/include or an -I of FLASHINFER_EXTRA_CUDAFLAGS."""
+    """cuRAND's device header where nvcc will look (CUDA_HOME/include or an -I of FLASHINFER_EXTRA_CUDAFLAGS), and
+    a libcuda.so where the linker will (the toolkit's stubs, an -L of FLASHINFER_EXTRA_LDFLAGS, the system's)."""
     home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
     if not home:
         raise UsageError("CUDA_HOME is not set: expected the CUDA toolkit's folder (FlashInfer otherwise guesses it "
@@ -95,6 +99,14 @@ def check_cuda_headers(env: Mapping[str, str]) -> None:
                          "includes cuRAND's device header, which this CUDA toolkit lacks",
                          hint="install the toolkit's cuRAND development files, or unpack the nvidia-curand wheel of "
                               "this CUDA and export FLASHINFER_EXTRA_CUDAFLAGS=-I<its nvidia/cu13/include>")
+    libs = [Path(home) / "lib64" / "stubs", Path(home) / "lib64"]
+    libs += [Path(f[2:]) for f in shlex.split(env.get("FLASHINFER_EXTRA_LDFLAGS", "")) if f.startswith("-L")]
+    libs += [Path(d) for d in SYSTEM_LIB_DIRS]
+    if not any((d / LIBCUDA).exists() for d in libs):
+        raise UsageError(f"{LIBCUDA} is in none of {', '.join(map(str, libs))}: FlashInfer links every module with "
+                         "-lcuda, and this CUDA toolkit has no lib64/stubs/libcuda.so",
+                         hint="install the toolkit's driver stubs (lib64/stubs), or export FLASHINFER_EXTRA_LDFLAGS="
+                              "-L<a folder with a libcuda.so whose soname is libcuda.so.1>")
 
 
 def driver_command(python: str, tree: Path, build: Path, built: Path, modules: Sequence[Module]) -> list[str]:

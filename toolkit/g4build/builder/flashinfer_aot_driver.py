@@ -85,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"error: {target} makes the module {spec.name!r}, expected {name!r}: FlashInfer "
                              "renamed it; update the module table")
         specs.append(spec)
+    for spec in specs:  # FlashInfer 0.6 writes a module's ninja file only when none exists: a rerun with other
+        spec.write_ninja()  # flags or archs must not reuse a stale one (unchanged text: ninja keeps the objects)
     start = time.monotonic()
     core.build_jit_specs(specs, verbose=args.verbose, skip_prebuilt=False)
     seconds = time.monotonic() - start
