@@ -26,6 +26,21 @@ from g4build.validate.wheel import ValidateOptions, validate_wheel
 
 pytestmark = [pytest.mark.nvcc, pytest.mark.heavy, pytest.mark.network]
 VERSION = "0.6.8.post1"  # vllm-0.21.0's FlashInfer
+LOAD = """
+import json, pathlib, shutil, sys, types
+tree = sys.argv[1]
+package = types.ModuleType("flashinfer"); package.__path__ = [tree + "/flashinfer"]; sys.modules["flashinfer"] = package
+from flashinfer.jit import env
+from flashinfer.jit.sampling import gen_sampling_module
+spec = gen_sampling_module()
+module = spec.build_and_load()
+names = ("top_p_sampling_from_probs", "top_k_sampling_from_probs", "top_k_top_p_sampling_from_probs",
+         "top_k_mask_logits")
+mapped = sorted({line.split()[-1] for line in open("/proc/self/maps") if line.rstrip().endswith("/sampling.so")})
+print(json.dumps({"nvcc": shutil.which("nvcc"), "is_aot": spec.is_aot, "mapped": mapped,
+                  "compiled": [str(p) for p in pathlib.Path(env.FLASHINFER_JIT_DIR).rglob("*.so")],
+                  "functions": {n: bool(module.implements_function(n)) for n in names}}))
+"""
 
 
 def _cuda_home() -> Path:
@@ -88,6 +103,21 @@ def test_sampling_compiles_for_sm90a_packs_and_validates(tmp_path: Path) -> None
     checks = {c.name: (c.ok, c.detail) for c in report.checks if c.name.startswith("jit-cache")}
     assert checks["jit-cache sampling"] == (True, "SASS for sm_90a in every fatbin"), checks
     assert all(ok for ok, _ in checks.values()), checks
+    # FlashInfer's own JitSpec loads it from the installed wheel with JIT unavailable (no nvcc on PATH, its switch
+    # on, an empty workspace) and compiles nothing; the functions vLLM's sampler calls are there (no GPU: no launch)
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)
+    probe_env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(home / "lib64"), "PYTHONPATH": str(site),
+                 "FLASHINFER_DISABLE_JIT": "1", "FLASHINFER_CUDA_ARCH_LIST": "9.0", "HOME": str(tmp_path),
+                 "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "ws")}
+    done = subprocess.run([sys.executable, "-c", LOAD, str(tree)], env=probe_env, capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert loaded["nvcc"] is None and loaded["is_aot"] and loaded["compiled"] == []
+    assert loaded["mapped"] == [str(site / "flashinfer_jit_cache" / "jit_cache" / "sampling" / "sampling.so")]
+    assert all(loaded["functions"].values()), loaded["functions"]
     # what the issue asks to record: time and size
     print(json.dumps({"module": "sampling", "arch": "sm90a", "seconds": round(built.seconds, 1),
                       "so_bytes": built.sizes["sampling"], "wheel_bytes": wheel.stat().st_size}))
