@@ -5,6 +5,7 @@ tests/integration/flashinfer/test_flashinfer_aot_compile.py.)"""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -26,6 +27,7 @@ from g4build.builder.flashinfer_aot_build import (
     SYSTEM_LIB_DIRS,
     Module,
     buildable,
+    check_build_python,
     check_cuda_headers,
     compile_modules,
 )
@@ -226,7 +228,7 @@ def test_a_failed_compile_says_why_and_keeps_the_log(tmp_path: Path) -> None:
     with pytest.raises(BuildError, match="expected an unpacked flashinfer-python sdist") as info_:
         compile_modules(python=sys.executable, tree=tmp_path / "tree", work=tmp_path / "work",
                         modules=[Module(name="sampling", generator="flashinfer.jit.sampling:gen_sampling_module")],
-                        arch_list="9.0", jobs=1, env={"CUDA_HOME": str(tmp_path / "cuda"), "PATH": "/usr/bin:/bin"})
+                        arch_list="9.0", jobs=1, env={"CUDA_HOME": str(tmp_path / "cuda"), "PATH": os.environ["PATH"]})
     assert str(tmp_path / "work" / "compile.log") in (info_.value.hint or "")
     assert (tmp_path / "work" / "compile.log").is_file()
 
@@ -246,3 +248,12 @@ def test_linux_manifest_records_the_scoped_build_and_the_launch_installs_it(
     (vllm,) = out.glob("vllm-*.whl")
     stamped = read_wheel_info(vllm).flashinfer  # what `recipe render --wheel` reads: install the jit-cache beside
     assert stamped is not None and (stamped.presence, stamped.wheels) == ("present", (wheel.name,))
+
+
+def test_build_python_without_flashinfers_imports_is_refused() -> None:
+    # -S: this same interpreter without its site-packages, where torch and tvm_ffi live
+    with pytest.raises(UsageError, match="cannot import torch, tvm_ffi") as found:
+        check_build_python([sys.executable, "-S"], {"PATH": "/usr/bin:/bin"})
+    assert "pip install torch apache-tvm-ffi" in (found.value.hint or "")
+    with pytest.raises(UsageError, match="did not run"):
+        check_build_python([sys.executable, "-c", "raise SystemExit(3)", "--"], {"PATH": "/usr/bin:/bin"})

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -109,6 +110,29 @@ def check_cuda_headers(env: Mapping[str, str]) -> None:
                               "-L<a folder with a libcuda.so whose soname is libcuda.so.1>")
 
 
+# what FlashInfer's JIT layer imports to write and run a module's build (module -> the package that brings it)
+BUILD_IMPORTS = {"torch": "torch", "tvm_ffi": "apache-tvm-ffi", "jinja2": "jinja2", "filelock": "filelock",
+                 "packaging": "packaging"}
+_FIND = "import importlib.util as u, sys; print(' '.join(m for m in sys.argv[1:] if u.find_spec(m) is None))"
+
+
+def check_build_python(python: Sequence[str], env: Mapping[str, str]) -> None:
+    """The build environment's Python can import what FlashInfer's generators need, and ninja is on PATH."""
+    done = subprocess.run([*python, "-c", _FIND, *BUILD_IMPORTS], env=dict(env), capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        raise UsageError(f"{' '.join(python)} did not run ({done.stderr.strip()[-200:]}): expected the build "
+                         "environment's Python", hint="pass its path with --python-exe")
+    missing = done.stdout.split()
+    if missing:
+        packages = " ".join(BUILD_IMPORTS[m] for m in missing)
+        raise UsageError(f"{' '.join(python)} cannot import {', '.join(missing)}: FlashInfer's JIT generators need "
+                         "them to write and run a module's build", hint=f"pip install {packages} into it")
+    if shutil.which("ninja", path=env.get("PATH")) is None:
+        raise UsageError("ninja is not on PATH: FlashInfer runs it to compile the modules",
+                         hint="pip install ninja into the build environment")
+
+
 def driver_command(python: str, tree: Path, build: Path, built: Path, modules: Sequence[Module]) -> list[str]:
     cmd = [python, str(DRIVER), "--source", str(tree), "--build", str(build), "--out", str(built)]
     for m in modules:
@@ -127,6 +151,7 @@ def compile_modules(*, python: str | None, tree: Path, work: Path, modules: Sequ
                          f"{arch_list}", hint="their generators emit code for other compute-capability majors")
     build, built = work / "build", work / "modules"
     run_env = {**base, "FLASHINFER_CUDA_ARCH_LIST": arch_list, "MAX_JOBS": str(jobs)}
+    check_build_python([python or sys.executable], run_env)
     cmd = driver_command(python or sys.executable, tree, build, built, keep)
     work.mkdir(parents=True, exist_ok=True)
     log = work / "compile.log"  # nvcc's output, kept: the compile takes minutes per module
