@@ -72,7 +72,7 @@ def test_relative_out_is_one_absolute_folder_for_every_step(
     wheels = (tmp_path / "wheelhouse").resolve().as_posix()
     assert data["target"]["out"] == wheels
     writers = {s["name"]: s["command"] for s in data["steps"]
-               if s["name"] in ("vllm", "flashinfer-python", "flashinfer-jit-cache", "validate", "manifest")}
+               if s["name"] in ("vllm", "flashinfer-aot", "flashinfer-validate", "validate", "manifest")}
     assert len(writers) == 5
     for name, command in writers.items():
         assert any(a == wheels or a.startswith(wheels + "/") for a in command), name

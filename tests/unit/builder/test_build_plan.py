@@ -73,9 +73,17 @@ def test_plan_for_each_combination(pin21: Pin, os_name: str, arch: str, cuda: st
         assert plan.step("source").command[1:-1] == ("source", "fetch", "--pin", "vllm-0.21.0", "--from", "sdist",
                                                      "--dest")
         assert env["FLASHINFER_CUDA_ARCH_LIST"] == env["TORCH_CUDA_ARCH_LIST"]
-        assert "flashinfer-jit-cache" in names
+        # the default FlashInfer route: the recipes' modules for the arch, validated; not upstream's whole cache
+        aot = plan.step("flashinfer-aot").command
+        assert aot[aot.index("--arch") + 1] == env["FLASHINFER_CUDA_ARCH_LIST"]
+        assert names.index("vllm") < names.index("flashinfer-aot") < names.index("flashinfer-validate") < \
+            names.index("manifest")
+        assert "flashinfer-jit-cache" not in names and "flashinfer-source" not in names
+        full = _plan(pin21, os_name, arch, cuda, dataclasses.replace(OPTS, flashinfer_full=True))
         # a clone into a folder: when it runs again (new pin) the old clone must go first, or git refuses
-        assert plan.step("flashinfer-source").fresh == plan.step("flashinfer-source").command[-1]
+        assert full.step("flashinfer-source").fresh == full.step("flashinfer-source").command[-1]
+        assert "flashinfer-jit-cache" in [s.name for s in full.steps]
+        assert "flashinfer-aot" not in [s.name for s in full.steps]
         assert plan.setup == ()
 
 
@@ -200,7 +208,7 @@ def test_torch_step_runs_and_says_what_to_install(
 
 
 def test_flashinfer_build_requirements_come_from_its_pyproject(tmp_path: Path, pin21: Pin) -> None:
-    plan = _plan(pin21, "linux", "sm120", "13.0")
+    plan = _plan(pin21, "linux", "sm120", "13.0", dataclasses.replace(OPTS, flashinfer_full=True))
     names = [s.name for s in plan.steps]
     assert names.index("flashinfer-build-requirements") == names.index("flashinfer-python") - 1
     step = plan.step("flashinfer-build-requirements")

@@ -17,6 +17,7 @@ from typing import Any
 from g4build.builder.arch import ArchInfo, check_cuda, check_os_arch, cuda_arch_list, flashinfer_arch_list
 from g4build.builder.buildcosts import GB_PER_JOB_UNMEASURED
 from g4build.builder.flashinfer import FlashInferWheel
+from g4build.builder.flashinfer_aot import PACKAGE
 from g4build.builder.kernels import build_option_args
 from g4build.errors import ConfigError, UsageError
 from g4build.pins.baseroutes import no_base_routes
@@ -126,6 +127,7 @@ class Options:
     gb_per_job: float = GB_PER_NVCC_JOB  # memory one nvcc job needs: measured for the pin and arch, else 5 GB
     flashinfer: bool = True
     unit_order: bool = False  # the pin's longest units are recorded for the arch: ninja starts them first
+    flashinfer_full: bool = False  # --flashinfer-full: upstream's whole jit-cache (every module), not the recipes'
     existing_torch: bool = True
     launcher: str | None = None  # the compiler cache, "sccache" or "ccache" (Linux: when found; Windows: --sccache)
     sccache: bool = False  # --sccache: on Windows a compiler launcher is used only when asked for
@@ -335,7 +337,9 @@ def vllm_steps(
                           command=(*g4b, "build-order", "--pin", pin.name, "--arch", arch,
                                    "--write", layout.build_order), cwd=layout.root))
     steps.append(wheel_step("vllm", "build the vLLM wheel", opts, src, out))
-    if opts.flashinfer and target.os != "windows":
+    if opts.flashinfer and target.os != "windows" and not opts.flashinfer_full:
+        steps += flashinfer_aot_steps(pin, target, layout, opts)
+    elif opts.flashinfer and target.os != "windows":
         fi = layout.join("flashinfer")
         steps += [
             Step(name="flashinfer-source", title="fetch FlashInfer",
@@ -436,3 +440,20 @@ def extension_plan(
         env["CUDA_HOME"] = cuda_home
     step = wheel_step(name, f"build the {name} wheel", opts, project, layout.out)
     return BuildPlan(target=target, pin=name, version=version, layout=layout, env=env, setup=(), steps=(step,))
+
+
+def flashinfer_aot_steps(pin: Pin, target: Target, layout: Layout, opts: Options) -> list[Step]:
+    """The default FlashInfer route: only the JIT modules the launch recipes load (derived from them for the pin),
+    compiled from the pin's flashinfer-python sdist into a jit-cache wheel beside vLLM's, then validated: every
+    module with SASS for the arch. vLLM's own requirement brings flashinfer-python from the index."""
+    arch_list = flashinfer_arch_list(target.arch, target.cuda)
+    work = layout.join("flashinfer-aot")
+    wheel = layout.sep.join([layout.out, f"{PACKAGE}-{pin.flashinfer}+g4jit.*.whl"])
+    exe = ("--python-exe", opts.python[0]) if len(opts.python) == 1 else ()
+    return [
+        Step(name="flashinfer-aot", title=f"compile the recipes' FlashInfer modules for {arch_list}",
+             command=(*opts.g4build, "flashinfer-aot", "--pin", pin.name, "--arch", arch_list, "--out", layout.out,
+                      "--work", work, "--jobs", str(opts.jobs), *exe), cwd=layout.root),
+        Step(name="flashinfer-validate", title="validate the FlashInfer jit-cache wheel", resumable=False,
+             command=(*opts.g4build, "validate", wheel, "--arch", target.arch.name), cwd=layout.root),
+    ]

@@ -149,6 +149,7 @@ class WheelRequest:
     torch_index: str | None = None
     jobs: int | None = None
     flashinfer: bool = True
+    flashinfer_full: bool = False  # upstream's whole jit-cache instead of the recipes' modules
     flashinfer_wheels: tuple[str, ...] = ()  # PATH=SHA256 items
     sccache: bool = False
     recipes: tuple[str, ...] = ()  # launch recipes to render beside the wheels
@@ -180,7 +181,8 @@ def plan_wheel(request: WheelRequest) -> WheelPlan:
     opts = Options(jobs=r.jobs or default_jobs, jobs_given=r.jobs is not None, flashinfer=r.flashinfer,
                    gb_per_job=costs.gb_per_job if costs is not None else GB_PER_NVCC_JOB,
                    unit_order=costs is not None and bool(costs.units),
-                   launcher=launcher, sccache=r.sccache, cache_backend=shared_cache(),
+                   flashinfer_full=r.flashinfer_full, launcher=launcher, sccache=r.sccache,
+                   cache_backend=shared_cache(),
                    python=python_cmd(target, python_exe), python_exe=python_exe, recipes=r.recipes,
                    torch_index=r.torch_index or None, kernels=r.kernels, flash_attn=r.flash_attn,
                    flashinfer_wheels=tuple(parse_spec(item) for item in r.flashinfer_wheels))

@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "build-order": "wheel",
     "cuda-shim": "wheel",
     "flashinfer-wheels": "wheel",
+    "flashinfer-aot": "flashinfer_aot",
     "manifest": "wheel",
     "validate": "validate",
     "overlay": "overlay",

@@ -73,6 +73,9 @@ def wheel(
     flash_attn: str = typer.Option(
         "all", "--flash-attn", metavar="VERSIONS",
         help="all (FA2, and FA3 with a Hopper arch) or 2 (FlashAttention 2 alone, as an SM120 card has it)."),
+    flashinfer_full: bool = typer.Option(
+        False, "--flashinfer-full", help="Build FlashInfer's whole jit-cache from its git tag (every module, hours) "
+        "instead of only the modules the launch recipes load (the default)."),
     flashinfer_wheels: list[str] = typer.Option(
         None, "--flashinfer-wheel", metavar="PATH=SHA256",
         help="Windows: a wheel of the pin's FlashInfer version for Windows (flashinfer-python, and "
@@ -98,7 +101,8 @@ def wheel(
     planned = plan_wheel(WheelRequest(
         arch=arch, os_name=os_name, pin_name=pin_name, release=release, python=python, python_exe=python_exe,
         cuda=cuda, executor=executor, out=out, root=root, torch_index=torch_index, jobs=jobs,
-        flashinfer=not no_flashinfer, flashinfer_wheels=tuple(flashinfer_wheels or ()), sccache=sccache,
+        flashinfer=not no_flashinfer,
+        flashinfer_full=flashinfer_full, flashinfer_wheels=tuple(flashinfer_wheels or ()), sccache=sccache,
         recipes=tuple(recipe_names()) if recipes else (), run_here=not dry_run and emit_script is None,
         kernels=kernels.lower(), flash_attn=flash_attn.lower()))
     plan = planned.plan

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from g4build.builder.flashinfer import manifest_record, parse_spec
+from g4build.builder.flashinfer_aot import read_record
 from g4build.builder.kernels import check_build_options
 from g4build.builder.plan import base_os_of, wheel_version
 from g4build.builder.request import series_for
@@ -36,6 +37,8 @@ def write_build_manifest(
         extra["flashinfer"] = manifest_record(pin, out, [parse_spec(i) for i in flashinfer_wheels])
     elif flashinfer_wheels:
         raise UsageError("--flashinfer-wheel is for Windows builds (--os windows)")
+    elif (aot := read_record(out, pin.flashinfer)) is not None:  # the scoped jit-cache build's modules
+        extra["flashinfer"] = aot
     manifest = make_manifest(pin, series, route="build", extra=extra, base_os=base_os_of(pin, os_name),
                              build=build)
     # with cuda the wheel's version is known: only that wheel is stamped, not older ones in out

@@ -175,7 +175,7 @@ def _wheel_files(raw: Any) -> tuple[str, ...]:
 def wheel_flashinfer(filename: str, metadata: str, manifest: Mapping[str, Any] | None) -> FlashInferInfo:
     """What a wheel says: its build manifest's ``flashinfer`` record first, then its Requires-Dist."""
     record = manifest.get("flashinfer") if manifest else None
-    if isinstance(record, dict) and record.get("source") == "wheels":
+    if isinstance(record, dict) and record.get("source") in ("wheels", "aot"):  # aot: the jit-cache wheel
         files = _wheel_files(record.get("wheels"))
         return FlashInferInfo(presence="present", wheels=files,
                               why=f"built with the FlashInfer wheels {', '.join(files)} (sha256-checked), "

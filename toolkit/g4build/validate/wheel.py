@@ -17,6 +17,7 @@ from g4build.pins.model import load_pins
 from g4build.validate import cudatools
 from g4build.validate.check import Check
 from g4build.validate.fatbin import Arch
+from g4build.validate.jit_cache import check_jit_cache
 from g4build.validate.reading import FA4_CUTE, Contents, is_fa4_cute, read_wheel
 from g4build.validate.smoke import smoke_install
 from g4build.validate.tags import check_tags, facts_from
@@ -385,6 +386,8 @@ def validate_wheel(
     arch_checks, reports = check_archs(contents, options.archs, build_os(wheel.tags),
                                        checked=options.cuobjdump is not None, trusted=options.trust_fatbin)
     checks.extend(arch_checks)
+    if wheel.project == "flashinfer-jit-cache":  # FlashInfer's modules: each listed one, SASS for its archs
+        checks.extend(check_jit_cache(path, contents, options.archs))
     if options.smoke:
         if smoke is None:
             smoke = smoke_install

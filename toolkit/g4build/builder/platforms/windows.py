@@ -217,9 +217,12 @@ def flashinfer_note(pin: Pin, wheels: Sequence[FlashInferWheel]) -> str:
         return (f"FlashInfer: the Windows wheels given ({', '.join(w.filename for w in wheels)}), sha256-checked "
                 "first, copied beside the vLLM wheel and recorded in build-manifest.json; launch scripts install "
                 "them with it")
-    return ("FlashInfer: none (its ahead-of-time build is Linux-only and the Windows base keeps the pin's "
-            f"requirements/cuda.txt): the launch scripts turn every FlashInfer path off. To have it, pass "
-            f"--flashinfer-wheel PATH=SHA256 with Windows wheels of FlashInfer {pin.flashinfer}")
+    return ("FlashInfer: none (the Windows base keeps the pin's requirements/cuda.txt, and the recipes' modules are "
+            "not compiled here: FlashInfer's JIT build, which the scoped Linux build drives, writes Linux ninja "
+            "rules only (nvcc -shared into NAME.so, -L$cuda_home/lib64, no cl.exe or .dll), so a Windows build of "
+            "them needs MSVC, CUDA and that build ported, which FlashInfer does not have): the launch scripts turn "
+            "every FlashInfer path off. To have it, pass --flashinfer-wheel PATH=SHA256 with Windows wheels of "
+            f"FlashInfer {pin.flashinfer}")
 
 
 def extra_steps(target: Target, layout: Layout, opts: Options) -> tuple[Step, ...]:
