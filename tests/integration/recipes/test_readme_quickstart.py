@@ -150,7 +150,7 @@ def run_bash_quickstart(tmp: Path, stubs: Stubs, *, real_overlay: bool) -> list[
     target = line("bash", "hf download").split("--local-dir ")[1].strip().replace("~", str(tmp / "home"))
     assert vllm["argv"][:2] == ["serve", target]
     spec = json.loads(vllm["argv"][vllm["argv"].index("--speculative-config") + 1])
-    assert spec["model"] == str(Path(target).parent / "gemma4-dflash-0.2b")  # beside the target, as README says
+    assert spec["model"] == str(Path(target).parent / "gemma-4-26B-A4B-it-DFlash")  # beside the target, as README says
     (installed,) = [c["argv"] for c in stubs.calls() if c["prog"] == "python3" and c["argv"][:1] == ["-m"]]
     assert installed[:3] == ["-m", "pip", "install"]
     assert Path(installed[3]).resolve().parent == (clone / "dist").resolve()  # the wheel the overlay wrote
@@ -242,4 +242,4 @@ def test_the_powershell_quickstart_renders_a_script_that_parses(tmp_path: Path) 
     target = render.split("--set model=")[1].split()[0]
     assert argv[:2] == ["serve", target]
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert spec["model"] == target.rsplit("\\", 1)[0] + "\\gemma4-dflash-0.2b"
+    assert spec["model"] == target.rsplit("\\", 1)[0] + "\\gemma-4-26B-A4B-it-DFlash"

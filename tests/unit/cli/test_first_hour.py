@@ -144,7 +144,7 @@ def test_the_drafter_follows_set_model(model: str) -> None:
     done = g4("recipe", "render", RECIPE, "--shell", "bash", "--set", f"model={model}")
     assert done.returncode == 0, done.stderr
     folder = model[: max(model.rfind("/"), model.rfind("\\")) + 1]
-    assert _spec_json(done.stdout)["model"] == folder + "gemma4-dflash-0.2b"
+    assert _spec_json(done.stdout)["model"] == folder + "gemma-4-26B-A4B-it-DFlash"
     assert "speculative.model follows --set model=" in done.stderr
 
 
@@ -158,7 +158,7 @@ def test_show_and_render_agree_on_the_drafter_after_set_model(model: str) -> Non
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
     assert spec == _spec_json(rendered.stdout) and data["speculative"]["model"] == spec["model"]
     assert argv[1:] == shlex.split(rendered.stdout.split("vllm_args=(", 1)[1].split(")", 1)[0])  # every word
-    assert spec["model"] != "./models/gemma4-dflash-0.2b"  # moved beside the target, in both
+    assert spec["model"] != "./models/gemma-4-26B-A4B-it-DFlash"  # moved beside the target, in both
 
 
 def test_an_explicit_drafter_or_a_hub_id_is_left_alone() -> None:
@@ -168,7 +168,7 @@ def test_an_explicit_drafter_or_a_hub_id_is_left_alone() -> None:
     assert _spec_json(mine.stdout)["model"] == "/elsewhere/drafter" and "follows" not in mine.stderr
     hub = g4("recipe", "render", RECIPE, "--shell", "bash", "--set", "model=nvidia/Gemma-4-26B-A4B-NVFP4")
     assert hub.returncode == 0, hub.stderr
-    assert _spec_json(hub.stdout)["model"] == "./models/gemma4-dflash-0.2b" and "follows" not in hub.stderr
+    assert _spec_json(hub.stdout)["model"] == "./models/gemma-4-26B-A4B-it-DFlash" and "follows" not in hub.stderr
 
 
 # --- wheel --dry-run: each step a command line that runs as printed -------------------------------------------
