@@ -8,6 +8,7 @@ Inside single quotes bash expands nothing: ``$``, backticks, ``;``, ``"``, newli
 
 from __future__ import annotations
 
+from g4build.recipes.folders import local_folders, missing_messages
 from g4build.recipes.script import (
     ALLOW_HINT,
     ALLOW_NOTE,
@@ -19,7 +20,6 @@ from g4build.recipes.script import (
     probe_program,
     wheel_version,
 )
-from g4build.recipes.folders import local_folders, missing_messages
 from g4build.util.shellquote import bash_quote
 
 NO_VENV = "error: no virtual environment is active, so pip would install the wheel into the system Python."

@@ -16,6 +16,7 @@ parser (CommandLineToArgvW / the C runtime, or .NET on Unix) turns it back into 
 
 from __future__ import annotations
 
+from g4build.recipes.folders import local_folders, missing_messages
 from g4build.recipes.script import (
     ALLOW_HINT,
     ALLOW_NOTE,
@@ -27,7 +28,6 @@ from g4build.recipes.script import (
     probe_program,
     wheel_version,
 )
-from g4build.recipes.folders import local_folders, missing_messages
 from g4build.util.shellquote import ps_quote, windows_word
 
 HOW_ARGUMENTS_PASS = [
