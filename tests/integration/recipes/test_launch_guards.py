@@ -100,7 +100,8 @@ def test_powershell_checks_the_folders_before_the_venv_and_pip(tmp_path: Path) -
     text = script.read_text(encoding="utf-8-sig")
     target = text.index("Test-Path -LiteralPath 'D:\\models\\gemma-4-26B-A4B-it-NVFP4' -PathType Container")
     drafter = text.index("Test-Path -LiteralPath 'D:\\models\\gemma-4-26B-A4B-it-DFlash' -PathType Container")
-    assert target < drafter < text.index("no virtual environment is active") < text.index("& $python -m pip install $wheel")
+    venv, pip = text.index("no virtual environment is active"), text.index("& $python -m pip install $wheel")
+    assert target < drafter < venv < pip
     assert "hf download z-lab/gemma-4-26B-A4B-it-DFlash --local-dir D:\\models\\gemma-4-26B-A4B-it-DFlash" in text
 
 
