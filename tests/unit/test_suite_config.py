@@ -1,0 +1,49 @@
+"""The suite's own settings: every test has a time limit (a hang fails by itself, naming the test), the suite
+runs on every core with the tests that share a session probe kept together, and heavy tests stay nightly."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.conftest import GROUPED, HERE, group_of
+
+REPO = HERE.parent
+
+
+def test_the_test_extras_bring_the_timeout_and_xdist_plugins() -> None:
+    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    extras = text.split("\ntest = [", 1)[1].split("\n]", 1)[0]
+    assert {"pytest-timeout", "pytest-xdist"} <= set(re.findall(r'^\s*"([a-z-]+)', extras, re.M))
+
+
+def test_every_test_has_a_generous_time_limit(pytestconfig: pytest.Config) -> None:
+    # above the slowest legitimate test (a real CMake build, ~5 min on a loaded 2-core machine), below CI's job
+    pytest.importorskip("pytest_timeout")  # it declares the `timeout` setting (the test extras install it)
+    assert 600 <= float(pytestconfig.getini("timeout")) <= 1800
+    addopts = " ".join(pytestconfig.getini("addopts"))
+    assert "-n auto" in addopts and "--dist loadgroup" in addopts and "-m not heavy" in addopts
+
+
+def test_a_hanging_test_fails_by_itself_and_names_the_test(tmp_path: Path) -> None:
+    pytest.importorskip("pytest_timeout")
+    pytest.importorskip("xdist")  # the project's addopts name -n
+    (tmp_path / "test_hangs.py").write_text("import time\n\ndef test_waits_forever():\n    time.sleep(600)\n",
+                                            encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO / "pyproject.toml"), "--rootdir",
+                           str(tmp_path), "-p", "no:cacheprovider", "-n", "0", "-o", "timeout=2", "-q",
+                           str(tmp_path / "test_hangs.py")],
+                          capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Timeout" in done.stdout and "test_waits_forever" in done.stdout
+
+
+def test_the_grouped_folders_exist_and_group_their_tests() -> None:
+    for folder in GROUPED:
+        assert (HERE / folder).is_dir(), folder
+        assert group_of(HERE / folder / "test_x.py") == folder
+    assert group_of(HERE / "integration" / "series" / "test_x.py") is None  # a prefix is not the folder
+    assert group_of(HERE / "unit" / "test_layout.py") is None
