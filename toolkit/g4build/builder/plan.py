@@ -143,6 +143,8 @@ class BuildPlan:
     notes: tuple[str, ...] = ()
     jobs_from_machine: bool = False  # a script computes MAX_JOBS on the machine it runs on (unless set there)
     build_series: tuple[dict[str, Any], ...] = ()  # BuildSeries.record of each build series the steps apply
+    prerequisites: tuple[str, ...] = ()  # what to install on the build machine first (builder.prereqs)
+    estimate: str = ""  # time and disk, from the measured compile work (builder.prereqs)
 
     @property
     def identity(self) -> str:
@@ -163,6 +165,8 @@ class BuildPlan:
             "setup": list(self.setup),
             "notes": list(self.notes),
             "build_series": list(self.build_series),
+            "prerequisites": list(self.prerequisites),
+            "estimate": self.estimate,
         }
 
 

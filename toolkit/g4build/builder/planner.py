@@ -17,6 +17,7 @@ from g4build.builder.plan import (
     wheel_version,
 )
 from g4build.builder.platforms import platform_for
+from g4build.builder.prereqs import estimate, prerequisites
 from g4build.pins.model import Pin
 from g4build.series.deps import BuildSeries
 from g4build.series.model import Series
@@ -68,7 +69,9 @@ def make_plan(
     jobs_from_machine = platform.jobs_from_machine(opts)
     if jobs_from_machine:
         notes.append(f"MAX_JOBS: the script counts the RAM of the machine it runs on (~{GB_PER_NVCC_JOB:g} GB per "
-                     f"nvcc job, at most its cores); {opts.jobs} here. Set MAX_JOBS or plan with --jobs to fix it")
+                     f"nvcc job, at most its cores), not this one's; this plan and its estimate assume {opts.jobs}. "
+                     "Set MAX_JOBS there, or plan with --jobs N, to fix it")
     return BuildPlan(target=target, pin=pin.name, version=version, layout=layout, env=env,
                      setup=platform.setup_lines(target, opts), steps=steps, notes=tuple(notes),
-                     jobs_from_machine=jobs_from_machine, build_series=tuple(b.record(pin.name) for b in build))
+                     jobs_from_machine=jobs_from_machine, build_series=tuple(b.record(pin.name) for b in build),
+                     prerequisites=prerequisites(pin, target, opts), estimate=estimate(target, opts))

@@ -23,10 +23,19 @@ from g4build.recipes import recipe_names
 from g4build.util.shellquote import bash_command, ps_command
 
 
+PROGRAM_SHOWN = 160  # a `python -c` step longer than this is shown by what it checks
+
+
 def _show(plan: BuildPlan) -> None:
     t = plan.target
     console.print(f"[bold]{plan.pin}[/] -> vllm {plan.version} for [bold]{t.arch.name}[/] on {t.os} "
                   f"(CUDA {t.cuda}, Python {t.python}, {t.executor})")
+    if plan.prerequisites:
+        console.print("[bold]install first[/] (the emitted script checks each as it starts)")
+        for item in plan.prerequisites:
+            console.print(f"  - {item}", highlight=False, markup=False, soft_wrap=True)
+    if plan.estimate:
+        console.print(f"estimate: {plan.estimate}", highlight=False, markup=False, soft_wrap=True)
     env = Table(title="environment", show_header=False)
     for k, v in plan.env.items():
         env.add_row(k, v)
@@ -37,6 +46,9 @@ def _show(plan: BuildPlan) -> None:
         console.print(f"{i:2d}. [bold]{s.name}[/] [dim](in {s.cwd}){extra}[/]", highlight=False)
         # quoted for the shell the plan's script runs in, so a step can be copied and run by hand
         line = ps_command(s.command) if t.os == "windows" else bash_command(s.command)
+        if "-c" in s.command and len(line) > PROGRAM_SHOWN:  # a check program: what it checks, not its text
+            exe = s.command[:s.command.index("-c")]
+            line = f"{' '.join(exe)} -c PROGRAM  # {s.title or s.name} (the program: --json or --emit-script)"
         console.print(f"    {line}", highlight=False, markup=False, soft_wrap=True)
     for n in plan.notes:
         console.print(f"note: {n}")
