@@ -40,7 +40,7 @@ def test_the_plan_gives_time_and_disk(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_max_jobs_is_the_targets_default_not_this_machines(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_cli([*PLAN, "--json"], capsys)
+    _, out, _ = run_cli([*PLAN, "--json"], capsys)
     data = json.loads(out)
     assert data["env"]["MAX_JOBS"] == str(max_jobs(mem_gb=FOREIGN_MEM_GB, cores=FOREIGN_CORES))
     (note,) = [n for n in data["notes"] if n.startswith("MAX_JOBS:")]

@@ -22,7 +22,6 @@ from g4build.pins.model import load_pins
 from g4build.recipes import recipe_names
 from g4build.util.shellquote import bash_command, ps_command
 
-
 PROGRAM_SHOWN = 160  # a `python -c` step longer than this is shown by what it checks
 
 
