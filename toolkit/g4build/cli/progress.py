@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TextIO
+from typing import IO
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
@@ -28,13 +28,13 @@ def _mib(n: int) -> str:
 class LineProgress:
     """The plain-lines hook: call it with (done, total); ``finish()`` says the download is complete."""
 
-    def __init__(self, name: str, stream: TextIO) -> None:
+    def __init__(self, name: str, stream: IO[str]) -> None:
         self.name, self.stream = name, stream
         self.shown = -1  # the last tenth (or STEP_UNKNOWN step) written
-        self.done, self.total = 0, None
+        self.done = 0
 
     def __call__(self, done: int, total: int | None) -> None:
-        self.done, self.total = done, total
+        self.done = done
         step = done * 10 // total if total else done // STEP_UNKNOWN
         if step > self.shown and (not total or done < total):
             self.shown = step

@@ -163,7 +163,7 @@ def show_cmd(name: str = typer.Argument(..., help="Recipe name or path to a reci
 
 @recipe_app.command("check", context_settings={"allow_extra_args": True})
 def check_cmd(
-    ctx: typer.Context,
+    words: typer.Context,
     name: str = typer.Argument(..., help="Recipe name or path to a recipe .yaml."),
     model_dir: Path | None = typer.Option(None, "--model-dir", help="Checkpoint folder: read its config.json."),
     draft_dir: Path | None = typer.Option(
@@ -174,7 +174,7 @@ def check_cmd(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Apply the rules (exit 11 when one fails); with --model-dir read the checkpoint's and drafter's config."""
-    _one_wheel(wheel, list(ctx.args))
+    _one_wheel(wheel, list(words.args))
     allowed = asked_names(allow_env)
     if wheel is not None:
         require_wheel_file(wheel)
@@ -208,7 +208,7 @@ def check_cmd(
 
 @recipe_app.command("render", context_settings={"allow_extra_args": True})
 def render_cmd(
-    ctx: typer.Context,
+    words: typer.Context,
     name: str = typer.Argument(..., help="Recipe name or path to a recipe .yaml."),
     shell: str = typer.Option(..., "--shell", help="powershell (or pwsh) or bash, any case."),
     out: Path | None = typer.Option(None, "--out", help="Write NAME.ps1 / NAME.sh into this folder (else stdout)."),
@@ -218,7 +218,7 @@ def render_cmd(
     allow_env: list[str] = ALLOW_ENV_OPTION,
 ) -> None:
     """Render a launch script: env, GPU check, optional wheel install, then `vllm serve` with exact arguments."""
-    _one_wheel(wheel, list(ctx.args))
+    _one_wheel(wheel, list(words.args))
     chosen = shell_name(shell)
     allowed = asked_names(allow_env)
     if wheel is not None:
