@@ -47,3 +47,18 @@ def test_the_grouped_folders_exist_and_group_their_tests() -> None:
         assert group_of(HERE / folder / "test_x.py") == folder
     assert group_of(HERE / "integration" / "series" / "test_x.py") is None  # a prefix is not the folder
     assert group_of(HERE / "unit" / "test_layout.py") is None
+
+
+def test_ci_run_prints_its_own_time_failed_or_not(tmp_path: Path) -> None:
+    (tmp_path / ".ci").mkdir()
+    script = tmp_path / ".ci" / "run"
+    script.write_bytes((REPO / ".ci" / "run").read_bytes())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text("#!/bin/sh\nexit 3\n", encoding="utf-8")  # the venv step fails at once
+    (bin_dir / "python3").chmod(0o755)
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False, timeout=60,
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert done.returncode == 3
+    assert re.search(r"^\.ci/run: \d+ s \(\d+ min\), exit 3$", done.stderr, re.M), done.stderr
+    assert not (tmp_path / ".venv").exists()
