@@ -179,11 +179,13 @@ def test_dry_run_steps_are_copyable_bash() -> None:
     shown = g4("wheel", "--arch", "sm120", "--os", "linux", "--dry-run").stdout.splitlines()
     lines = [shown[i + 1].strip() for i, line in enumerate(shown) if re.match(r"\s*\d+\. ", line)]
     assert len(lines) == len(plan["steps"])
-    programs = 0
+    checks = 0
     for line, step in zip(lines, plan["steps"], strict=True):
         assert shlex.split(line) == step["command"], line
-        programs += "-c" in step["command"]
-    assert programs >= 1  # the python -c checks, which used to print unquoted
+        if step["name"] in ("python", "torch", "torch-kept"):  # the checks read as what they check, no program
+            assert "-c" not in step["command"] and len(line) < 120, line
+        checks += "build-check" in step["command"]
+    assert checks >= 2  # the torch checks, through `g4build build-check`
 
 
 def test_dry_run_steps_are_powershell_quoted() -> None:
@@ -191,15 +193,16 @@ def test_dry_run_steps_are_powershell_quoted() -> None:
 
     plan = json.loads(g4("wheel", "--arch", "sm120", "--os", "windows", "--dry-run", "--json").stdout)
     shown = g4("wheel", "--arch", "sm120", "--os", "windows", "--dry-run").stdout
-    check = next(s["command"] for s in plan["steps"] if "-c" in s["command"])
-    line = ps_command(check)
-    assert line in shown
+    for step in plan["steps"]:
+        assert ps_command(step["command"]) in shown
+    windows_root = next(s["command"] for s in plan["steps"] if s["name"] == "validate")  # a quoted pattern
+    line = ps_command(windows_root)
     pytest.importorskip("tree_sitter_powershell")
     from tests.unit.builder.ps_tree import _walk, parse, string_value
 
     tree = parse(line + "\n")
     literals = [string_value(n) for n in _walk(tree.root_node) if n.type == "string_literal"]
-    assert check[2] in literals  # the program reaches python as one argument, exactly
+    assert windows_root[2] in literals  # the wheel pattern reaches g4build as one argument, exactly
 
 
 # --- --emit-script modes ---------------------------------------------------------------------------------------

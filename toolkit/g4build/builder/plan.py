@@ -302,7 +302,8 @@ def vllm_steps(
         steps.append(Step(name="torch-install", title=f"install torch {pin.torch} for CUDA {target.cuda}",
                           command=(*py, "-m", "pip", "install", f"torch=={pin.torch}", "--index-url",
                                    torch_index_url(opts.torch_index, target.cuda)), cwd=layout.root))
-    check = (*py, "-c", torch_check(pin.torch, target.cuda))
+    # the program runs through `g4build build-check`, so the step reads as what it checks (cli/buildcheck.py)
+    check = (*g4b, "build-check", "torch", *exe_words(py), "--torch", pin.torch, "--cuda", target.cuda)
     steps.append(Step(name="torch", title=f"check torch {pin.torch} for CUDA {target.cuda}", resumable=False,
                       command=check, cwd=layout.root))
     if opts.existing_torch:  # strips torch from requirements/*.txt, so no requirements below replace it
@@ -346,6 +347,11 @@ def vllm_steps(
                             "--wheel", wheel), cwd=layout.root)
               for name in opts.recipes]
     return tuple(steps)
+
+
+def exe_words(python: tuple[str, ...]) -> tuple[str, ...]:
+    """``--python-exe WORD`` for each word of the interpreter's command (`g4build build-check`)."""
+    return tuple(x for word in python for x in ("--python-exe", word))
 
 
 def python_check(version: str, *, need_venv: bool) -> str:

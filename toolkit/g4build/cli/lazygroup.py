@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "cuda-shim": "wheel",
     "flashinfer-wheels": "wheel",
     "manifest": "wheel",
+    "build-check": "buildcheck",
     "ci": "ci",
     "image": "image",
 }

@@ -22,8 +22,6 @@ from g4build.pins.model import load_pins
 from g4build.recipes import recipe_names
 from g4build.util.shellquote import bash_command, ps_command
 
-PROGRAM_SHOWN = 160  # a `python -c` step longer than this is shown by what it checks
-
 
 def _show(plan: BuildPlan) -> None:
     t = plan.target
@@ -45,9 +43,6 @@ def _show(plan: BuildPlan) -> None:
         console.print(f"{i:2d}. [bold]{s.name}[/] [dim](in {s.cwd}){extra}[/]", highlight=False)
         # quoted for the shell the plan's script runs in, so a step can be copied and run by hand
         line = ps_command(s.command) if t.os == "windows" else bash_command(s.command)
-        if "-c" in s.command and len(line) > PROGRAM_SHOWN:  # a check program: what it checks, not its text
-            exe = s.command[:s.command.index("-c")]
-            line = f"{' '.join(exe)} -c PROGRAM  # {s.title or s.name} (the program: --json or --emit-script)"
         console.print(f"    {line}", highlight=False, markup=False, soft_wrap=True)
     for n in plan.notes:
         console.print(f"note: {n}")
