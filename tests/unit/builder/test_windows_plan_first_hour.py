@@ -62,7 +62,7 @@ def test_build_check_runs_the_check_in_that_interpreter(capsys: pytest.CaptureFi
 
     code, _, err = run_cli(["build-check", "python", "--python-exe", sys.executable, "--version", "2.7"], capsys)
     assert code == 9 and "the build's Python 2.7: the check in" in err
-    here = "%d.%d" % sys.version_info[:2]
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
     code, _, _ = run_cli(["build-check", "python", "--python-exe", sys.executable, "--version", here], capsys)
     assert code == 0
     code, _, err = run_cli(["build-check", "torch", "--python-exe", "/nonexistent/python", "--torch", "2.11.0",
