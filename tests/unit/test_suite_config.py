@@ -46,6 +46,11 @@ def test_the_grouped_folders_exist_and_group_their_tests() -> None:
         assert (HERE / folder).is_dir(), folder
         assert group_of(HERE / folder / "test_x.py") == folder
     assert group_of(HERE / "integration" / "series" / "test_x.py") is None  # a prefix is not the folder
+    # one group per pin: each pin's probes run once, the pins side by side
+    a = HERE / "integration" / "series_a" / "test_x.py"
+    assert group_of(a, "test_y[vllm-0.33.0]") == "integration/series_a:vllm-0.33.0"
+    assert group_of(a, "test_y[vllm-0.33.0-patched]") == "integration/series_a:vllm-0.33.0"
+    assert group_of(a, "test_021_only") == "integration/series_a"
     assert group_of(HERE / "unit" / "test_layout.py") is None
 
 
