@@ -35,6 +35,7 @@ def group_of(path: Path, test_id: str = "") -> str | None:
     return f"{folder}:{pin.group(0)}" if folder and pin else folder
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marker into the test's id
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         group = group_of(Path(str(item.path)), item.name)

@@ -67,3 +67,21 @@ def test_ci_run_prints_its_own_time_failed_or_not(tmp_path: Path) -> None:
     assert done.returncode == 3
     assert re.search(r"^\.ci/run: \d+ s \(\d+ min\), exit 3$", done.stderr, re.M), done.stderr
     assert not (tmp_path / ".venv").exists()
+
+
+def test_loadgroup_keeps_a_group_on_one_worker(tmp_path: Path) -> None:
+    """The grouping this suite relies on, with the pytest and pytest-xdist installed: a group added at collection
+    (as tests/conftest.py does) runs on one worker. pytest 9.2 broke it silently (pyproject pins pytest < 9.2)."""
+    pytest.importorskip("xdist")
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\n\n@pytest.hookimpl(tryfirst=True)\ndef pytest_collection_modifyitems(items):\n"
+        "    for item in items:\n        item.add_marker(pytest.mark.xdist_group('g'))\n", encoding="utf-8")
+    (tmp_path / "test_g.py").write_text(
+        "import os, time, pytest\n\n@pytest.mark.parametrize('i', range(6))\ndef test_g(i):\n    time.sleep(0.2)\n"
+        "    print('WORKER', os.environ['PYTEST_XDIST_WORKER'])\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist",
+                           "loadgroup", "-rA", "--rootdir", str(tmp_path), str(tmp_path / "test_g.py")],
+                          capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:]
+    workers = set(re.findall(r"WORKER (gw\d+)", done.stdout))
+    assert len(workers) == 1, f"the group ran on {sorted(workers)}: --dist loadgroup does not group here"
