@@ -13,7 +13,7 @@
 # FlashInfer: where `import flashinfer` finds nothing at start (a wheel built without FlashInfer,
 # as on Windows), the script sets these instead of letting vLLM fail:
 #   VLLM_USE_FLASHINFER_SAMPLER=0: vLLM's default sampler is FlashInfer's, imported at engine start
-#   VLLM_NVFP4_GEMM_BACKEND=cutlass: forces FlashInfer's NVFP4 GEMM; cutlass is vLLM's own
+#   VLLM_NVFP4_GEMM_BACKEND=cutlass: vLLM's own CUTLASS NVFP4 GEMM instead of the recipe's flashinfer-cutlass (FlashInfer's)
 #
 # How the arguments reach vllm exactly, in Windows PowerShell 5.1 and PowerShell 7.x:
 # - $vllmArgs holds each value as a single-quoted string ('' stands for one quote; nothing is expanded).
@@ -48,6 +48,13 @@ if ($LASTEXITCODE -ne 0) {
 $caps = @(& nvidia-smi '--query-gpu=compute_cap' '--format=csv,noheader' | ForEach-Object { ([string]$_).Trim() })
 if ($LASTEXITCODE -eq 0 -and -not ($caps -contains '12.0')) {
     [Console]::Error.WriteLine('warning: this recipe is for sm120 (compute capability 12.0); nvidia-smi reports: ' + ($caps -join ' '))
+}
+
+# The checkpoint folders vllm opens: stop now, not after pip has installed the wheel's dependencies.
+if (-not (Test-Path -LiteralPath './models/gemma-4-26B-A4B-it-NVFP4' -PathType Container)) {
+    [Console]::Error.WriteLine('error: the target checkpoint folder ./models/gemma-4-26B-A4B-it-NVFP4 was not found (relative to the folder the script is started from).')
+    [Console]::Error.WriteLine('hint: download it with `hf download nvidia/Gemma-4-26B-A4B-NVFP4 --local-dir ./models/gemma-4-26B-A4B-it-NVFP4` (python -m pip install -U huggingface_hub brings hf), or render again with --set model=PATH naming your copy.')
+    exit 1
 }
 
 # The interpreter this script installs into and probes: the active virtual environment's own.

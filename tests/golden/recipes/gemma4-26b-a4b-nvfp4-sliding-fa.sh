@@ -18,7 +18,7 @@
 # FlashInfer: where `import flashinfer` finds nothing at start (a wheel built without FlashInfer,
 # as on Windows), the script sets these instead of letting vLLM fail:
 #   VLLM_USE_FLASHINFER_SAMPLER=0: vLLM's default sampler is FlashInfer's, imported at engine start
-#   VLLM_NVFP4_GEMM_BACKEND=cutlass: forces FlashInfer's NVFP4 GEMM; cutlass is vLLM's own
+#   VLLM_NVFP4_GEMM_BACKEND=cutlass: vLLM's own CUTLASS NVFP4 GEMM instead of the recipe's flashinfer-cutlass (FlashInfer's)
 #
 # Quoting: each value below is one single-quoted word ('\'' stands for a quote), so bash expands
 # nothing inside it and vllm receives it exactly as the recipe wrote it. That is why shellcheck's
@@ -48,6 +48,13 @@ if caps="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader)"; then
     *12.0*) ;;
     *) echo "warning: this recipe is for sm120 (compute capability 12.0); nvidia-smi reports: ${caps//$'\n'/ }" >&2 ;;
   esac
+fi
+
+# The checkpoint folders vllm opens: stop now, not after pip has installed the wheel's dependencies.
+if [[ ! -d './models/gemma-4-26B-A4B-it-NVFP4' ]]; then
+  echo 'error: the target checkpoint folder ./models/gemma-4-26B-A4B-it-NVFP4 was not found (relative to the folder the script is started from).' >&2
+  echo 'hint: download it with `hf download nvidia/Gemma-4-26B-A4B-NVFP4 --local-dir ./models/gemma-4-26B-A4B-it-NVFP4` (python -m pip install -U huggingface_hub brings hf), or render again with --set model=PATH naming your copy.' >&2
+  exit 1
 fi
 
 # The environment this vLLM works in (see the header): stop with a clear message, not a model-load

@@ -45,6 +45,13 @@ if ($LASTEXITCODE -eq 0 -and -not ($caps -contains '12.0')) {
     [Console]::Error.WriteLine('warning: this recipe is for sm120 (compute capability 12.0); nvidia-smi reports: ' + ($caps -join ' '))
 }
 
+# The checkpoint folders vllm opens: stop now, not after pip has installed the wheel's dependencies.
+if (-not (Test-Path -LiteralPath './models/gemma-4-31B-it-DFlash' -PathType Container)) {
+    [Console]::Error.WriteLine('error: the drafter checkpoint folder ./models/gemma-4-31B-it-DFlash was not found (relative to the folder the script is started from).')
+    [Console]::Error.WriteLine('hint: download it with `hf download z-lab/gemma-4-31B-it-DFlash --local-dir ./models/gemma-4-31B-it-DFlash` (python -m pip install -U huggingface_hub brings hf), or render again with --set speculative.model=PATH naming your copy.')
+    exit 1
+}
+
 # The interpreter this script installs into and probes: the active virtual environment's own.
 $python = $null
 if ($env:VIRTUAL_ENV) {
@@ -152,7 +159,7 @@ $vllmArgs = @(
     '--mm-processor-cache-gb'
     '0'
     '--speculative-config'
-    '{"method":"dflash","model":"./models/gemma4-31b-dflash","num_speculative_tokens":15,"attention_backend":"flash_attn"}'
+    '{"method":"dflash","model":"./models/gemma-4-31B-it-DFlash","num_speculative_tokens":15,"attention_backend":"flash_attn"}'
 )
 $vllmArgsLegacy = @(
     'serve'
@@ -175,7 +182,7 @@ $vllmArgsLegacy = @(
     '--mm-processor-cache-gb'
     '0'
     '--speculative-config'
-    '"{\"method\":\"dflash\",\"model\":\"./models/gemma4-31b-dflash\",\"num_speculative_tokens\":15,\"attention_backend\":\"flash_attn\"}"'
+    '"{\"method\":\"dflash\",\"model\":\"./models/gemma-4-31B-it-DFlash\",\"num_speculative_tokens\":15,\"attention_backend\":\"flash_attn\"}"'
 )
 if (Get-Variable -Name 'PSNativeCommandArgumentPassing' -ErrorAction SilentlyContinue) {
     $PSNativeCommandArgumentPassing = 'Standard'

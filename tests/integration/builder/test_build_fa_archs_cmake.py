@@ -99,12 +99,14 @@ need_tools = pytest.mark.skipif(CMAKE is None or shutil.which("nvcc") is None or
                                 reason="needs CMake >= 3.26 (pip install cmake), nvcc, ninja and torch")
 
 
+# The default arch list (12.0f) in every run; the others, a CMake configure of 1-3 minutes each, nightly (heavy).
 @need_tools
 @pytest.mark.parametrize(("arch_list", "fa2", "fa3"), [
     ("12.0f", ("sm_120",), None),
-    ("12.0", ("sm_120",), None),
-    ("9.0a;12.0f", ("sm_120", "sm_90"), ("sm_90a",)),
-    ("8.0;8.6;8.9;9.0;10.0;12.0+PTX", ("compute_80", "sm_80", "sm_90", "sm_100", "sm_120"), ("sm_90a",)),
+    pytest.param("12.0", ("sm_120",), None, marks=pytest.mark.heavy),
+    pytest.param("9.0a;12.0f", ("sm_120", "sm_90"), ("sm_90a",), marks=pytest.mark.heavy),
+    pytest.param("8.0;8.6;8.9;9.0;10.0;12.0+PTX", ("compute_80", "sm_80", "sm_90", "sm_100", "sm_120"), ("sm_90a",),
+                 marks=pytest.mark.heavy),
 ])
 def test_patched_fa2_gets_the_requested_archs_and_fa3_needs_hopper(
         work: Path, vllm_cmake: tuple[Path, str], arch_list: str, fa2: tuple[str, ...],

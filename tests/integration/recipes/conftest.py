@@ -41,12 +41,19 @@ def make_wheel(path: Path, manifest: dict[str, Any] | None = None, metadata: str
     return path
 
 
+# The local checkpoint folders the shipped recipes name (./models/...), made in the folder scripts run from
+MODEL_FOLDERS = ("gemma-4-26B-A4B-it-NVFP4", "gemma-4-26B-A4B-it-DFlash", "gemma-4-31B-it-DFlash")
+
+
 class Stubs:
-    """A folder of recording programs (vllm, nvidia-smi, python3) to put first on PATH."""
+    """A folder of recording programs (vllm, nvidia-smi, python3) to put first on PATH; scripts run in its parent,
+    which holds the recipes' ./models/ folders and stands for the active venv (VIRTUAL_ENV, python3 inside it)."""
 
     def __init__(self, root: Path) -> None:
         self.dir = root / "stub-bin"
         self.dir.mkdir()
+        for name in MODEL_FOLDERS:
+            (root / "models" / name).mkdir(parents=True)
         self.record = root / "record.jsonl"
         self.add("vllm")
         self.gpu("12.0")
@@ -72,7 +79,8 @@ class Stubs:
     def run(self, script: Path, *, extra_path: str = "/usr/bin:/bin", env: dict[str, str] | None = None,
             ) -> subprocess.CompletedProcess[str]:
         env = {"PATH": f"{self.dir}:{extra_path}" if extra_path else str(self.dir),
-               "G4_STUB_RECORD": str(self.record), "HOME": str(self.dir), "LANG": "C.UTF-8", **(env or {})}
+               "G4_STUB_RECORD": str(self.record), "HOME": str(self.dir), "LANG": "C.UTF-8",
+               "VIRTUAL_ENV": str(self.dir.parent), **(env or {})}
         return subprocess.run(["/bin/bash", str(script)], capture_output=True, text=True, encoding="utf-8",
                               env=env, cwd=self.dir.parent)
 

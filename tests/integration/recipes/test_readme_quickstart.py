@@ -147,15 +147,18 @@ def run_bash_quickstart(tmp: Path, stubs: Stubs, *, real_overlay: bool) -> list[
     result = stubs.run(script)
     assert result.returncode == 0, result.stderr
     (vllm,) = [c for c in stubs.calls() if c["prog"] == "vllm"]
-    target = line("bash", "hf download").split("--local-dir ")[1].strip().replace("~", str(tmp / "home"))
+    target = line("bash", "hf download nvidia/").split("--local-dir ")[1].strip().replace("~", str(tmp / "home"))
     assert vllm["argv"][:2] == ["serve", target]
     spec = json.loads(vllm["argv"][vllm["argv"].index("--speculative-config") + 1])
-    assert spec["model"] == str(Path(target).parent / "gemma4-dflash-0.2b")  # beside the target, as README says
+    assert spec["model"] == str(Path(target).parent / "gemma-4-26B-A4B-it-DFlash")  # beside the target, as README says
+    # everything the script opens was downloaded by the block: the target and the drafter, each by its repository
+    calls = [json.loads(x) for x in record.read_text(encoding="utf-8").splitlines()]
+    downloads = {c["argv"][1]: c["argv"][c["argv"].index("--local-dir") + 1] for c in calls if c["prog"] == "hf"}
+    assert downloads == {"nvidia/Gemma-4-26B-A4B-NVFP4": target, "z-lab/gemma-4-26B-A4B-it-DFlash": spec["model"]}
     (installed,) = [c["argv"] for c in stubs.calls() if c["prog"] == "python3" and c["argv"][:1] == ["-m"]]
     assert installed[:3] == ["-m", "pip", "install"]
     assert Path(installed[3]).resolve().parent == (clone / "dist").resolve()  # the wheel the overlay wrote
-    calls: list[dict[str, Any]] = [json.loads(x) for x in record.read_text(encoding="utf-8").splitlines()]
-    return calls
+    return [json.loads(x) for x in record.read_text(encoding="utf-8").splitlines()]
 
 
 def test_the_bash_quickstart_runs_as_written(tmp_path: Path, stubs: Stubs) -> None:
@@ -242,4 +245,4 @@ def test_the_powershell_quickstart_renders_a_script_that_parses(tmp_path: Path) 
     target = render.split("--set model=")[1].split()[0]
     assert argv[:2] == ["serve", target]
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert spec["model"] == target.rsplit("\\", 1)[0] + "\\gemma4-dflash-0.2b"
+    assert spec["model"] == target.rsplit("\\", 1)[0] + "\\gemma-4-26B-A4B-it-DFlash"

@@ -58,7 +58,7 @@ def test_dflash_recipe_runs_vllm_with_the_exact_command(tmp_path: Path, stubs: S
     assert vllm["argv"] == [
         "serve", "./models/gemma-4-26B-A4B-it-NVFP4", *KNOWN_GOOD_ARGS,
         "--speculative-config",
-        '{"method":"dflash","model":"./models/gemma4-dflash-0.2b","num_speculative_tokens":15,'
+        '{"method":"dflash","model":"./models/gemma-4-26B-A4B-it-DFlash","num_speculative_tokens":15,'
         '"attention_backend":"flash_attn"}',
     ]
     assert {k: vllm["env"][k] for k in KNOWN_GOOD_ENV} == KNOWN_GOOD_ENV

@@ -17,9 +17,10 @@ WIN_WHEEL = "vllm-0.21.0+cu130.g4.abc-cp312-cp312-win_amd64.whl"  # what a Power
 
 
 def run_from(stubs: Stubs, script: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """The script started from ``cwd`` (not its own folder), with the recording stubs first on PATH."""
+    """The script started from ``cwd`` (not its own folder), with the recording stubs first on PATH and their
+    folder standing for the active venv (the stub python3 is inside it)."""
     env = {"PATH": f"{stubs.dir}:/usr/bin:/bin", "G4_STUB_RECORD": str(stubs.record), "HOME": str(stubs.dir),
-           "LANG": "C.UTF-8"}
+           "LANG": "C.UTF-8", "VIRTUAL_ENV": str(stubs.dir.parent)}
     return subprocess.run(["/bin/bash", str(script)], capture_output=True, text=True, encoding="utf-8", env=env,
                           cwd=cwd, check=False)
 

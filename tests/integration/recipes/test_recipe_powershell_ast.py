@@ -95,7 +95,7 @@ def test_dflash_script_parses_and_passes_the_exact_command(tmp_path: Path) -> No
         "--trust-remote-code", "--enable-auto-tool-choice", "--tool-call-parser", "gemma4",
         "--mm-processor-cache-gb", "0",
         "--speculative-config",
-        '{"method":"dflash","model":"./models/gemma4-dflash-0.2b","num_speculative_tokens":15,'
+        '{"method":"dflash","model":"./models/gemma-4-26B-A4B-it-DFlash","num_speculative_tokens":15,'
         '"attention_backend":"flash_attn"}',
     ]
     assert ps.array("$vllmArgs") == expected

@@ -89,7 +89,8 @@ def test_relative_paths_for_another_kind_of_machine_are_refused(capsys: pytest.C
 
 def test_native_build_for_another_os_is_refused_before_anything_runs(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run(["wheel", "--arch", "sm120", "--os", "windows"], capsys)
-    assert code == 9 and "must run on windows" in err
+    assert code == 2 and "must run on windows" in err  # a usage error (exit 2), not a failed build (9)
+    assert "--emit-script" in err and "--dry-run" in err
 
 
 def test_recipes_flag_adds_a_launch_script_step_per_recipe(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from g4build.builder.host import HostFacts, preflight, probe
 from g4build.builder.planner import make_plan
-from g4build.errors import BuildError
+from g4build.errors import BuildError, UsageError
 from g4build.pins.model import Pin
 
 from .conftest import OPTS, linux_layout, target
@@ -29,11 +29,15 @@ def test_good_host_passes(pin21: Pin) -> None:
     ({"nvcc_version": "12.8"}, "expected CUDA >= 13.0"),
     ({"cxx": None}, "C\\+\\+ compiler"),
     ({"free_gb": 12.0}, "expected at least 30 GB"),
-    ({"os": "windows"}, "must run on linux"),
 ])
 def test_missing_prerequisites_fail_before_any_step(pin21: Pin, change: dict[str, object], text: str) -> None:
     with pytest.raises(BuildError, match=text):
         preflight(_plan(pin21), dataclasses.replace(GOOD, **change))  # type: ignore[arg-type]
+
+
+def test_a_build_for_another_os_is_a_usage_error(pin21: Pin) -> None:
+    with pytest.raises(UsageError, match="must run on linux"):
+        preflight(_plan(pin21), dataclasses.replace(GOOD, os="windows"))
 
 
 def test_probe_reads_this_machine(tmp_path: object) -> None:

@@ -196,11 +196,15 @@ def test_torch_step_runs_and_says_what_to_install(
         cuda = None if fake.endswith("+cpu") else "13.0"
         (tmp_path / "torch" / "__init__.py").write_text(
             f"import types\n__version__ = {fake!r}\nversion = types.SimpleNamespace(cuda={cuda!r})\n")
-    plan = _plan(pin21, "linux", "sm120", "13.0", Options(jobs=1, python=(sys.executable, "-S")))
+    g4b = (sys.executable, "-m", "g4build")  # this checkout's CLI runs the check in the plan's interpreter
+    plan = _plan(pin21, "linux", "sm120", "13.0", Options(jobs=1, python=(sys.executable, "-S"), g4build=g4b))
     step = plan.step("torch")
     assert not step.resumable
+    assert step.command[:5] == (*g4b, "build-check", "torch")  # readable: what it checks, not a program
+    toolkit = str(Path(__file__).resolve().parents[3] / "toolkit")
     proc = subprocess.run(step.command, capture_output=True, text=True, check=False,
-                          env={"PYTHONPATH": str(tmp_path), "PATH": os.environ.get("PATH", "")})
+                          env={"PYTHONPATH": os.pathsep.join((str(tmp_path), toolkit)),
+                               "PATH": os.environ.get("PATH", "")})
     assert (proc.returncode == 0) is ok, proc.stderr
     if not ok:
         assert f"expected torch {pin21.torch} built for CUDA" in proc.stderr and found in proc.stderr

@@ -52,7 +52,7 @@ def test_bash_script_runs_resumes_and_cleans(tmp_path: Path, pin21: Pin) -> None
     assert "== vllm: finished before, skipped" in second.stdout
     assert built.is_file()  # a skipped source step keeps the tree
     resumed = log.read_text().splitlines()[len(calls):]
-    assert {c.split()[0] + " " + c.split()[1] for c in resumed} == {"py -c", "g4build validate",
+    assert {c.split()[0] + " " + c.split()[1] for c in resumed} == {"g4build build-check", "g4build validate",
                                                                     "g4build manifest"}
     subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True,
                    env={**env, "G4BUILD_CLEAN": "1", "MAX_JOBS": "1"})

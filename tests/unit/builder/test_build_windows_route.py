@@ -43,11 +43,14 @@ def test_windows_plan_runs_the_active_venvs_python(capsys: pytest.CaptureFixture
     steps = json.loads(out)["steps"]
     pythons = {s["command"][0] for s in steps if s["command"][0] not in ("g4build", "git")}
     assert pythons == {"python"}  # never `py -3.12`: it bypasses the venv and installs globally
-    assert steps[0]["name"] == "python" and "sys.base_prefix" in steps[0]["command"][-1]
+    assert steps[0]["name"] == "python" and steps[0]["command"][-1] == "--venv"  # checked: a venv's
+    exes = {s["command"][s["command"].index("--python-exe") + 1] for s in steps if "build-check" in s["command"]}
+    assert exes == {"python"}
     code, out, _ = _cli(["wheel", "--arch", "sm120", "--os", "windows", "--dry-run", "--json",
                          "--python-exe", "D:\\venvs\\b\\Scripts\\python.exe"], capsys)
     assert code == 0
     steps = json.loads(out)["steps"]
+    assert steps[0]["command"][-1] != "--venv"  # an interpreter named by path needs no active venv
     assert {s["command"][0] for s in steps if s["command"][0] not in ("g4build", "git")} == \
         {"D:\\venvs\\b\\Scripts\\python.exe"}
 

@@ -14,8 +14,9 @@ import typer
 from g4build.cli import app
 from g4build.cli.lazygroup import COMMANDS, module_commands
 
+HELPERS = ("__init__", "_common", "lazygroup", "outpaths", "progress")  # modules of the CLI that add no command
 CLI_MODULES = sorted(p.stem for p in (Path(__file__).resolve().parents[3] / "toolkit/g4build/cli").glob("*.py")
-                     if p.stem not in ("__init__", "_common", "lazygroup", "outpaths"))
+                     if p.stem not in HELPERS)
 
 
 def test_the_list_names_every_command_each_module_registers_and_no_other() -> None:

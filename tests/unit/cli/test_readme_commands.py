@@ -38,6 +38,7 @@ def g4build_commands(text: str) -> list[str]:
             found += [line.strip() for line in block.splitlines() if "g4build " in line]
     commands = []
     for item in found:
+        item = re.sub(r'"\$\([^)]*\)"', "VALUE", item)  # a command substitution ("$(ls -t ...)") is one value
         for part in re.split(r"&&|\|\||;|\|(?![^\[]*\])", item):
             part = part.strip()
             if part.startswith("g4build ") or part == "g4build":

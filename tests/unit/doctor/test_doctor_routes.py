@@ -78,3 +78,16 @@ def test_the_cli_reads_route_and_pin_from_the_wheel(tmp_path: Path) -> None:
     assert mismatch.returncode == 2 and "was built from pin vllm-0.33.0" in mismatch.stderr
     bad = g4("doctor", "--route", "serve")
     assert bad.returncode == 2 and "expected one of build, overlay, nightly" in bad.stderr
+
+
+def test_no_gpu_fails_a_serving_route_and_only_warns_a_build() -> None:
+    scenario = "linux-driver-down"  # nvidia-smi there, the driver not answering: no GPU listed
+    for route in ("overlay", "nightly"):
+        report = doctor(scenario, route, "vllm-0.33.0")
+        (gpu,) = [f for f in report.findings if f.check == "gpu"]
+        assert gpu.status == "fail" and gpu in report.failed
+        assert gpu.fix is not None and "vLLM serves on an NVIDIA GPU" in gpu.fix and "R580" in gpu.fix
+        assert "build" not in gpu.fix  # the fix speaks of serving
+        assert len(report.findings) > 3  # the other checks still ran
+    (build_gpu,) = [f for f in doctor(scenario, "build", "vllm-0.33.0").findings if f.check == "gpu"]
+    assert build_gpu.status == "warn" and "a build without a GPU still targets sm_120" in str(build_gpu.fix)

@@ -43,7 +43,7 @@ def test_dflash_recipe_argv_is_the_users_known_good_command() -> None:
         "--tool-call-parser", "gemma4",
         "--mm-processor-cache-gb", "0",  # vLLM 0.21.0 + transformers 5.17: see the recipe
         "--speculative-config",
-        '{"method":"dflash","model":"./models/gemma4-dflash-0.2b","num_speculative_tokens":15,'
+        '{"method":"dflash","model":"./models/gemma-4-26B-A4B-it-DFlash","num_speculative_tokens":15,'
         '"attention_backend":"flash_attn"}',
     ]
     assert "--quantization" not in argv

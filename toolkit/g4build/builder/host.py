@@ -14,7 +14,7 @@ from packaging.version import Version
 
 from g4build.builder.plan import BuildPlan
 from g4build.builder.probe import Probe, SystemProbe
-from g4build.errors import BuildError
+from g4build.errors import BuildError, UsageError
 
 MIN_FREE_GB = 30.0  # vLLM's build tree, objects and wheels for one arch, with room to spare
 
@@ -118,8 +118,8 @@ def preflight(plan: BuildPlan, host: HostFacts, *, min_free_gb: float = MIN_FREE
     """Refuse to start a build this machine cannot finish. Pure: every fact comes in ``host`` (its free disk
     measured at ``at``, default the plan's build root)."""
     t = plan.target
-    if t.executor == "native" and host.os != t.os:
-        raise BuildError(f"a native build for {t.os} must run on {t.os}; this machine is {host.os}",
+    if t.executor == "native" and host.os != t.os:  # the options, not the machine, are wrong: a usage error
+        raise UsageError(f"a native build for {t.os} must run on {t.os}; this machine is {host.os}",
                          hint="use --emit-script to get a script for that machine, or --dry-run to read the plan")
     if t.executor == "native":
         if not host.nvcc or not host.nvcc_version:

@@ -157,6 +157,8 @@ class BuildPlan:
     jobs_from_machine: bool = False  # a script computes MAX_JOBS on the machine it runs on (unless set there)
     gb_per_job: float = GB_PER_NVCC_JOB  # the figure that script divides its RAM by
     build_series: tuple[dict[str, Any], ...] = ()  # BuildSeries.record of each build series the steps apply
+    prerequisites: tuple[str, ...] = ()  # what to install on the build machine first (builder.prereqs)
+    estimate: str = ""  # time and disk, from the measured compile work (builder.prereqs)
 
     @property
     def identity(self) -> str:
@@ -177,6 +179,8 @@ class BuildPlan:
             "setup": list(self.setup),
             "notes": list(self.notes),
             "build_series": list(self.build_series),
+            "prerequisites": list(self.prerequisites),
+            "estimate": self.estimate,
         }
 
 
@@ -321,7 +325,8 @@ def vllm_steps(
         steps.append(Step(name="torch-install", title=f"install torch {pin.torch} for CUDA {target.cuda}",
                           command=(*py, "-m", "pip", "install", f"torch=={pin.torch}", "--index-url",
                                    torch_index_url(opts.torch_index, target.cuda)), cwd=layout.root))
-    check = (*py, "-c", torch_check(pin.torch, target.cuda))
+    # the program runs through `g4build build-check`, so the step reads as what it checks (cli/buildcheck.py)
+    check = (*g4b, "build-check", "torch", *exe_words(py), "--torch", pin.torch, "--cuda", target.cuda)
     steps.append(Step(name="torch", title=f"check torch {pin.torch} for CUDA {target.cuda}", resumable=False,
                       command=check, cwd=layout.root))
     if opts.existing_torch:  # strips torch from requirements/*.txt, so no requirements below replace it
@@ -372,6 +377,11 @@ def vllm_steps(
                             "--wheel", wheel), cwd=layout.root)
               for name in opts.recipes]
     return tuple(steps)
+
+
+def exe_words(python: tuple[str, ...]) -> tuple[str, ...]:
+    """``--python-exe WORD`` for each word of the interpreter's command (`g4build build-check`)."""
+    return tuple(x for word in python for x in ("--python-exe", word))
 
 
 def python_check(version: str, *, need_venv: bool) -> str:

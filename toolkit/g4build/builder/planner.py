@@ -19,6 +19,7 @@ from g4build.builder.plan import (
     wheel_version,
 )
 from g4build.builder.platforms import platform_for
+from g4build.builder.prereqs import estimate, prerequisites
 from g4build.pins.model import Pin
 from g4build.series.deps import BuildSeries
 from g4build.series.kernelprofile import left_out
@@ -83,8 +84,10 @@ def make_plan(
     jobs_from_machine = platform.jobs_from_machine(opts)
     if jobs_from_machine:
         notes.append(f"MAX_JOBS: the script counts the RAM of the machine it runs on (~{opts.gb_per_job:.1f} GB per "
-                     f"nvcc job, at most its cores); {opts.jobs} here. Set MAX_JOBS or plan with --jobs to fix it")
+                     f"nvcc job, at most its cores), not this one's; this plan and its estimate assume {opts.jobs}. "
+                     "Set MAX_JOBS there, or plan with --jobs N, to fix it")
     return BuildPlan(target=target, pin=pin.name, version=version, layout=layout, env=env,
                      setup=platform.setup_lines(target, opts), steps=steps, notes=tuple(notes),
                      jobs_from_machine=jobs_from_machine, gb_per_job=opts.gb_per_job,
-                     build_series=tuple(b.record(pin.name) for b in build))
+                     build_series=tuple(b.record(pin.name) for b in build),
+                     prerequisites=prerequisites(pin, target, opts), estimate=estimate(target, opts))

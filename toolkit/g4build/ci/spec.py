@@ -82,6 +82,9 @@ class TestsSpec:
     timeout_minutes: int
     install: str
     run: str
+    # the tests the default run leaves out (pytest -m heavy), on a schedule and on demand
+    heavy_run: str
+    heavy_cron: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,6 +250,8 @@ def load_matrix(path: Path | None = None) -> MatrixSpec:
         timeout_minutes=_int(tests_raw, "timeout_minutes", tw),
         install=require(tests_raw, "install", str, tw),
         run=require(tests_raw, "run", str, tw),
+        heavy_run=require(tests_raw, "heavy_run", str, tw),
+        heavy_cron=require(tests_raw, "heavy_cron", str, tw),
     )
     actions = _actions(require(data, "actions", dict, where), f"{where}: actions")
     return MatrixSpec(

@@ -374,7 +374,8 @@ def _tests(spec: MatrixSpec) -> dict[str, Any]:
     t = spec.tests
     return {
         "name": "tests",
-        "on": {"push": {"branches": ["main"]}, "pull_request": {}, "workflow_dispatch": {}},
+        "on": {"push": {"branches": ["main"]}, "pull_request": {}, "schedule": [{"cron": t.heavy_cron}],
+               "workflow_dispatch": {}},
         "permissions": {},
         "concurrency": {"group": "tests-${{ github.ref }}", "cancel-in-progress": True},
         "jobs": {
@@ -388,6 +389,19 @@ def _tests(spec: MatrixSpec) -> dict[str, Any]:
                     _checkout(spec), _python(spec, "${{ matrix.python }}"),
                     _run("install", t.install + "\n"),
                     _run("test", t.run + "\n"),
+                ],
+            },
+            # what the default run leaves out (long downloads and builds): nightly, and on demand
+            "heavy": {
+                "name": f"pytest heavy (Python {t.python[-1]})",
+                "if": "github.event_name == 'schedule' || github.event_name == 'workflow_dispatch'",
+                "runs-on": t.runner,
+                "permissions": {"contents": "read"},
+                "timeout-minutes": t.timeout_minutes,
+                "steps": [
+                    _checkout(spec), _python(spec, t.python[-1]),
+                    _run("install", t.install + "\n"),
+                    _run("test", t.heavy_run + "\n"),
                 ],
             },
         },

@@ -16,34 +16,60 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-# command name -> the module of g4build.cli whose register(app) adds it, in the order help lists them
+# command name -> the module of g4build.cli whose register(app) adds it, in the order help lists them: what a
+# user runs first (the README's order), then the steps a build runs itself and the maintainers' commands
 COMMANDS: dict[str, str] = {
+    "doctor": "doctor",
+    "overlay": "overlay",
+    "recipe": "recipe",
+    "wheel": "wheel",
+    "validate": "validate",
     "pins": "pins",
+    "index": "index",
     "source": "source",
     "patches": "patches",
     "deps": "deps",
-    "wheel": "wheel",
     "prefetch": "wheel",
     "build-order": "wheel",
     "cuda-shim": "wheel",
     "flashinfer-wheels": "wheel",
     "flashinfer-aot": "flashinfer_aot",
     "manifest": "wheel",
-    "validate": "validate",
-    "overlay": "overlay",
-    "index": "index",
-    "recipe": "recipe",
+    "build-check": "buildcheck",
     "ci": "ci",
     "image": "image",
-    "doctor": "doctor",
 }
+USER_COMMANDS = ("doctor", "overlay", "recipe", "wheel", "validate", "pins", "index")
+INTERNAL_PANEL = "Build steps and maintenance"  # help's second panel: the commands not in USER_COMMANDS
+
+
+def flags_without_type(params: list[Any]) -> list[Any]:
+    """``params`` with no type shown for on/off flags: typer's help writes ``<bool>`` beside them, which reads as
+    if the flag took a value."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+def quiet_flags(command: Any) -> Any:
+    """``command`` and its subcommands with ``flags_without_type`` applied to the parameters help lists."""
+    original = command.get_params
+    command.get_params = lambda ctx: flags_without_type(original(ctx))
+    for sub in getattr(command, "commands", {}).values():
+        quiet_flags(sub)
+    return command
 
 
 def module_commands(module: str) -> dict[str, Any]:
     """The click commands ``g4build.cli.<module>``'s ``register`` adds, by name (the module imported now)."""
     sub = typer.Typer()
     importlib.import_module(f"g4build.cli.{module}").register(sub)
-    return dict(typer.main.get_group(sub).commands)
+    found = {name: quiet_flags(command) for name, command in typer.main.get_group(sub).commands.items()}
+    for name, command in found.items():
+        if name not in USER_COMMANDS:
+            command.rich_help_panel = INTERNAL_PANEL
+    return found
 
 
 class LazyCommands(MutableMapping[str, Any]):
@@ -81,3 +107,6 @@ class LazyGroup(TyperGroup):
     def __init__(self, **attrs: Any) -> None:
         super().__init__(**attrs)
         self.commands = LazyCommands(self.commands)
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return flags_without_type(super().get_params(ctx))

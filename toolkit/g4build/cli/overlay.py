@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json, require_wheel_file
 from g4build.cli.outpaths import existing_folder, output_folder
+from g4build.cli.progress import download_progress
 from g4build.errors import IntegrityError, UsageError, ValidationError
 from g4build.overlay.registry import cached_pin_wheel, fetch_pin_wheel, pin_wheel
 from g4build.overlay.venv import overlay_venv, undo_venv
@@ -25,15 +25,9 @@ if TYPE_CHECKING:  # validate's modules are imported when the new wheel is valid
 
 
 def _fetch_with_progress(pin: Pin, *, quiet: bool) -> Fetched:
-    """``fetch_pin_wheel`` with a download bar named after the file (none with --json)."""
+    """``fetch_pin_wheel`` with its progress on stderr (``download_progress``; none with --json)."""
     name = pin_wheel(pin).file  # a pin without this platform's wheel is refused before any bar shows
-    with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  console=console, disable=quiet, transient=True) as progress:
-        task = progress.add_task(name, total=None)
-
-        def hook(done: int, total: int | None) -> None:
-            progress.update(task, completed=done, total=total)
-
+    with download_progress(name, quiet=quiet) as hook:
         return fetch_pin_wheel(pin, progress=hook)
 
 

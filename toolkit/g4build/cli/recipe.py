@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from rich.table import Table
 
 from g4build.cli._common import JSON_OPTION, console, err_console, print_json, require_wheel_file
 from g4build.cli.outpaths import output_file, writing
-from g4build.errors import RecipeError
+from g4build.errors import RecipeError, UsageError
 from g4build.pins.model import load_pins
 from g4build.recipes import (
     Finding,
@@ -102,6 +103,23 @@ def _print_findings(findings: tuple[Finding, ...], *, stderr: bool) -> None:
             target.print(f"    hint: {f.hint}", highlight=False, markup=False)
 
 
+def _one_wheel(wheel: Path | None, extra: list[str]) -> None:
+    """Words past the recipe's name: a shell pattern for --wheel (dist/vllm-0.33.0+*.whl) that matched several
+    wheels arrives as --wheel FIRST plus the others. Refused with every match named and the newest (by
+    modification time) suggested, not picked: which wheel a script installs must be the user's choice."""
+    if not extra:
+        return
+    if wheel is not None and all(word.endswith(".whl") for word in extra):
+        found = [str(wheel), *extra]
+        newest = max(found, key=lambda p: os.path.getmtime(p) if os.path.isfile(p) else float("-inf"))
+        raise UsageError(f"--wheel takes one wheel, found {len(found)} (a pattern that matched several?): "
+                         f"{', '.join(found)}",
+                         hint=f"name one, e.g. the newest: --wheel {newest} "
+                              "(in bash --wheel \"$(ls -t PATTERN | head -n 1)\" picks the newest match)")
+    raise UsageError(f"unexpected argument(s) {' '.join(extra)}: expected one recipe name and options",
+                     hint="quote a value that holds spaces; `g4build recipe render --help` lists the options")
+
+
 @recipe_app.command("list")
 def list_cmd(as_json: bool = JSON_OPTION) -> None:
     """List the recipes under recipes/."""
@@ -143,8 +161,9 @@ def show_cmd(name: str = typer.Argument(..., help="Recipe name or path to a reci
     console.print(" ".join(repr(w) for w in data["argv"]), highlight=False, markup=False, soft_wrap=True)
 
 
-@recipe_app.command("check")
+@recipe_app.command("check", context_settings={"allow_extra_args": True})
 def check_cmd(
+    words: typer.Context,
     name: str = typer.Argument(..., help="Recipe name or path to a recipe .yaml."),
     model_dir: Path | None = typer.Option(None, "--model-dir", help="Checkpoint folder: read its config.json."),
     draft_dir: Path | None = typer.Option(
@@ -155,6 +174,7 @@ def check_cmd(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Apply the rules (exit 11 when one fails); with --model-dir read the checkpoint's and drafter's config."""
+    _one_wheel(wheel, list(words.args))
     allowed = asked_names(allow_env)
     if wheel is not None:
         require_wheel_file(wheel)
@@ -186,8 +206,9 @@ def check_cmd(
         raise RecipeError(f"recipe '{r.name}' breaks {count} rule(s)", hint="see the findings above")
 
 
-@recipe_app.command("render")
+@recipe_app.command("render", context_settings={"allow_extra_args": True})
 def render_cmd(
+    words: typer.Context,
     name: str = typer.Argument(..., help="Recipe name or path to a recipe .yaml."),
     shell: str = typer.Option(..., "--shell", help="powershell (or pwsh) or bash, any case."),
     out: Path | None = typer.Option(None, "--out", help="Write NAME.ps1 / NAME.sh into this folder (else stdout)."),
@@ -197,6 +218,7 @@ def render_cmd(
     allow_env: list[str] = ALLOW_ENV_OPTION,
 ) -> None:
     """Render a launch script: env, GPU check, optional wheel install, then `vllm serve` with exact arguments."""
+    _one_wheel(wheel, list(words.args))
     chosen = shell_name(shell)
     allowed = asked_names(allow_env)
     if wheel is not None:

@@ -27,6 +27,12 @@ def _show(plan: BuildPlan) -> None:
     t = plan.target
     console.print(f"[bold]{plan.pin}[/] -> vllm {plan.version} for [bold]{t.arch.name}[/] on {t.os} "
                   f"(CUDA {t.cuda}, Python {t.python}, {t.executor})")
+    if plan.prerequisites:
+        console.print("[bold]install first[/] (the emitted script checks each as it starts)")
+        for item in plan.prerequisites:
+            console.print(f"  - {item}", highlight=False, markup=False, soft_wrap=True)
+    if plan.estimate:
+        console.print(f"estimate: {plan.estimate}", highlight=False, markup=False, soft_wrap=True)
     env = Table(title="environment", show_header=False)
     for k, v in plan.env.items():
         env.add_row(k, v)

@@ -83,7 +83,7 @@ def run_doctor(
     platform_findings, wsl = check_platform(probe, workdir)
     findings += platform_findings
     say("GPU (nvidia-smi)")
-    findings += check_gpu(probe, wsl)
+    findings += check_gpu(probe, wsl, serving=not building)  # serving needs a GPU, a build does not
     if building:
         say("CUDA toolkit (nvcc)")
         findings += check_cuda(probe, wsl)

@@ -130,7 +130,9 @@ def _gib(n: int) -> str:
 # --- checks -------------------------------------------------------------------------------------------------
 
 
-def check_gpu(probe: Probe, wsl: bool = False) -> list[Finding]:
+def check_gpu(probe: Probe, wsl: bool = False, *, serving: bool = False) -> list[Finding]:
+    """The GPUs nvidia-smi lists. None is a warning for a build (it compiles for sm_120 without one) and a failure
+    for a serving route (``serving``: overlay, nightly), whose fix speaks of serving."""
     query = ["--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"]
     res = probe.run(["nvidia-smi", *query])
     if res is None and wsl:  # WSL puts the Windows driver's tools here, not always on PATH
@@ -138,16 +140,22 @@ def check_gpu(probe: Probe, wsl: bool = False) -> list[Finding]:
     if res is None and probe.system == "windows":  # older Windows drivers install it only here
         program_files = probe.env("ProgramFiles") or r"C:\Program Files"
         res = probe.run([program_files.rstrip("\\") + r"\NVIDIA Corporation\NVSMI\nvidia-smi.exe", *query])
-    no_gpu_fix = ("a build without a GPU still targets sm_120 (TORCH_CUDA_ARCH_LIST), but the wheel cannot be "
-                  f"tried here; for a GPU install the NVIDIA driver R{DRIVER_FOR_CUDA13} or newer (CUDA 13 builds "
-                  "need it; in WSL: the Windows driver only)")
+    driver = (f"install the NVIDIA driver R{DRIVER_FOR_CUDA13} or newer (CUDA 13 wheels need it; in WSL: the "
+              "Windows driver only, never a Linux one inside WSL)")
+    if serving:
+        no_gpu_fix = (f"vLLM serves on an NVIDIA GPU (the recipes: SM120, an RTX 5090 class card): {driver}, then "
+                      "run doctor again; the other checks above and below ran all the same")
+    else:
+        no_gpu_fix = ("a build without a GPU still targets sm_120 (TORCH_CUDA_ARCH_LIST), but the wheel cannot be "
+                      f"tried here; for a GPU {driver}")
+    status: Status = "fail" if serving else "warn"
     if res is None:
-        return [Finding(check="gpu", status="warn", summary="nvidia-smi not found: no NVIDIA driver visible",
+        return [Finding(check="gpu", status=status, summary="nvidia-smi not found: no NVIDIA driver visible",
                         fix=no_gpu_fix)]
     gpus = parse_nvidia_smi(res.stdout) if res.returncode == 0 else []
     if not gpus:
         said = (res.stdout.strip() or res.stderr.strip()).splitlines()
-        return [Finding(check="gpu", status="warn", summary=f"nvidia-smi found no GPU: {said[0] if said else ''}",
+        return [Finding(check="gpu", status=status, summary=f"nvidia-smi found no GPU: {said[0] if said else ''}",
                         fix=no_gpu_fix)]
     findings = []
     for i, gpu in enumerate(gpus):

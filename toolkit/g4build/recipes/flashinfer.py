@@ -71,11 +71,11 @@ def off_switches(env: Mapping[str, str], args: Mapping[str, Any] | None = None) 
     gemm = env.get(NVFP4_GEMM)
     if gemm is not None and gemm.strip().lower().startswith("flashinfer"):
         out.append(Switch(name=NVFP4_GEMM, value="cutlass", was=gemm,
-                          why="forces FlashInfer's NVFP4 GEMM; cutlass is vLLM's own"))
+                          why=f"vLLM's own CUTLASS NVFP4 GEMM instead of the recipe's {gemm} (FlashInfer's)"))
     linear = (args or {}).get(LINEAR_BACKEND)
     if isinstance(linear, str) and linear.strip().lower().startswith("flashinfer"):
         out.append(Switch(name=LINEAR_BACKEND, value="cutlass", was=linear, option=True,
-                          why="forces FlashInfer's linear GEMMs; cutlass is vLLM's own"))
+                          why=f"vLLM's own CUTLASS linear GEMMs instead of the recipe's {linear} (FlashInfer's)"))
     out += [Switch(name=name, value="0", was=env[name], why="1 chooses FlashInfer kernels")
             for name in OPT_IN if env.get(name, "").strip().lower() in _TRUE]
     return tuple(out)

@@ -40,7 +40,9 @@ TOP_LEVEL_KEYS = (
     "speculative",
     "sliding_attention_backend",
     "footprint",
+    "downloads",
     "notes",
+    "pin_notes",
 )
 CHECKPOINT_KEYS = ("quant_method", "quant_algo")
 HARDWARE_KEYS = ("vram_gb", "arch")
@@ -61,6 +63,9 @@ MAX_GB = 1 << 20  # a card's memory or a checkpoint's weights, in GB / GiB
 # series make exact for multimodal-prefix models (Gemma 4) without FA4.
 SLIDING_ATTENTION_BACKENDS = {"flash_attn": "FLASH_ATTN"}
 # Options that have their own recipe field, so they cannot also appear under ``args``.
+# downloads: where a local checkpoint folder comes from, by the field that names the folder
+DOWNLOAD_KEYS = ("model", "speculative.model")
+REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 RESERVED_OPTIONS = {
     "model": "model",
     "served-model-name": "served_model_names",
@@ -136,6 +141,11 @@ class Recipe:
     notes: str
     # The sliding-window layers' own backend (a key of SLIDING_ATTENTION_BACKENDS), None: the model's choice.
     sliding_attention_backend: str | None = None
+    # The Hugging Face repository each local checkpoint folder is downloaded from (keys of DOWNLOAD_KEYS): the
+    # launch script names it when the folder is missing
+    downloads: dict[str, str] = field(default_factory=dict)
+    # Notes that hold for one pin only (pin name -> text): a script rendered for another pin leaves them out
+    pin_notes: dict[str, str] = field(default_factory=dict)
     source: Path | None = field(default=None, compare=False)
 
     @property
@@ -167,8 +177,16 @@ class Recipe:
                 "weights_gib": self.footprint.weights_gib,
                 "kv": None if self.footprint.kv is None else vars(self.footprint.kv).copy(),
             },
+            "downloads": dict(self.downloads),
             "notes": self.notes,
+            "pin_notes": dict(self.pin_notes),
         }
+
+    @property
+    def notes_for_pin(self) -> str:
+        """``notes`` with the note for this recipe's pin, if it has one, after them."""
+        extra = self.pin_notes.get(self.pin or "", "")
+        return "\n".join(part.rstrip("\n") for part in (self.notes, extra) if part.strip())
 
 
 def _check_keys(raw: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
@@ -281,6 +299,26 @@ def _kv(raw: Any, where: str) -> KvGeometry | None:
     return KvGeometry(**{k: _count(v, f"{where}.{k}") for k, v in data.items()})
 
 
+def _downloads(raw: Any, where: str) -> dict[str, str]:
+    found = _mapping(raw, where)
+    _check_keys(found, DOWNLOAD_KEYS, where)
+    result = {}
+    for key, value in found.items():
+        if not isinstance(value, str) or not REPO_ID_RE.fullmatch(value):
+            raise ConfigError(f"{where}.{key}: expected a Hugging Face repository id (owner/name), found {value!r}")
+        result[key] = value
+    return result
+
+
+def _pin_notes(raw: Any, where: str) -> dict[str, str]:
+    result = {}
+    for key, value in _mapping(raw, where).items():
+        if not isinstance(key, str) or not NAME_RE.fullmatch(key):
+            raise ConfigError(f"{where}: {key!r} is not a pin name (e.g. vllm-0.21.0)")
+        result[key] = str(_text(value, f"{where}.{key}"))
+    return result
+
+
 def _sliding_backend(raw: Any, where: str) -> str | None:
     if raw is None:
         return None
@@ -358,6 +396,8 @@ def parse_recipe(data: dict[str, Any], where: str, *, source: Path | None = None
         notes=_text(data.get("notes", ""), f"{where}.notes") or "",
         sliding_attention_backend=_sliding_backend(data.get("sliding_attention_backend"),
                                                    f"{where}.sliding_attention_backend"),
+        downloads=_downloads(data.get("downloads"), f"{where}.downloads"),
+        pin_notes=_pin_notes(data.get("pin_notes"), f"{where}.pin_notes"),
         source=source,
     )
 

@@ -8,6 +8,7 @@ Inside single quotes bash expands nothing: ``$``, backticks, ``;``, ``"``, newli
 
 from __future__ import annotations
 
+from g4build.recipes.folders import local_folders, missing_messages
 from g4build.recipes.script import (
     ALLOW_HINT,
     ALLOW_NOTE,
@@ -20,6 +21,44 @@ from g4build.recipes.script import (
     wheel_version,
 )
 from g4build.util.shellquote import bash_quote
+
+NO_VENV = "error: no virtual environment is active, so pip would install the wheel into the system Python."
+NO_VENV_HINT = ("hint: activate the venv vLLM runs from (e.g. . ~/g4b-venv/bin/activate), then run this script "
+                "again.")
+OTHER_PYTHON = "error: python3 on PATH is not the active virtual environment's: "
+
+
+def folder_checks(plan: LaunchPlan) -> list[str]:
+    """Stop before anything is installed when a local checkpoint folder is not there (see ``folders``)."""
+    folders = local_folders(plan.model_folders, "bash")
+    if not folders:
+        return []
+    out = ["# The checkpoint folders vllm opens: stop now, not after pip has installed the wheel's dependencies."]
+    for folder in folders:
+        error, hint = missing_messages(folder, "bash")
+        out += [f"if [[ ! -d {bash_quote(folder.path)} ]]; then", f"  echo {bash_quote(error)} >&2",
+                f"  echo {bash_quote(hint)} >&2", "  exit 1", "fi"]
+    return [*out, ""]
+
+
+def venv_guard() -> list[str]:
+    """pip installs into the active venv only: none active, or a python3 on PATH from elsewhere, stops the script
+    (as the PowerShell script does) before pip writes into the system Python."""
+    return [
+        "# The wheel goes into the active virtual environment, never into the system Python.",
+        'if [[ -z "${VIRTUAL_ENV:-}" ]]; then',
+        f"  echo {bash_quote(NO_VENV)} >&2",
+        f"  echo {bash_quote(NO_VENV_HINT)} >&2",
+        "  exit 1",
+        "fi",
+        'python3_path="$(command -v python3 || true)"',
+        'case "${python3_path}" in',
+        '  "${VIRTUAL_ENV%/}"/*) ;;',
+        f"  *) echo {bash_quote(OTHER_PYTHON)}" + '"${python3_path:-none} (VIRTUAL_ENV is ${VIRTUAL_ENV})" >&2',
+        f"     echo {bash_quote(NO_VENV_HINT)} >&2",
+        "     exit 1 ;;",
+        "esac",
+    ]
 
 
 def render_bash(plan: LaunchPlan) -> str:
@@ -59,7 +98,9 @@ def render_bash(plan: LaunchPlan) -> str:
         "fi",
         "",
     ]
+    out += folder_checks(plan)
     if plan.wheel is not None:
+        out += venv_guard()
         paths = [plan.wheel.path, *(plan.wheel.sibling(name) for name in plan.wheel.companions)]
         if plan.wheel.beside_script:
             out.append('script_dir="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"')

@@ -16,6 +16,7 @@ parser (CommandLineToArgvW / the C runtime, or .NET on Unix) turns it back into 
 
 from __future__ import annotations
 
+from g4build.recipes.folders import local_folders, missing_messages
 from g4build.recipes.script import (
     ALLOW_HINT,
     ALLOW_NOTE,
@@ -85,6 +86,22 @@ def _python_lines(*, installs: bool) -> list[str]:
     return [*lines, ""]
 
 
+def _folder_checks(plan: LaunchPlan) -> list[str]:
+    """Stop before anything is installed when a local checkpoint folder is not there (see ``folders``)."""
+    folders = local_folders(plan.model_folders, "powershell")
+    if not folders:
+        return []
+    out = ["# The checkpoint folders vllm opens: stop now, not after pip has installed the wheel's dependencies."]
+    for folder in folders:
+        error, hint = missing_messages(folder, "powershell")
+        out += [f"if (-not (Test-Path -LiteralPath {ps_quote(folder.path)} -PathType Container)) {{",
+                f"    [Console]::Error.WriteLine({ps_quote(error)})",
+                f"    [Console]::Error.WriteLine({ps_quote(hint)})",
+                "    exit 1",
+                "}"]
+    return [*out, ""]
+
+
 def render_powershell(plan: LaunchPlan) -> str:
     out = [f"# {line}".rstrip() for line in [*header_lines(plan, "powershell"), "", *HOW_ARGUMENTS_PASS]]
     out += [
@@ -118,6 +135,7 @@ def render_powershell(plan: LaunchPlan) -> str:
         "}",
         "",
     ]
+    out += _folder_checks(plan)
     if plan.wheel is not None or plan.probe_flashinfer or plan.environment_check is not None:
         out += _python_lines(installs=plan.wheel is not None)
     if plan.wheel is not None:

@@ -23,6 +23,7 @@ from g4build.pins.model import Pin
 from g4build.pins.serving import check_program, expected
 from g4build.recipes.argv import env_items, serve_argv
 from g4build.recipes.flashinfer import FlashInferInfo, Presence, Switch, off_switches
+from g4build.recipes.folders import ModelFolder, model_folders
 from g4build.recipes.model import Recipe
 
 Shell = Literal["bash", "powershell"]
@@ -86,6 +87,8 @@ class LaunchPlan:
     # range (pins.serving), and what it checks, for the header; None: no pin to check against
     environment_check: str | None = None
     environment: tuple[str, ...] = ()
+    # The target's and drafter's folders: the script checks the local ones before it installs anything
+    model_folders: tuple[ModelFolder, ...] = ()
 
     @property
     def probe_flashinfer(self) -> bool:
@@ -140,7 +143,7 @@ def plan_launch(recipe: Recipe, *, wheel: WheelRef | None = None, overrides: Seq
     return LaunchPlan(
         recipe=recipe.name,
         description=recipe.description,
-        notes=recipe.notes,
+        notes=recipe.notes_for_pin,
         overrides=tuple(dict.fromkeys(item.partition("=")[0] for item in overrides)),
         env=tuple(env),
         argv=tuple(argv),
@@ -153,6 +156,7 @@ def plan_launch(recipe: Recipe, *, wheel: WheelRef | None = None, overrides: Seq
         environment_check=check_program(pin) if pin is not None else None,
         environment=tuple(f"{e.project}{e.spec}" + ("" if e.required else " (where installed)")
                           for e in (expected(pin) if pin is not None else ())),
+        model_folders=model_folders(recipe),
     )
 
 

@@ -7,17 +7,18 @@
 #
 # Notes:
 # Do not add --quantization modelopt: vLLM detects the modelopt NVFP4 checkpoint itself, and forcing it
-# breaks the drafter path. On vllm-0.21.0 leave the MoE backend on auto (Marlin): Gemma 4's GELU_TANH is
-# rejected by its CUTLASS and FlashInfer MoE kernels (later pins accept it; rendered for them, the recipe's
-# VLLM_USE_FLASHINFER_MOE_FP4=0 becomes --moe-backend marlin). Point model and speculative.model at your copies, e.g.
-# --set model=D:/models/gemma-4-26B-A4B-it-NVFP4 --set speculative.model=D:/models/gemma4-dflash-0.2b
+# breaks the drafter path. Point model at your copy with --set model=PATH: the drafter, kept beside it,
+# follows it into the same folder (--set speculative.model=PATH names another).
+# On vllm-0.21.0 leave the MoE backend on auto (Marlin): Gemma 4's GELU_TANH is rejected by its CUTLASS
+# and FlashInfer MoE kernels (later pins accept it; rendered for them, the recipe's
+# VLLM_USE_FLASHINFER_MOE_FP4=0 becomes --moe-backend marlin).
 #
 # Before serving, checks the environment vLLM works in (g4build pin data): transformers>=5.5.1,<5.15, torch==2.11.0, flashinfer-python==0.6.8.post1 (where installed); a transformers outside its range stops here, unless G4BUILD_ALLOW_ENVIRONMENT=1 (for checkpoints whose configs were adapted to it).
 #
 # FlashInfer: where `import flashinfer` finds nothing at start (a wheel built without FlashInfer,
 # as on Windows), the script sets these instead of letting vLLM fail:
 #   VLLM_USE_FLASHINFER_SAMPLER=0: vLLM's default sampler is FlashInfer's, imported at engine start
-#   VLLM_NVFP4_GEMM_BACKEND=cutlass: forces FlashInfer's NVFP4 GEMM; cutlass is vLLM's own
+#   VLLM_NVFP4_GEMM_BACKEND=cutlass: vLLM's own CUTLASS NVFP4 GEMM instead of the recipe's flashinfer-cutlass (FlashInfer's)
 #
 # Quoting: each value below is one single-quoted word ('\'' stands for a quote), so bash expands
 # nothing inside it and vllm receives it exactly as the recipe wrote it. That is why shellcheck's
@@ -49,6 +50,31 @@ if caps="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader)"; then
   esac
 fi
 
+# The checkpoint folders vllm opens: stop now, not after pip has installed the wheel's dependencies.
+if [[ ! -d './models/gemma-4-26B-A4B-it-NVFP4' ]]; then
+  echo 'error: the target checkpoint folder ./models/gemma-4-26B-A4B-it-NVFP4 was not found (relative to the folder the script is started from).' >&2
+  echo 'hint: download it with `hf download nvidia/Gemma-4-26B-A4B-NVFP4 --local-dir ./models/gemma-4-26B-A4B-it-NVFP4` (python -m pip install -U huggingface_hub brings hf), or render again with --set model=PATH naming your copy.' >&2
+  exit 1
+fi
+if [[ ! -d './models/gemma-4-26B-A4B-it-DFlash' ]]; then
+  echo 'error: the drafter checkpoint folder ./models/gemma-4-26B-A4B-it-DFlash was not found (relative to the folder the script is started from).' >&2
+  echo 'hint: download it with `hf download z-lab/gemma-4-26B-A4B-it-DFlash --local-dir ./models/gemma-4-26B-A4B-it-DFlash` (python -m pip install -U huggingface_hub brings hf), or render again with --set speculative.model=PATH naming your copy.' >&2
+  exit 1
+fi
+
+# The wheel goes into the active virtual environment, never into the system Python.
+if [[ -z "${VIRTUAL_ENV:-}" ]]; then
+  echo 'error: no virtual environment is active, so pip would install the wheel into the system Python.' >&2
+  echo 'hint: activate the venv vLLM runs from (e.g. . ~/g4b-venv/bin/activate), then run this script again.' >&2
+  exit 1
+fi
+python3_path="$(command -v python3 || true)"
+case "${python3_path}" in
+  "${VIRTUAL_ENV%/}"/*) ;;
+  *) echo 'error: python3 on PATH is not the active virtual environment'\''s: '"${python3_path:-none} (VIRTUAL_ENV is ${VIRTUAL_ENV})" >&2
+     echo 'hint: activate the venv vLLM runs from (e.g. . ~/g4b-venv/bin/activate), then run this script again.' >&2
+     exit 1 ;;
+esac
 script_dir="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 # Install the wheel unless this Python already has that very build (its version names the series).
 installed_rc=0
@@ -157,6 +183,6 @@ vllm_args=(
   '--mm-processor-cache-gb'
   '0'
   '--speculative-config'
-  '{"method":"dflash","model":"./models/gemma4-dflash-0.2b","num_speculative_tokens":15,"attention_backend":"flash_attn"}'
+  '{"method":"dflash","model":"./models/gemma-4-26B-A4B-it-DFlash","num_speculative_tokens":15,"attention_backend":"flash_attn"}'
 )
 exec vllm "${vllm_args[@]}"

@@ -6,16 +6,17 @@
 #
 # Notes:
 # Do not add --quantization modelopt: vLLM detects the modelopt NVFP4 checkpoint itself, and forcing it
-# breaks the drafter path. On vllm-0.21.0 leave the MoE backend on auto (Marlin): Gemma 4's GELU_TANH is
-# rejected by its CUTLASS and FlashInfer MoE kernels (later pins accept it; rendered for them, the recipe's
-# VLLM_USE_FLASHINFER_MOE_FP4=0 becomes --moe-backend marlin). Point model and speculative.model at your copies, e.g.
-# --set model=D:/models/gemma-4-26B-A4B-it-NVFP4 --set speculative.model=D:/models/gemma4-dflash-0.2b
+# breaks the drafter path. Point model at your copy with --set model=PATH: the drafter, kept beside it,
+# follows it into the same folder (--set speculative.model=PATH names another).
+# On vllm-0.21.0 leave the MoE backend on auto (Marlin): Gemma 4's GELU_TANH is rejected by its CUTLASS
+# and FlashInfer MoE kernels (later pins accept it; rendered for them, the recipe's
+# VLLM_USE_FLASHINFER_MOE_FP4=0 becomes --moe-backend marlin).
 #
 # Before serving, checks the environment vLLM works in (g4build pin data): transformers>=5.5.1,<5.15, torch==2.11.0, flashinfer-python==0.6.8.post1 (where installed); a transformers outside its range stops here, unless G4BUILD_ALLOW_ENVIRONMENT=1 (for checkpoints whose configs were adapted to it).
 #
 # FlashInfer: the wheel does not bring it, so every FlashInfer path of the recipe is off:
 #   VLLM_USE_FLASHINFER_SAMPLER=0: vLLM's default sampler is FlashInfer's, imported at engine start
-#   VLLM_NVFP4_GEMM_BACKEND=cutlass: forces FlashInfer's NVFP4 GEMM; cutlass is vLLM's own
+#   VLLM_NVFP4_GEMM_BACKEND=cutlass: vLLM's own CUTLASS NVFP4 GEMM instead of the recipe's flashinfer-cutlass (FlashInfer's)
 # (why absent: its METADATA requires no flashinfer-python for its platform and its build recorded no FlashInfer wheels)
 #
 # How the arguments reach vllm exactly, in Windows PowerShell 5.1 and PowerShell 7.x:
@@ -51,6 +52,18 @@ if ($LASTEXITCODE -ne 0) {
 $caps = @(& nvidia-smi '--query-gpu=compute_cap' '--format=csv,noheader' | ForEach-Object { ([string]$_).Trim() })
 if ($LASTEXITCODE -eq 0 -and -not ($caps -contains '12.0')) {
     [Console]::Error.WriteLine('warning: this recipe is for sm120 (compute capability 12.0); nvidia-smi reports: ' + ($caps -join ' '))
+}
+
+# The checkpoint folders vllm opens: stop now, not after pip has installed the wheel's dependencies.
+if (-not (Test-Path -LiteralPath './models/gemma-4-26B-A4B-it-NVFP4' -PathType Container)) {
+    [Console]::Error.WriteLine('error: the target checkpoint folder ./models/gemma-4-26B-A4B-it-NVFP4 was not found (relative to the folder the script is started from).')
+    [Console]::Error.WriteLine('hint: download it with `hf download nvidia/Gemma-4-26B-A4B-NVFP4 --local-dir ./models/gemma-4-26B-A4B-it-NVFP4` (python -m pip install -U huggingface_hub brings hf), or render again with --set model=PATH naming your copy.')
+    exit 1
+}
+if (-not (Test-Path -LiteralPath './models/gemma-4-26B-A4B-it-DFlash' -PathType Container)) {
+    [Console]::Error.WriteLine('error: the drafter checkpoint folder ./models/gemma-4-26B-A4B-it-DFlash was not found (relative to the folder the script is started from).')
+    [Console]::Error.WriteLine('hint: download it with `hf download z-lab/gemma-4-26B-A4B-it-DFlash --local-dir ./models/gemma-4-26B-A4B-it-DFlash` (python -m pip install -U huggingface_hub brings hf), or render again with --set speculative.model=PATH naming your copy.')
+    exit 1
 }
 
 # The interpreter this script installs into and probes: the active virtual environment's own.
@@ -163,7 +176,7 @@ $vllmArgs = @(
     '--mm-processor-cache-gb'
     '0'
     '--speculative-config'
-    '{"method":"dflash","model":"./models/gemma4-dflash-0.2b","num_speculative_tokens":15,"attention_backend":"flash_attn"}'
+    '{"method":"dflash","model":"./models/gemma-4-26B-A4B-it-DFlash","num_speculative_tokens":15,"attention_backend":"flash_attn"}'
 )
 $vllmArgsLegacy = @(
     'serve'
@@ -187,7 +200,7 @@ $vllmArgsLegacy = @(
     '--mm-processor-cache-gb'
     '0'
     '--speculative-config'
-    '"{\"method\":\"dflash\",\"model\":\"./models/gemma4-dflash-0.2b\",\"num_speculative_tokens\":15,\"attention_backend\":\"flash_attn\"}"'
+    '"{\"method\":\"dflash\",\"model\":\"./models/gemma-4-26B-A4B-it-DFlash\",\"num_speculative_tokens\":15,\"attention_backend\":\"flash_attn\"}"'
 )
 if (Get-Variable -Name 'PSNativeCommandArgumentPassing' -ErrorAction SilentlyContinue) {
     $PSNativeCommandArgumentPassing = 'Standard'

@@ -24,7 +24,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from g4build.builder.flashinfer import FlashInferWheel
-from g4build.builder.plan import Layout, Options, Step, Target, python_check
+from g4build.builder.plan import Layout, Options, Step, Target, exe_words
 from g4build.errors import BuildError, UsageError
 from g4build.pins.model import Pin
 from g4build.util.shellquote import ps_quote
@@ -110,10 +110,13 @@ def venv_lines(python: str, *, explicit: bool) -> tuple[str, ...]:
     )
 
 
-def python_step(target: Target, layout: Layout, python: tuple[str, ...], *, explicit: bool) -> Step:
-    """First step: the interpreter is Python X.Y and (unless named explicitly) a virtual environment's."""
+def python_step(target: Target, layout: Layout, opts: Options, *, explicit: bool) -> Step:
+    """First step: the interpreter is Python X.Y and (unless named explicitly) a virtual environment's (the check
+    runs through `g4build build-check python`, so the step reads as what it checks)."""
+    venv = () if explicit else ("--venv",)
     return Step(name="python", title=f"check the build's Python {target.python}", resumable=False,
-                command=(*python, "-c", python_check(target.python, need_venv=not explicit)), cwd=layout.root)
+                command=(*opts.g4build, "build-check", "python", *exe_words(opts.python), "--version",
+                         target.python, *venv), cwd=layout.root)
 
 
 def resolve_options(target: Target, opts: Options) -> tuple[Options, tuple[str, ...]]:
@@ -187,7 +190,7 @@ def cuda_env(env: dict[str, str], cuda_home: str) -> dict[str, str]:
 
 def pre_steps(pin: Pin, target: Target, layout: Layout, opts: Options) -> tuple[Step, ...]:
     """Before the source: the interpreter check, then the FlashInfer wheels given (checked before hours of work)."""
-    return (python_step(target, layout, opts.python, explicit=opts.python_exe is not None),
+    return (python_step(target, layout, opts, explicit=opts.python_exe is not None),
             *flashinfer_steps(pin, target, layout, opts.g4build, opts.flashinfer_wheels))
 
 

@@ -1,0 +1,75 @@
+"""The Windows `--dry-run` plan as a first-time reader meets it: what to install first, how long and how much disk,
+MAX_JOBS not taken from the planning machine, and check steps shown by what they check (the full program stays
+in --json and the emitted script)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from g4build.builder.host import MIN_FREE_GB
+from g4build.builder.plan import max_jobs
+from g4build.builder.prereqs import COMPILE_CPU_SECONDS, SETUP_MINUTES
+from g4build.builder.request import FOREIGN_CORES, FOREIGN_MEM_GB
+
+from .conftest import run_cli
+
+PLAN = ["wheel", "--arch", "sm120", "--os", "windows", "--dry-run"]
+
+
+def test_the_plan_says_what_to_install_first(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(PLAN, capsys)
+    assert code == 0
+    first = " ".join(out.split("install first", 1)[1].split("\nenvironment", 1)[0].split())
+    assert "Visual Studio 2022" in first and "Desktop development with C++" in first
+    assert "CUDA 13.0 toolkit" in first
+    assert "LongPathsEnabled" in first and "core.longpaths true" in first
+    assert "virtual environment with Python 3.12" in first
+
+
+def test_the_plan_gives_time_and_disk(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli([*PLAN, "--jobs", "16"], capsys)
+    assert code == 0
+    minutes = round(COMPILE_CPU_SECONDS / 16 / 60 + SETUP_MINUTES)
+    text = " ".join(out.split())
+    assert f"estimate: about {minutes} minutes with MAX_JOBS=16" in text
+    assert f"{MIN_FREE_GB:.0f} GB free at the build root" in text
+    code, out, _ = run_cli([*PLAN, "--jobs", "16", "--json"], capsys)
+    assert f"about {minutes} minutes" in json.loads(out)["estimate"]
+
+
+def test_max_jobs_is_the_targets_default_not_this_machines(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run_cli([*PLAN, "--json"], capsys)
+    data = json.loads(out)
+    assert data["env"]["MAX_JOBS"] == str(max_jobs(mem_gb=FOREIGN_MEM_GB, cores=FOREIGN_CORES))
+    (note,) = [n for n in data["notes"] if n.startswith("MAX_JOBS:")]
+    assert "the machine it runs on" in note and "not this one's" in note and "--jobs N" in note
+
+
+def test_check_steps_read_as_what_they_check(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(PLAN, capsys)
+    assert code == 0
+    steps = out.split("\nsteps", 1)[1].split("\nnote:", 1)[0]
+    assert max(len(line) for line in steps.splitlines()) < 240  # was a 500-character python -c one-liner
+    assert "g4build build-check python --python-exe python --version 3.12 --venv" in steps
+    assert "g4build build-check torch --python-exe python --torch 2.11.0 --cuda 13.0" in steps
+    assert " -c " not in steps
+
+
+def test_build_check_runs_the_check_in_that_interpreter(capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    code, _, err = run_cli(["build-check", "python", "--python-exe", sys.executable, "--version", "2.7"], capsys)
+    assert code == 9 and "the build's Python 2.7: the check in" in err
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    code, _, _ = run_cli(["build-check", "python", "--python-exe", sys.executable, "--version", here], capsys)
+    assert code == 0
+    code, _, err = run_cli(["build-check", "torch", "--python-exe", "/nonexistent/python", "--torch", "2.11.0",
+                            "--cuda", "13.0"], capsys)
+    assert code == 9 and "could not be started" in err
+
+
+def test_a_linux_plan_has_no_windows_list(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(["wheel", "--arch", "sm120", "--os", "linux", "--dry-run", "--json"], capsys)
+    assert code == 0 and json.loads(out)["prerequisites"] == []
