@@ -149,7 +149,7 @@ def test_render_writes_the_recipes_script_with_the_routes_settings(serve: Module
     work.mkdir()
     target = serve.served_copy(models, work)
     args = argparse.Namespace(g4build=f"{sys.executable} -m g4build", recipe="gemma4-26b-a4b-nvfp4-mtp",
-                              work=work, models=models, drafter="mtp", port=8123, set=["pin=vllm-0.21.0"])
+                              work=work, models=models, drafter="mtp", port=8123, set=["pin=vllm-0.21.0"], wheel=None)
     meta = {"target_hf_overrides": {"text_config": {"global_head_dim": 512}}}
     cmd, script = serve.render(args, target, meta)
     text = script.read_text()
