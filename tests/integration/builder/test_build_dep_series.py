@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -70,10 +71,15 @@ def test_026s_commit_has_the_same_cmakelists_so_the_fixture_serves_its_variant_t
     variant = get_build_series("vllm-flash-attn").variant("vllm-0.26.0")
     assert variant is not None and variant.commit == "caaa4eb59845388a20b1f435ecaafb4bd9517ad8"
     assert hashlib.sha256((FIXTURE / "CMakeLists.txt").read_bytes()).hexdigest() == variant.files["CMakeLists.txt"]
-    [patch] = get_build_series("vllm-flash-attn").series.patches_for("vllm-0.26.0")
-    done = subprocess.run(["git", "apply", "--check", str(patch.path)], cwd=FIXTURE, capture_output=True, text=True,
-                          env={**os.environ, "GIT_CEILING_DIRECTORIES": str(FIXTURE.parent)})
-    assert done.returncode == 0, done.stderr  # zero fuzz on that CMakeLists
+    tree = Path(tempfile.mkdtemp(prefix="fa026-"))
+    try:
+        shutil.copy2(FIXTURE / "CMakeLists.txt", tree / "CMakeLists.txt")
+        for patch in get_build_series("vllm-flash-attn").series.patches_for("vllm-0.26.0"):  # in order
+            done = subprocess.run(["git", "apply", "-C3", str(patch.path)], cwd=tree, capture_output=True,
+                                  text=True, env={**os.environ, "GIT_CEILING_DIRECTORIES": str(tree.parent)})
+            assert done.returncode == 0, done.stderr  # zero fuzz on that CMakeLists
+    finally:
+        shutil.rmtree(tree)
 
 
 @pytest.mark.network
@@ -91,7 +97,7 @@ def test_the_patch_applies_with_zero_fuzz_to_the_pinned_text(tmp_path: Path, pin
     check = check_dependency(tree, get_build_series("vllm-flash-attn"), pin21)
     (series,) = check.report.series
     assert series.status == "needed"
-    assert [(p.status, p.offsets) for p in series.patches] == [("applies", ())]
+    assert [(p.status, p.offsets) for p in series.patches] == [("applies", ())] * 2
     assert check.changed == ()
     # a test repository cannot carry upstream's commit id: reported, and a build refuses it
     assert check.commit_state == "differs" and not check.ok
@@ -120,7 +126,7 @@ def test_a_change_in_the_patched_lines_is_a_conflict_with_hunk_and_line(tmp_path
     cmake.write_text(cmake.read_text(encoding="utf-8").replace('"8.0+PTX" "${CUDA_ARCHS}"', '"8.0" "${CUDA_ARCHS}"'),
                      encoding="utf-8")
     check = check_dependency(tree, get_build_series("vllm-flash-attn"), pin21)
-    (patch,) = check.report.series[0].patches
+    patch = check.report.series[0].patches[0]  # 0001's second hunk; 0002 follows it
     assert patch.status == "conflict"
     assert [(p.file, p.hunk) for p in patch.problems] == [("CMakeLists.txt", 2)]
 
@@ -137,7 +143,8 @@ def test_patched_copy_is_made_once_reused_and_carries_the_series(tmp_path: Path,
     text = (copy / "CMakeLists.txt").read_text(encoding="utf-8")
     assert all(fp in text for fp in build[0].series.pins[pin21.name].fingerprints["CMakeLists.txt"])
     assert (pristine / "CMakeLists.txt").read_bytes() == (FIXTURE / "CMakeLists.txt").read_bytes()  # untouched
-    (commit,) = series_commits(copy)
+    commit, second = series_commits(copy)  # one commit per patch
+    assert (second.series, second.version) == (commit.series, commit.version)
     version = get_build_series("vllm-flash-attn").version
     assert (commit.series, commit.version, commit.pin) == ("vllm-flash-attn", version, pin21.name)
     record = read_patched_record(copy)
@@ -161,7 +168,7 @@ def test_a_prefetched_copy_carried_as_files_is_checked_and_patched(tmp_path: Pat
     build = [get_build_series("vllm-flash-attn")]
     copy = patched_dependency(pristine, build, pin21)
     assert "add_custom_target(_vllm_fa3_C)" in (copy / "CMakeLists.txt").read_text(encoding="utf-8")
-    assert [c.series for c in series_commits(copy)] == ["vllm-flash-attn"]
+    assert [c.series for c in series_commits(copy)] == ["vllm-flash-attn"] * 2  # one commit per patch
     assert not (pristine / ".git").exists()  # the carried copy itself stays as it was
     # a carried copy whose files are not the recorded ones is refused, and nothing is left behind
     other = tmp_path / "cache2" / f"vllm-flash-attn-{FA_COMMIT}"
