@@ -8,10 +8,12 @@ import json
 
 import pytest
 
+from g4build.builder.buildcosts import load_costs
 from g4build.builder.host import MIN_FREE_GB
 from g4build.builder.plan import max_jobs
 from g4build.builder.prereqs import COMPILE_CPU_SECONDS, SETUP_MINUTES
 from g4build.builder.request import FOREIGN_CORES, FOREIGN_MEM_GB
+from g4build.data import patches_dir
 
 from .conftest import run_cli
 
@@ -42,7 +44,11 @@ def test_the_plan_gives_time_and_disk(capsys: pytest.CaptureFixture[str]) -> Non
 def test_max_jobs_is_the_targets_default_not_this_machines(capsys: pytest.CaptureFixture[str]) -> None:
     _, out, _ = run_cli([*PLAN, "--json"], capsys)
     data = json.loads(out)
-    assert data["env"]["MAX_JOBS"] == str(max_jobs(mem_gb=FOREIGN_MEM_GB, cores=FOREIGN_CORES))
+    # the target's default machine (32 GB, 16 cores) at the per-job memory measured for the pin and arch
+    costs = load_costs(patches_dir(), "vllm-0.21.0", "sm120")
+    assert costs is not None
+    assert data["env"]["MAX_JOBS"] == str(max_jobs(mem_gb=FOREIGN_MEM_GB, cores=FOREIGN_CORES,
+                                                   gb_per_job=costs.gb_per_job))
     (note,) = [n for n in data["notes"] if n.startswith("MAX_JOBS:")]
     assert "the machine it runs on" in note and "not this one's" in note and "--jobs N" in note
 
