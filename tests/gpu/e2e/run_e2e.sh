@@ -403,8 +403,9 @@ serve_run() {  # RECIPE DRAFTER
       served=$stage/venv/bin/python
     fi
   fi
-  PATH=$(dirname "$served"):$PATH VIRTUAL_ENV=$(dirname "$(dirname "$served")") \
-  PYTHONPATH=$(runpath patched "$stage/deps-serve" "$here") timeout -k 30 "$run_limit" "$served" \
+  local -a venv_env=()  # the venv's python first on PATH, as an activated venv has it
+  [ "$served" = "$py" ] || venv_env=(PATH="$(dirname "$served"):$PATH" VIRTUAL_ENV="$stage/venv")
+  env "${venv_env[@]}" PYTHONPATH="$(runpath patched "$stage/deps-serve" "$here")" timeout -k 30 "$run_limit" "$served" \
     "$here/serve_route.py" --recipe "$recipe" --drafter "$drafter" --models "$stage/trained" \
     --work "$stage/serve-$drafter" --json "$stage/acc/serve-$drafter.json" \
     --g4build "env PYTHONPATH=$stage/g4:$stage/deps $py -m g4build" --set "pin=$pin" "${extra[@]}" \
