@@ -222,6 +222,21 @@ def test_report_judges(report: ModuleType) -> None:
     assert cmp["greedy_equal"] is False and cmp["differ"] == [{"id": "a", "first_difference": 2}]
 
 
+def test_report_judges_the_strict_runs_against_the_reference_too(report: ModuleType) -> None:
+    """A built wheel's hold may run only the strict numerics: its DFlash and MTP runs are judged against the
+    reference under their own labels, each on its own figure."""
+    train = {"target": {"steps": 1, "seconds": 1, "log": [{"loss": 1.0}]},
+             "dflash": {"steps": 1, "seconds": 1, "log": [{"loss": 2.0, "token_acc": 0.5}]}}
+    ref = {"summary": {"series": {"drafts": 10, "accepted": 90, "acceptance_length": 10.0},
+                       "mtp": {"drafts": 10, "accepted": 40, "acceptance_length": 5.0}}}
+    outs = {"a": [1, 2, 3]}
+    runs = {"target-strict": _run(1.0, outs), "dflash-strict": _run(10.1, outs), "mtp-strict": _run(4.0, outs)}
+    c = report.build(train, ref, runs, {})["checks"]
+    assert c["dflash-strict_matches_reference"] == {"vllm": 10.1, "reference": 10.0, "ok": True}
+    assert c["mtp-strict_matches_reference"] == {"vllm": 4.0, "reference": 5.0, "ok": False}
+    assert "dflash_matches_reference" not in c and c["greedy-strict"]["greedy_equal"] is True
+
+
 def _judged(report: ModuleType, got: float, want: float) -> bool:
     train = {"target": {"steps": 1, "seconds": 1, "log": [{"loss": 1.0}]},
              "dflash": {"steps": 1, "seconds": 1, "log": [{"loss": 2.0, "token_acc": 0.5}]}}
