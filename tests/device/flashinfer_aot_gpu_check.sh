@@ -3,8 +3,8 @@
 # flashinfer-python on the H200, serves the sampler with FlashInfer's JIT unavailable (nvcc off PATH,
 # FLASHINFER_DISABLE_JIT=1, an empty JIT workspace): nothing is compiled, the library loaded is the jit-cache's.
 # Usage: tests/device/flashinfer_aot_gpu_check.sh INPUTS [WORK] [RESULTS]
-#   INPUTS/wh: wheels for an offline pip: flashinfer-python of the pin's version and its requirements
-#              (apache-tvm-ffi, nvidia-ml-py, einops, ...; torch comes from the machine's Python), and
+#   INPUTS/wh: flashinfer-python of the pin's version, apache-tvm-ffi (installed without their requirements:
+#              torch, numpy, einops, nvidia-ml-py, tabulate come from the machine's Python), and
 #              flashinfer_jit_cache-<ver>+g4jit.*-cp39-abi3-linux_x86_64.whl built with
 #              `g4build flashinfer-aot --arch 9.0` (its record flashinfer-aot.json beside it, if any).
 #   RESULTS: folder for flashinfer-aot-gpu.json (the probe's verdict) and the validate JSON.
@@ -22,9 +22,15 @@ results=$(cd "$results" && pwd)
 export PIP_NO_INDEX=1 PIP_FIND_LINKS=$inputs/wh PIP_DISABLE_PIP_VERSION_CHECK=1
 jit=$(ls "$inputs"/wh/flashinfer_jit_cache-*.whl)
 version=$(basename "$jit" | sed -E 's/^flashinfer_jit_cache-([^+]+)\+.*/\1/')
-python -m venv --system-site-packages "$work/venv"  # torch (CUDA) from the machine's Python
-. "$work/venv/bin/activate"
-python -m pip install -q "flashinfer-python==$version" "$jit"
+# a folder on PYTHONPATH, not a venv: the machine's python3 is itself a venv's, and a venv made over it with
+# --system-site-packages sees the base interpreter's packages, not that venv's torch, filelock, ...
+rm -rf "$work/site" && mkdir -p "$work/site"
+export PYTHONPATH=$work/site${PYTHONPATH:+:$PYTHONPATH}
+# --no-deps: wh/ holds what the machine lacks (flashinfer-python, apache-tvm-ffi of the version the jit-cache was
+# built against); the rest FlashInfer imports (torch, numpy, einops, nvidia-ml-py, tabulate, click, tqdm) is the
+# machine's. nvidia-cutlass-dsl and cudnn-frontend, which pip would pull in, are not imported by the sampler.
+python -m pip install -q --no-deps --target "$work/site" "$inputs"/wh/flashinfer_python-"$version"-*.whl "$jit" "$inputs"/wh/apache_tvm_ffi-*.whl
+python -c 'import flashinfer, flashinfer.sampling' || { echo "flashinfer does not import from wh/" >&2; exit 1; }
 if command -v g4build >/dev/null; then
   g4build validate "$jit" --arch sm90a --trust-fatbin --json > "$results/flashinfer-jit-cache-validate.json" || true
 fi
@@ -38,7 +44,7 @@ export PATH=$clean_path FLASHINFER_DISABLE_JIT=1 FLASHINFER_WORKSPACE_BASE=$work
 unset CUDA_HOME CUDA_PATH
 rm -rf "$FLASHINFER_WORKSPACE_BASE" && mkdir -p "$FLASHINFER_WORKSPACE_BASE"
 if command -v nvcc >/dev/null; then echo "nvcc still on PATH: $(command -v nvcc)" >&2; exit 1; fi
-python "$here/tests/device/flashinfer_aot_probe.py" "$results/flashinfer-aot-gpu.json"
+python "$here/tests/device/flashinfer_aot_probe.py" "$results/${G4_PROBE_NAME:-flashinfer-aot-gpu}.json" ${G4_PROBE_ARGS:-}
 if [ -n "${VLLM_MODEL:-}" ]; then
   VLLM_USE_FLASHINFER_SAMPLER=1 python - "$VLLM_MODEL" "$results/flashinfer-aot-vllm.json" <<'EOF'
 import json, sys

@@ -15,6 +15,8 @@
 #                                        training in the background
 #   wheel_runs_session.sh wait SECONDS   wait for the builds (ninja's [N/M] each minute); exit 0 once all ended
 #   wheel_runs_session.sh e2e STEPS...   run_e2e.sh `built` with the sm_90 wheel, then STEPS (acc:..., serve:...)
+#   wheel_runs_session.sh bring ARCH [N] parts N..N+3 of ARCH's wheel into $OUT/ARCH/<n> (15 MiB, sha256)
+#   wheel_runs_session.sh unpack DIR     stage wheel parts brought back earlier (DIR/<arch>/<n>/), join when whole
 #   wheel_runs_session.sh load           the sm_120 wheel's extensions, `vllm serve --help`, collect_env, a kernel
 #   wheel_runs_session.sh collect        build results and logs into $OUT (wheel-runs.tgz)
 set -euo pipefail
@@ -82,6 +84,31 @@ e2e)
   whl=$(wheel_of sm90); [ -n "$whl" ] || { echo "no sm90 wheel"; exit 7; }
   cd "$G4S/repo"
   G4E2E_WHEEL=$whl bash tests/gpu/e2e/run_e2e.sh wait:train+train-mtp built "$@" ;;
+bring)
+  # a built wheel back to the calling machine in parts (a call returns 8 files of 16 MiB at most: 4 parts and
+  # their parts.json), so that a lost machine does not lose the build: `bring ARCH N` returns parts N..N+3
+  arch=${1:?bring ARCH [FIRST]}; first=${2:-1}; whl=$(wheel_of "$arch")
+  [ -n "$whl" ] || { echo "no $arch wheel"; exit 7; }
+  b=$G4S/bring-$arch
+  [ -f "$b/1/parts.json" ] || python3 "$here/tests/gpu/e2e/parts.py" bundle "$whl" --out "$b" \
+    --sizes-mib 15,15,15,15,15,15,15,15,15,15,15,15
+  mkdir -p "${OUT:-$G4S/out}/$arch"
+  for n in $(seq "$first" $(( first + 3 ))); do
+    [ ! -d "$b/$n" ] || cp -r "$b/$n" "${OUT:-$G4S/out}/$arch/$n"
+  done
+  python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(d["members"][0]["name"], len(d["parts"]), "parts")' \
+    "$b/1/parts.json" ;;
+unpack)
+  # wheels brought back earlier, carried in DIR/<arch>/<n>/ (part + parts.json; one carry may hold some parts,
+  # the stage keeps them between calls): once all are staged, joined and checked against parts.json's sha256
+  # into $G4S/work-<arch>/wheels, where e2e and load look for them
+  d=${1:?unpack DIR}
+  for arch in $builds; do
+    [ -d "$d/$arch" ] || continue
+    python3 "$here/tests/gpu/e2e/parts.py" stash "$d/$arch" --stage "$G4S/stage-$arch"
+    python3 "$here/tests/gpu/e2e/parts.py" unbundle --stage "$G4S/stage-$arch" --dest "$G4S/work-$arch/wheels" \
+      || echo "$arch: not every part staged yet"
+  done ;;
 load)
   whl=$(wheel_of sm120); [ -n "$whl" ] || { echo "no sm120 wheel"; exit 7; }
   cd "$G4S/repo"

@@ -78,3 +78,40 @@ def test_every_pin_with_its_own_torch_lists_the_pins_torch() -> None:
     # the 0.33.0 run found its model loader needs compressed-tensors: its dependency list carries it
     deps = (E2E / "device-wheels-vllm-0.33.0.txt").read_text()
     assert "compressed_tensors-0.17.0-" in deps and "loguru-" in deps
+
+
+SESSION = Path(__file__).resolve().parents[2] / "device" / "wheel_runs_session.sh"
+
+
+def _session(g4s: Path, *args: str, out: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, G4S=str(g4s), G4_BUILDS="sm90 sm120")
+    env.pop("OUT", None)
+    if out is not None:
+        env["OUT"] = str(out)
+    return subprocess.run(["bash", str(SESSION), *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_a_built_wheel_comes_back_in_parts_and_joins_on_a_fresh_machine(tmp_path: Path) -> None:
+    """`bring` returns a wheel in 15 MiB parts, four a call; `unpack` on another machine joins them only once all
+    are there, byte for byte, and refuses a damaged part."""
+    wheels = tmp_path / "built" / "work-sm90" / "wheels"
+    wheels.mkdir(parents=True)
+    whl = wheels / "vllm-0.21.0+cu130.g4.0123456789-cp310-abi3-manylinux_2_38_x86_64.whl"
+    whl.write_bytes(os.urandom(5 * 15 * 2**20 + 123))  # six parts: two calls
+    first, second = _session(tmp_path / "built", "bring", "sm90", out=tmp_path / "call1"), \
+        _session(tmp_path / "built", "bring", "sm90", "5", out=tmp_path / "call2")
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert sorted(p.name for p in (tmp_path / "call1" / "sm90").iterdir()) == ["1", "2", "3", "4"]
+    assert sorted(p.name for p in (tmp_path / "call2" / "sm90").iterdir()) == ["5", "6"]
+    assert all(p.stat().st_size <= 16 * 2**20 for p in (tmp_path / "call1").rglob("part"))
+    fresh = tmp_path / "fresh"
+    half = _session(fresh, "unpack", str(tmp_path / "call1"))
+    assert "not every part staged yet" in half.stdout and not (fresh / "work-sm90" / "wheels").exists()
+    done = _session(fresh, "unpack", str(tmp_path / "call2"))
+    assert done.returncode == 0, done.stderr
+    assert (fresh / "work-sm90" / "wheels" / whl.name).read_bytes() == whl.read_bytes()
+    # a part damaged on the way is refused before anything is staged from it
+    bad = tmp_path / "call2" / "sm90" / "6" / "part"
+    bad.write_bytes(b"x" + bad.read_bytes()[1:])
+    refused = _session(tmp_path / "other", "unpack", str(tmp_path / "call2"))
+    assert refused.returncode == 4 and "damaged in transfer" in refused.stderr
