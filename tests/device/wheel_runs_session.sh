@@ -30,7 +30,7 @@ export PIP_NO_INDEX=1 PIP_FIND_LINKS=$G4S/in/wh PIP_DISABLE_PIP_VERSION_CHECK=1
 export G4E2E_STAGE=${G4E2E_STAGE:-$G4S/e2e}
 # ninja's [N/M] is in the vllm step's log; a build has ended when its rc file exists (setsid may fork, so the
 # pid $! names can be gone while the build runs)
-progress() { cat "$G4S/work-$1"/root/logs/*vllm*.log 2>/dev/null | grep -aoE '^\[[0-9]+/[0-9]+\]' | tail -1 || true; }
+progress() { cat "$G4S/work-$1"/root/logs/*vllm*.log 2>/dev/null | grep -aoE '\[[0-9]+/[0-9]+\]' | tail -1 || true; }
 running() { [ -f "$G4S/build-$1.pid" ] && [ ! -f "$G4S/build-$1.rc" ]; }
 wheel_of() { ls "$G4S/work-$1"/wheels/vllm-*.whl 2>/dev/null | head -1; }
 
