@@ -24,7 +24,7 @@ G4S=${G4S:-$HOME/g4s}
 here=$(cd "$(dirname "$0")/../.." && pwd)
 verb=${1:?usage: wheel_runs_session.sh stash|start|wait|e2e|load|collect}
 shift
-builds=${G4_BUILDS:-sm90 sm120}
+builds=${G4_BUILDS-sm90 sm120}  # set and empty: no build (wheels brought back earlier: unpack)
 mkdir -p "$G4S/in" "$G4S/results"
 export PIP_NO_INDEX=1 PIP_FIND_LINKS=$G4S/in/wh PIP_DISABLE_PIP_VERSION_CHECK=1
 export G4E2E_STAGE=${G4E2E_STAGE:-$G4S/e2e}
