@@ -17,6 +17,8 @@
 #   wheel_runs_session.sh e2e STEPS...   run_e2e.sh `built` with the sm_90 wheel, then STEPS (acc:..., serve:...)
 #   wheel_runs_session.sh bring ARCH [N] parts N..N+3 of ARCH's wheel into $OUT/ARCH/<n> (15 MiB, sha256)
 #   wheel_runs_session.sh unpack DIR     stage wheel parts brought back earlier (DIR/<arch>/<n>/), join when whole
+#   wheel_runs_session.sh flashinfer DIR the sm_90 wheel's target on vLLM's sampler, then on FlashInfer's from a
+#                                        jit-cache carried in DIR/wh, JIT unavailable (issue 51)
 #   wheel_runs_session.sh load           the sm_120 wheel's extensions, `vllm serve --help`, collect_env, a kernel
 #   wheel_runs_session.sh collect        build results and logs into $OUT (wheel-runs.tgz)
 set -euo pipefail
@@ -109,6 +111,23 @@ unpack)
     python3 "$here/tests/gpu/e2e/parts.py" unbundle --stage "$G4S/stage-$arch" --dest "$G4S/work-$arch/wheels" \
       || echo "$arch: not every part staged yet"
   done ;;
+flashinfer)
+  # issue 51 on the built sm_90 wheel: FlashInfer (flashinfer-python, apache-tvm-ffi and a `g4build
+  # flashinfer-aot --arch 9.0` jit-cache, carried in DIR/wh) staged beside it, JIT unavailable (no nvcc on PATH,
+  # FLASHINFER_DISABLE_JIT=1, an empty workspace); the target alone on vLLM's own sampler, then on FlashInfer's:
+  # acc:target:sampler twice (target-sampler.json, target-sampler-fi.json), then what got compiled
+  d=${1:?flashinfer DIR}; fi=$G4E2E_STAGE/flashinfer
+  rm -rf "$fi" && python3 -m pip install -q --no-deps --target "$fi" "$d"/wh/flashinfer_python-*.whl \
+    "$d"/wh/flashinfer_jit_cache-*.whl "$d"/wh/apache_tvm_ffi-*.whl
+  cd "$G4S/repo"
+  bash tests/gpu/e2e/run_e2e.sh acc:target:sampler
+  clean=""; IFS=: read -ra dirs <<< "$PATH"
+  for p in "${dirs[@]}"; do [ -x "$p/nvcc" ] || clean=${clean:+$clean:}$p; done
+  rm -rf "$G4S/fi-ws" && mkdir -p "$G4S/fi-ws"
+  PATH=$clean VLLM_USE_FLASHINFER_SAMPLER=1 FLASHINFER_DISABLE_JIT=1 FLASHINFER_WORKSPACE_BASE=$G4S/fi-ws \
+    bash tests/gpu/e2e/run_e2e.sh acc:target:sampler
+  find "$G4S/fi-ws" -name '*.so' > "${OUT:-$G4S}/flashinfer-compiled.txt"
+  echo "compiled during the FlashInfer run: $(wc -l < "${OUT:-$G4S}/flashinfer-compiled.txt") libraries" ;;
 load)
   whl=$(wheel_of sm120); [ -n "$whl" ] || { echo "no sm120 wheel"; exit 7; }
   cd "$G4S/repo"

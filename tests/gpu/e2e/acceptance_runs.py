@@ -187,6 +187,24 @@ def phase_main(llm: Any, ctr: Counters, logprobs: bool) -> dict[str, Any]:
     return out
 
 
+def phase_sampler(llm: Any) -> dict[str, Any]:
+    """vLLM's top-k/top-p sampler on 24 text prompts: greedy (temperature 0 never reaches the sampler) against
+    temperature 1 with top_k=1, top_p=0.9, which must give the same tokens through whichever sampler vLLM took
+    (FlashInfer's with VLLM_USE_FLASHINFER_SAMPLER=1); and which sampling library this process mapped."""
+    from vllm import SamplingParams
+
+    reqs = tiny_lang.eval_prompts()[:24]
+    prompts = [er.to_vllm_prompt(r) for r in reqs]
+    runs: dict[str, list[list[int]]] = {}
+    for name, kw in (("greedy", {"temperature": 0.0}), ("top_k1", {"temperature": 1.0, "top_k": 1, "top_p": 0.9})):
+        params = SamplingParams(max_tokens=32, ignore_eos=True, seed=0, **kw)
+        runs[name] = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    libs = sorted({line.split()[-1] for line in maps if line.endswith("/sampling.so")})
+    return {"ids": [r["id"] for r in reqs], **runs, "equal": runs["greedy"] == runs["top_k1"],
+            "flashinfer_sampling_so": libs, "flashinfer_sampler_env": os.environ.get("VLLM_USE_FLASHINFER_SAMPLER")}
+
+
 def one_by_one(llm: Any, ctr: Counters, reqs: list[dict[str, Any]], tag: str) -> list[dict[str, Any]]:
     rows = []
     for r in reqs:
@@ -278,8 +296,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     result["context"] = phase_context(llm, ctr)
                 elif ph == "speed":
                     result["speed"] = phase_speed(llm, ctr)
+                elif ph == "sampler":
+                    result["sampler"] = phase_sampler(llm)
                 else:
-                    raise ValueError(f"unknown phase {ph!r}: expected main, prefix, context or speed")
+                    raise ValueError(f"unknown phase {ph!r}: expected main, prefix, context, speed or sampler")
                 result.setdefault("phase_s", {})[ph] = round(time.perf_counter() - t1, 2)
             result["ok"] = True
             result["stage"] = "done"

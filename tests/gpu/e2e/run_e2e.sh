@@ -67,8 +67,10 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRAC
 export CUDA_CACHE_PATH=$stage/cuda-cache CUDA_CACHE_MAXSIZE=4294967296
 export VLLM_CACHE_ROOT=$stage/vllm-cache TRITON_CACHE_DIR=$stage/triton-cache
 export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-# FlashInfer is not installed (its kernels do not serve this check); 0.21.0 imports it for the sampler by default
-export VLLM_USE_FLASHINFER_SAMPLER=0
+# FlashInfer is not installed (its kernels do not serve this check); 0.21.0 imports it for the sampler by default.
+# VLLM_USE_FLASHINFER_SAMPLER=1 from the caller, with FlashInfer staged in $stage/flashinfer (flashinfer-python and
+# a g4build jit-cache: wheel_runs_session.sh flashinfer), runs the acc: steps on FlashInfer's sampler (NAME-fi; the sampler phase alone: NAME-sampler)
+export VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}
 if [ -f "$repo/tests/gpu/e2e/torch-wheels-$pin.txt" ]; then
   # the pin's carried torch runs on the machine's cuDNN 9.19, older than the one it was built with, which torch
   # refuses by default; the pin's results are made on that pairing (probe records both versions)
@@ -80,6 +82,7 @@ runpath() {  # WHEEL [MORE...]: PYTHONPATH of an engine step: the pin's own torc
   local out=
   [ ! -d "$stage/torch-site" ] || out=$stage/torch-site:
   out=$out$stage/$1:$stage/deps
+  [ "$VLLM_USE_FLASHINFER_SAMPLER" != 1 ] || [ ! -d "$stage/flashinfer" ] || out=$out:$stage/flashinfer
   shift
   local more
   for more in "$@"; do out=$out:$more; done
@@ -435,6 +438,8 @@ acc_run() {  # VARIANT PHASES: one engine start with the trained models on the o
   local variant=$1 phases=$2 name start rc=0 suffix retention=
   suffix=$(run_suffix) || return 2
   name=$variant$suffix
+  [ "$phases" != sampler ] || name=$name-sampler
+  [ "$VLLM_USE_FLASHINFER_SAMPLER" != 1 ] || name=$name-fi
   case ${G4E2E_RETENTION:-} in  # the prefix-cache retention interval: unset = vLLM's default (NAME as is)
     '') ;;
     rendered) retention=$(rendered_retention) || return $?; name=$name-retention ;;

@@ -115,3 +115,26 @@ def test_a_built_wheel_comes_back_in_parts_and_joins_on_a_fresh_machine(tmp_path
     bad.write_bytes(b"x" + bad.read_bytes()[1:])
     refused = _session(tmp_path / "other", "unpack", str(tmp_path / "call2"))
     assert refused.returncode == 4 and "damaged in transfer" in refused.stderr
+
+
+def test_the_sampler_runs_are_named_apart_and_find_flashinfer_only_when_asked(tmp_path: Path) -> None:
+    """acc:target:sampler on vLLM's sampler and on FlashInfer's writes two results, neither over target.json;
+    the engine's PYTHONPATH takes the staged FlashInfer only for the FlashInfer run."""
+    stage = tmp_path / "stage"
+    (stage / "patched").mkdir(parents=True)
+    (stage / "flashinfer").mkdir()
+    (stage / "trained" / "dflash").mkdir(parents=True)
+    (stage / "trained" / "dflash" / "model.safetensors").write_bytes(b"")
+    fake = tmp_path / "python3"  # stands in for the engine: records its PYTHONPATH and arguments
+    fake.write_text('#!/usr/bin/env bash\necho "PYTHONPATH=$PYTHONPATH ARGS=$*" >> "$(dirname "$0")/calls"\n')
+    fake.chmod(0o755)
+    for flag in ("0", "1"):
+        env = dict(os.environ, G4E2E_STAGE=str(stage), G4E2E_PIN="vllm-0.21.0", PYTHON=str(fake),
+                   VLLM_USE_FLASHINFER_SAMPLER=flag)
+        env.pop("OUT", None)
+        subprocess.run(["bash", str(E2E / "run_e2e.sh"), "acc:target:sampler"], env=env, capture_output=True,
+                       text=True, timeout=120, check=True)
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert len(calls) == 2
+    assert "acc/target-sampler.json" in calls[0] and f"{stage}/flashinfer" not in calls[0]
+    assert "acc/target-sampler-fi.json" in calls[1] and f"{stage}/flashinfer" in calls[1]
