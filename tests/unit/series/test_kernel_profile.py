@@ -8,24 +8,25 @@ from pathlib import Path
 
 import pytest
 
+from g4build.builder.kernels import build_option_args
 from g4build.data import patches_dir
 from g4build.errors import ConfigError, UsageError
 from g4build.series.deps import KERNEL_PROFILES, get_build_series, load_build_series
-from g4build.series.kernelprofile import CMAKE_VARIABLE, DEFAULT, check_profile, cmake_define, left_out
+from g4build.series.kernelprofile import CMAKE_VARIABLE, DEFAULT, check_profile, left_out
 
 SERIES = "vllm-kernel-archs"
 
 
 def test_the_profiles_and_the_cmake_argument() -> None:
     assert KERNEL_PROFILES == ("all", "gemma4") and DEFAULT == "all" and CMAKE_VARIABLE == "G4B_KERNEL_PROFILE"
-    assert cmake_define("gemma4") == "-DG4B_KERNEL_PROFILE=gemma4"
-    assert cmake_define("all") == "-DG4B_KERNEL_PROFILE=all"
+    assert build_option_args("gemma4", "all") == "-DG4B_KERNEL_PROFILE=gemma4"
+    assert build_option_args("all", "all") == ""  # the default passes nothing: its CMake arguments stay as they were
     assert check_profile("gemma4") == "gemma4"
 
 
 def test_an_unknown_profile_is_a_usage_error_naming_the_known_ones() -> None:
     with pytest.raises(UsageError, match=r"unknown kernel profile 'gemma'.*all, gemma4") as err:
-        cmake_define("gemma")
+        check_profile("gemma")
     assert err.value.exit_code == UsageError.exit_code
     with pytest.raises(UsageError):
         left_out("", [get_build_series(SERIES)])

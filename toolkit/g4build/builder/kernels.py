@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from g4build.errors import UsageError
 from g4build.series.deps import KERNEL_PROFILES  # the build series' own list: all, gemma4
+from g4build.series.kernelprofile import CMAKE_VARIABLE, check_profile
 
 # "all": FA2, and FA3 with a Hopper arch; "2": FlashAttention 2 alone (an SM120 card's situation, on any GPU)
 FLASH_ATTN_CHOICES = ("all", "2")
@@ -15,7 +16,7 @@ def build_option_args(kernels: str, flash_attn: str) -> str:
     """The CMake cache variables for --kernels and --flash-attn (empty for the defaults)."""
     args = []
     if kernels != "all":
-        args.append(f"-DG4B_KERNEL_PROFILE={kernels}")
+        args.append(f"-D{CMAKE_VARIABLE}={check_profile(kernels)}")
     if flash_attn != "all":
         args.append(f"-DG4B_FLASH_ATTN={flash_attn}")
     return " ".join(args)

@@ -1,6 +1,7 @@
 """Kernel profiles: which kernel families a build of vLLM compiles, as the vllm-kernel-archs build series
 implements them (its CMake cache variable G4B_KERNEL_PROFILE) and records them (its decisions' ``left_out_in``).
-The plan names the profile, passes :func:`cmake_define` to CMake, and prints :func:`left_out` with each why."""
+The plan names the profile, passes it to CMake (builder.kernels, with CMAKE_VARIABLE), and prints :func:`left_out`
+with each why."""
 
 from __future__ import annotations
 
@@ -27,11 +28,6 @@ def check_profile(profile: str) -> str:
         raise UsageError(f"unknown kernel profile {profile!r}: expected one of {', '.join(KERNEL_PROFILES)}",
                          hint="`--kernels all` builds every family vLLM has; `--kernels gemma4` only Gemma 4's")
     return profile
-
-
-def cmake_define(profile: str) -> str:
-    """The CMake argument that selects ``profile`` (the same for `all`, so the choice is explicit in the log)."""
-    return f"-D{CMAKE_VARIABLE}={check_profile(profile)}"
 
 
 def left_out(profile: str, build: Iterable[BuildSeries]) -> list[LeftOut]:
