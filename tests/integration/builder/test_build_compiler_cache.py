@@ -21,7 +21,8 @@ from rich.console import Console
 
 from g4build.builder.arch import parse_arch
 from g4build.builder.executors.native import NativeExecutor
-from g4build.builder.plan import Layout, Options, Target, extension_plan
+from g4build.builder.plan import Layout, Options, Target
+from g4build.builder.steps import extension_plan
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "tiny_cmake_ext"
 CUDA_UNITS = 2  # csrc/saxpy.cu, csrc/scale.cu

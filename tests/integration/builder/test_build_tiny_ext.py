@@ -17,7 +17,8 @@ from rich.console import Console
 from g4build.builder.arch import parse_arch
 from g4build.builder.executors.native import NativeExecutor
 from g4build.builder.host import find_nvcc, nvcc_version
-from g4build.builder.plan import Layout, Options, Target, extension_plan
+from g4build.builder.plan import Layout, Options, Target
+from g4build.builder.steps import extension_plan
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "tiny_cuda_ext"
 

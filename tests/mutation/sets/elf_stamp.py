@@ -105,11 +105,11 @@ MUTATIONS: tuple[Mutation, ...] = (
       'tempfile.TemporaryDirectory(prefix=".g4build-tags-", dir=wheel.parent) as tmp:',
       'tempfile.TemporaryDirectory(prefix=".g4build-tags-") as tmp:', STAMP, "the stamp writes only inside --out"),
     # --- the build plan -----------------------------------------------------------------------------------------
-    M("plan-validate-no-pin", f"{PKG}/builder/plan.py",
+    M("plan-validate-no-pin", f"{PKG}/builder/steps.py",
       '             command=(*g4b, "validate", wheel, "--arch", arch, "--pin", pin.name),',
       '             command=(*g4b, "validate", wheel, "--arch", arch),', PLAN,
       "the validate step holds the wheel to its pin", "issue"),
-    M("plan-manifest-no-cuda", f"{PKG}/builder/plan.py",
+    M("plan-manifest-no-cuda", f"{PKG}/builder/steps.py",
       '                      "--arch", arch, "--os", target.os, "--cuda", target.cuda,',
       '                      "--arch", arch, "--os", target.os,', PLAN,
       "the manifest step stamps only this build's wheel", "issue"),

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from g4build.builder.cachebackend import sccache_backend
-from g4build.builder.plan import Layout, Options, compiler_cache_where
+from g4build.builder.plan import Layout, Options
+from g4build.builder.steps import compiler_cache_where
 
 
 @pytest.mark.parametrize(("env", "kind", "where"), [

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from g4build.builder.plan import Options, python_check, torch_check
+from g4build.builder.checkprogs import python_check, torch_check
+from g4build.builder.plan import Options
 from g4build.builder.planner import default_layout, make_plan
 from g4build.builder.script import render_powershell
 from g4build.pins.model import Pin

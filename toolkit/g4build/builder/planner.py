@@ -7,19 +7,10 @@ from collections.abc import Sequence
 from g4build.builder.flashinfer import check_names
 from g4build.builder.kernels import check_build_options
 from g4build.builder.kernels import option_notes as build_option_notes
-from g4build.builder.plan import (
-    BuildPlan,
-    Layout,
-    Options,
-    Target,
-    build_env,
-    check_target,
-    orders_units,
-    vllm_steps,
-    wheel_version,
-)
+from g4build.builder.plan import BuildPlan, Layout, Options, Target, check_target, wheel_version
 from g4build.builder.platforms import platform_for
 from g4build.builder.prereqs import estimate, prerequisites
+from g4build.builder.steps import build_env, orders_units, vllm_steps
 from g4build.pins.model import Pin
 from g4build.series.deps import BuildSeries
 from g4build.series.kernelprofile import left_out

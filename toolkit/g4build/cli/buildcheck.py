@@ -2,7 +2,7 @@
 
 A plan's step used to be ``python -c '<a 500-character program>'``: correct, but unreadable in a plan and in the
 emitted script. The step now reads ``g4build build-check torch --python-exe python --torch 2.11.0 --cuda 13.0``;
-this command runs the same program (``builder.plan.python_check`` / ``torch_check``) in that interpreter, where
+this command runs the same program (``builder.checkprogs.python_check`` / ``torch_check``) in that interpreter, where
 it prints what it found and what to install, and exits non-zero for a mismatch.
 """
 
@@ -12,7 +12,7 @@ import subprocess
 
 import typer
 
-from g4build.builder.plan import python_check, torch_check
+from g4build.builder.checkprogs import python_check, torch_check
 from g4build.errors import BuildError
 
 build_check_app = typer.Typer(

@@ -8,7 +8,8 @@ The module is a ``platforms.Platform``: its module-level functions are what the 
 
 from __future__ import annotations
 
-from g4build.builder.plan import Layout, Options, Step, Target, compiler_cache_where
+from g4build.builder.plan import Layout, Options, Step, Target
+from g4build.builder.steps import compiler_cache_where
 from g4build.errors import UsageError
 from g4build.pins.model import Pin
 

@@ -24,7 +24,8 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from g4build.builder.flashinfer import FlashInferWheel
-from g4build.builder.plan import Layout, Options, Step, Target, exe_words
+from g4build.builder.plan import Layout, Options, Step, Target
+from g4build.builder.steps import exe_words
 from g4build.errors import BuildError, UsageError
 from g4build.pins.model import Pin
 from g4build.util.shellquote import ps_quote
