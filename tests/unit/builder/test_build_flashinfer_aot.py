@@ -30,6 +30,7 @@ from g4build.builder.flashinfer_aot_build import (
     check_build_python,
     check_cuda_headers,
     compile_modules,
+    path_free_flags,
 )
 from g4build.errors import BuildError, UsageError, ValidationError
 from g4build.recipes.context import read_wheel_info
@@ -257,3 +258,18 @@ def test_build_python_without_flashinfers_imports_is_refused() -> None:
     assert "pip install torch apache-tvm-ffi" in (found.value.hint or "")
     with pytest.raises(UsageError, match="did not run"):
         check_build_python([sys.executable, "-c", "raise SystemExit(3)", "--"], {"PATH": "/usr/bin:/bin"})
+
+
+def test_flashinfer_flags_map_the_build_folders_away(tmp_path: Path) -> None:
+    """The build folders become fixed names in __FILE__ (host and nvcc alike), after the user's own flags; a tree
+    outside the work folder gets its own mapping."""
+    work = tmp_path / "work"
+    inside = path_free_flags({"FLASHINFER_EXTRA_CUDAFLAGS": "-I/opt/curand"}, work / "src", work)
+    assert inside["FLASHINFER_EXTRA_CFLAGS"] == f"-ffile-prefix-map={work.resolve()}=/g4build-flashinfer/0"
+    assert inside["FLASHINFER_EXTRA_CUDAFLAGS"] == \
+        f"-I/opt/curand -Xcompiler=-ffile-prefix-map={work.resolve()}=/g4build-flashinfer/0"
+    apart = path_free_flags({"FLASHINFER_EXTRA_CFLAGS": "-O2"}, tmp_path / "tree", work)
+    assert apart["FLASHINFER_EXTRA_CFLAGS"].split() == [
+        "-O2", f"-ffile-prefix-map={work.resolve()}=/g4build-flashinfer/0",
+        f"-ffile-prefix-map={(tmp_path / 'tree').resolve()}=/g4build-flashinfer/1"]
+    assert all(f.startswith("-Xcompiler=-ffile-prefix-map=") for f in apart["FLASHINFER_EXTRA_CUDAFLAGS"].split())

@@ -140,6 +140,17 @@ def driver_command(python: str, tree: Path, build: Path, built: Path, modules: S
     return cmd
 
 
+def path_free_flags(env: Mapping[str, str], tree: Path, work: Path) -> dict[str, str]:
+    """FlashInfer's extra compile flags with the build folders mapped to fixed names (``-ffile-prefix-map``, for
+    nvcc through ``-Xcompiler``): its sources print ``__FILE__`` in their checks, which would put the build
+    machine's folders (a user's home) into the shipped libraries. The user's own extra flags come first."""
+    prefixes = [work] if tree.resolve().is_relative_to(work.resolve()) else [work, tree]
+    maps = [f"-ffile-prefix-map={p.resolve()}=/g4build-flashinfer/{i}" for i, p in enumerate(prefixes)]
+    cflags = " ".join([env.get("FLASHINFER_EXTRA_CFLAGS", ""), *maps]).strip()
+    cuda = " ".join([env.get("FLASHINFER_EXTRA_CUDAFLAGS", ""), *(f"-Xcompiler={m}" for m in maps)]).strip()
+    return {"FLASHINFER_EXTRA_CFLAGS": cflags, "FLASHINFER_EXTRA_CUDAFLAGS": cuda}
+
+
 def compile_modules(*, python: str | None, tree: Path, work: Path, modules: Sequence[Module], arch_list: str,
                     jobs: int, env: Mapping[str, str] | None = None) -> tuple[Path, Built]:
     """Compile ``modules`` for ``arch_list``; returns the folder holding ``NAME/NAME.so`` and what was built."""
@@ -150,7 +161,8 @@ def compile_modules(*, python: str | None, tree: Path, work: Path, modules: Sequ
         raise UsageError(f"none of the FlashInfer modules {', '.join(m.name for m in modules)} builds for "
                          f"{arch_list}", hint="their generators emit code for other compute-capability majors")
     build, built = work / "build", work / "modules"
-    run_env = {**base, "FLASHINFER_CUDA_ARCH_LIST": arch_list, "MAX_JOBS": str(jobs)}
+    run_env = {**base, "FLASHINFER_CUDA_ARCH_LIST": arch_list, "MAX_JOBS": str(jobs),
+               **path_free_flags(base, tree, work)}
     check_build_python([python or sys.executable], run_env)
     cmd = driver_command(python or sys.executable, tree, build, built, keep)
     work.mkdir(parents=True, exist_ok=True)
