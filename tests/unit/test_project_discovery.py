@@ -271,3 +271,13 @@ def test_a_group_is_private_only_when_the_user_alone_is_in_it(user: str, group: 
                                                               private: bool) -> None:
     assert group_is_private(user, group, members) is private
 
+
+
+def test_a_commands_project_does_not_outlast_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--project` names the project for that one command: a later reader in the same process (the unit tests
+    that read the shipped recipes ran against another test's broken copy when it stayed set) is back on its own."""
+    before = project_root()
+    top, _ = _plant(tmp_path / "p")
+    names, _ = _listed(capsys, "--project", str(top))
+    assert PLANTED in names
+    assert project_root() == before != top.resolve()

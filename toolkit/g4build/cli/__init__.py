@@ -119,6 +119,16 @@ def _quiet_broken_pipe() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    try:
+        _main(argv)
+    finally:
+        # nor does it outlast this command: a caller in the same process (a test, a host embedding g4build) reads
+        # its own project afterwards, not this command's --project
+        set_root_option(None)
+        set_plain(False)
+
+
+def _main(argv: list[str] | None) -> None:
     click_errors = _click_exception_types()
     reset_json_printed()
     set_root_option(None)  # a --root (or --plain) of an earlier command in this process must not carry over
