@@ -74,6 +74,10 @@ def test_026s_commit_has_the_same_cmakelists_so_the_fixture_serves_its_variant_t
     tree = Path(tempfile.mkdtemp(prefix="fa026-"))
     try:
         shutil.copy2(FIXTURE / "CMakeLists.txt", tree / "CMakeLists.txt")
+        switch = Path("csrc/flash_attn/src/static_switch.h")  # the same text at caaa4eb (series.yaml's sha256)
+        assert variant.files[switch.as_posix()] == hashlib.sha256((FIXTURE / switch).read_bytes()).hexdigest()
+        (tree / switch).parent.mkdir(parents=True)
+        shutil.copy2(FIXTURE / switch, tree / switch)
         for patch in get_build_series("vllm-flash-attn").series.patches_for("vllm-0.26.0"):  # in order
             done = subprocess.run(["git", "apply", "-C3", str(patch.path)], cwd=tree, capture_output=True,
                                   text=True, env={**os.environ, "GIT_CEILING_DIRECTORIES": str(tree.parent)})
@@ -97,7 +101,7 @@ def test_the_patch_applies_with_zero_fuzz_to_the_pinned_text(tmp_path: Path, pin
     check = check_dependency(tree, get_build_series("vllm-flash-attn"), pin21)
     (series,) = check.report.series
     assert series.status == "needed"
-    assert [(p.status, p.offsets) for p in series.patches] == [("applies", ())] * 2
+    assert [(p.status, p.offsets) for p in series.patches] == [("applies", ())] * 3
     assert check.changed == ()
     # a test repository cannot carry upstream's commit id: reported, and a build refuses it
     assert check.commit_state == "differs" and not check.ok
@@ -143,8 +147,11 @@ def test_patched_copy_is_made_once_reused_and_carries_the_series(tmp_path: Path,
     text = (copy / "CMakeLists.txt").read_text(encoding="utf-8")
     assert all(fp in text for fp in build[0].series.pins[pin21.name].fingerprints["CMakeLists.txt"])
     assert (pristine / "CMakeLists.txt").read_bytes() == (FIXTURE / "CMakeLists.txt").read_bytes()  # untouched
-    commit, second = series_commits(copy)  # one commit per patch
-    assert (second.series, second.version) == (commit.series, commit.version)
+    commit, *later = series_commits(copy)  # one commit per patch
+    assert len(later) == 2 and all((c.series, c.version) == (commit.series, commit.version) for c in later)
+    switch = "csrc/flash_attn/src/static_switch.h"
+    marks = build[0].series.pins[pin21.name].fingerprints[switch]
+    assert marks and all(fp in (copy / switch).read_text(encoding="utf-8") for fp in marks)
     version = get_build_series("vllm-flash-attn").version
     assert (commit.series, commit.version, commit.pin) == ("vllm-flash-attn", version, pin21.name)
     record = read_patched_record(copy)
@@ -168,7 +175,7 @@ def test_a_prefetched_copy_carried_as_files_is_checked_and_patched(tmp_path: Pat
     build = [get_build_series("vllm-flash-attn")]
     copy = patched_dependency(pristine, build, pin21)
     assert "add_custom_target(_vllm_fa3_C)" in (copy / "CMakeLists.txt").read_text(encoding="utf-8")
-    assert [c.series for c in series_commits(copy)] == ["vllm-flash-attn"] * 2  # one commit per patch
+    assert [c.series for c in series_commits(copy)] == ["vllm-flash-attn"] * 3  # one commit per patch
     assert not (pristine / ".git").exists()  # the carried copy itself stays as it was
     # a carried copy whose files are not the recorded ones is refused, and nothing is left behind
     other = tmp_path / "cache2" / f"vllm-flash-attn-{FA_COMMIT}"

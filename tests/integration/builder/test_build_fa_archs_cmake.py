@@ -68,7 +68,7 @@ _TREES: dict[bool, Path] = {}
 
 
 def configure(tmp: Path, arch_list: str, *, patched: bool, vllm_cmake: tuple[Path, str],
-              flash_attn: str = "") -> tuple[str, str]:
+              flash_attn: str = "", fa2_head_dims: str = "") -> tuple[str, str]:
     """Configure the harness around a (patched) vllm-flash-attn tree; returns (output, build.ninja). One build
     folder per tree is configured again for each list (CMake detects the CUDA compiler once, which is slow)."""
     assert CMAKE is not None
@@ -83,7 +83,8 @@ def configure(tmp: Path, arch_list: str, *, patched: bool, vllm_cmake: tuple[Pat
         [CMAKE, "-S", str(HARNESS), "-B", str(build), "-G", "Ninja",
          f"-DTORCH_CMAKE_DIR={torch.utils.cmake_prefix_path}", f"-DVLLM_UTILS={utils}",
          f"-DVLLM_CUDA_SUPPORTED_ARCHS={supported}", f"-DFA_SRC_DIR={fa}", f"-DPython_EXECUTABLE={sys.executable}",
-         f"-DG4B_FLASH_ATTN={flash_attn}"],  # given every time: the build folder's cache keeps it
+         f"-DG4B_FLASH_ATTN={flash_attn}", f"-DG4B_FA2_HEADDIMS={fa2_head_dims}"],  # given every time: the
+        # build folder's cache keeps them
         capture_output=True, text=True, check=False, env={**os.environ, "TORCH_CUDA_ARCH_LIST": arch_list},
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -135,6 +136,25 @@ def test_flash_attn_2_alone_leaves_fa3_out_with_a_hopper_arch(work: Path, vllm_c
     assert [u for u in units_from_ninja(ninja) if u.target == "_vllm_fa3_C"] == []
     assert re.search(r"^build _vllm_fa3_C: phony", ninja, re.MULTILINE)
     assert "sm_90" in set().union(*codes_of(ninja, "_vllm_fa2_C"))
+
+
+@need_tools
+def test_fa2_head_dims_compile_only_those_and_tell_the_dispatch(work: Path, vllm_cmake: tuple[Path, str]) -> None:
+    """--kernels gemma4 passes G4B_FA2_HEADDIMS=128;256: FA2's forward units for those head dims (8 each: fp16 and
+    bf16, causal or not, split or not) and the 4 sparse hdim-128 ones, 20 of 52; the dispatch learns which."""
+    out, ninja = configure(work, "12.0f", patched=True, vllm_cmake=vllm_cmake, fa2_head_dims="128;256")
+    assert "FA2 head dims: 128;256 (G4B_FA2_HEADDIMS)" in out
+    units = [u for u in units_from_ninja(ninja) if u.target == "_vllm_fa2_C" and u.language == "CUDA"]
+    dims = sorted({int(m[1]) for u in units if (m := re.search(r"hdim(\d+)_", Path(u.source).name))})
+    assert len(units) == 20 and dims == [128, 256]
+    assert sum("flash_fwd_sparse_" in u.source for u in units) == 4
+    api = re.search(r"^build \S*flash_api\.cpp\.o:.*?(?=^build )", ninja, re.MULTILINE | re.DOTALL)
+    assert api is not None and all(f"-D{d}" in api[0] for d in ("G4B_FA2_HEADDIMS_ONLY", "G4B_FA2_HEADDIM_128",
+                                                              "G4B_FA2_HEADDIM_256"))
+    assert "-DG4B_FA2_HEADDIM_64" not in api[0]
+    _, every = configure(work, "12.0f", patched=True, vllm_cmake=vllm_cmake)  # unset again: all 52, no define
+    assert len([u for u in units_from_ninja(every) if u.target == "_vllm_fa2_C" and u.language == "CUDA"]) == 52
+    assert "G4B_FA2_HEADDIMS_ONLY" not in every
 
 
 @need_tools

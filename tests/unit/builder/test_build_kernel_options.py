@@ -44,6 +44,8 @@ def test_options_reach_cmake_the_notes_and_the_manifest_step(pin21: Pin) -> None
     args = plan.env["CMAKE_ARGS"].split()
     assert args[:2] == ["-C", plan.layout.deps_file]  # the dependency cache stays first
     assert "-DG4B_KERNEL_PROFILE=gemma4" in args and "-DG4B_FLASH_ATTN=2" in args
+    assert "-DG4B_FA2_HEADDIMS=128;256" in args  # one CMake list word: vLLM's setup.py splits CMAKE_ARGS on spaces
+    assert any("FlashAttention 2 for head dims 128, 256 only" in n for n in plan.notes)
     manifest = plan.step("manifest").command
     assert manifest[manifest.index("--kernels") + 1] == "gemma4"
     assert manifest[manifest.index("--flash-attn") + 1] == "2"
@@ -60,7 +62,8 @@ def test_options_survive_the_compiler_cache(pin21: Pin) -> None:
 
 
 @pytest.mark.parametrize(("kernels", "flash_attn", "expected"), [
-    ("all", "all", ""), ("gemma4", "all", "-DG4B_KERNEL_PROFILE=gemma4"), ("all", "2", "-DG4B_FLASH_ATTN=2"),
+    ("all", "all", ""), ("gemma4", "all", "-DG4B_KERNEL_PROFILE=gemma4 -DG4B_FA2_HEADDIMS=128;256"),
+    ("all", "2", "-DG4B_FLASH_ATTN=2"),
 ])
 def test_build_option_args(kernels: str, flash_attn: str, expected: str) -> None:
     assert build_option_args(kernels, flash_attn) == expected

@@ -57,7 +57,8 @@ def test_plan_json_lists_the_build_series_with_patch_sha256(pin21: Pin) -> None:
     series, _ = load_all_build()
     patches = series.series.patches_for(pin21.name)
     assert [p.file for p in patches] == ["vllm-0.21.0/0001-fa2-requested-archs-fa3-hopper-only.patch",
-                                         "vllm-0.21.0/0002-fa2-only-when-asked.patch"]
+                                         "vllm-0.21.0/0002-fa2-only-when-asked.patch",
+                                         "vllm-0.21.0/0003-fa2-head-dims.patch"]
     assert record == {"name": "vllm-flash-attn", "version": series.version, "project": "vllm-flash-attn",
                       "commit": "f5bc33cfc02c744d24a2e9d50e6db656de40611c",
                       "patches": [{"file": p.file, "subject": p.subject,

@@ -19,7 +19,7 @@ SERIES = "vllm-kernel-archs"
 
 def test_the_profiles_and_the_cmake_argument() -> None:
     assert KERNEL_PROFILES == ("all", "gemma4") and DEFAULT == "all" and CMAKE_VARIABLE == "G4B_KERNEL_PROFILE"
-    assert build_option_args("gemma4", "all") == "-DG4B_KERNEL_PROFILE=gemma4"
+    assert build_option_args("gemma4", "all") == "-DG4B_KERNEL_PROFILE=gemma4 -DG4B_FA2_HEADDIMS=128;256"
     assert build_option_args("all", "all") == ""  # the default passes nothing: its CMake arguments stay as they were
     assert check_profile("gemma4") == "gemma4"
 

@@ -10,6 +10,10 @@ from g4build.series.kernelprofile import CMAKE_VARIABLE, check_profile
 
 # "all": FA2, and FA3 with a Hopper arch; "2": FlashAttention 2 alone (an SM120 card's situation, on any GPU)
 FLASH_ATTN_CHOICES = ("all", "2")
+# FA2's kernel head dims (its dispatch rounds a head dim up to one of 32 64 96 128 192 256) that Gemma 4 and its
+# drafters reach: the DFlash drafter's 128 and the target's sliding layers' 256 (its full layers' 512 are past
+# FA2: Triton runs them). The gemma4 profile compiles only these (vllm-flash-attn's G4B_FA2_HEADDIMS).
+GEMMA4_FA2_HEAD_DIMS = (128, 256)
 
 
 def build_option_args(kernels: str, flash_attn: str) -> str:
@@ -17,6 +21,7 @@ def build_option_args(kernels: str, flash_attn: str) -> str:
     args = []
     if kernels != "all":
         args.append(f"-D{CMAKE_VARIABLE}={check_profile(kernels)}")
+        args.append("-DG4B_FA2_HEADDIMS=" + ";".join(map(str, GEMMA4_FA2_HEAD_DIMS)))
     if flash_attn != "all":
         args.append(f"-DG4B_FLASH_ATTN={flash_attn}")
     return " ".join(args)
@@ -40,6 +45,9 @@ def option_notes(kernels: str, flash_attn: str, leaves_out: list[str]) -> list[s
         notes.append(f"kernel profile {kernels} (G4B_KERNEL_PROFILE): only the kernel families Gemma 4 and its "
                      "drafters call are compiled; an op left out raises 'not compiled into this build' if called")
         notes += [f"kernel profile {kernels} leaves out {family}" for family in leaves_out]
+        dims = ", ".join(map(str, GEMMA4_FA2_HEAD_DIMS))
+        notes.append(f"kernel profile {kernels}: FlashAttention 2 for head dims {dims} only (G4B_FA2_HEADDIMS; 20 "
+                     "of its 52 units): a call with another head dim raises 'not compiled into this build'")
     if flash_attn == "2":
         notes.append("FlashAttention 2 alone (G4B_FLASH_ATTN=2): no FA3 even for a Hopper arch; vLLM then runs "
                      "FlashAttention 2, as on an SM120 card")
