@@ -120,12 +120,12 @@ flashinfer)
   rm -rf "$fi" && python3 -m pip install -q --no-deps --target "$fi" "$d"/wh/flashinfer_python-*.whl \
     "$d"/wh/flashinfer_jit_cache-*.whl "$d"/wh/apache_tvm_ffi-*.whl
   cd "$G4S/repo"
-  bash tests/gpu/e2e/run_e2e.sh acc:target:sampler
+  bash tests/gpu/e2e/run_e2e.sh acc:target:sampler || true  # a failed run is recorded; the FlashInfer one still runs
   clean=""; IFS=: read -ra dirs <<< "$PATH"
   for p in "${dirs[@]}"; do [ -x "$p/nvcc" ] || clean=${clean:+$clean:}$p; done
   rm -rf "$G4S/fi-ws" && mkdir -p "$G4S/fi-ws"
   PATH=$clean VLLM_USE_FLASHINFER_SAMPLER=1 FLASHINFER_DISABLE_JIT=1 FLASHINFER_WORKSPACE_BASE=$G4S/fi-ws \
-    bash tests/gpu/e2e/run_e2e.sh acc:target:sampler
+    bash tests/gpu/e2e/run_e2e.sh acc:target:sampler || true
   find "$G4S/fi-ws" -name '*.so' > "${OUT:-$G4S}/flashinfer-compiled.txt"
   echo "compiled during the FlashInfer run: $(wc -l < "${OUT:-$G4S}/flashinfer-compiled.txt") libraries" ;;
 load)
