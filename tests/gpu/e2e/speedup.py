@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 
 
 def speedup(tau: float, target_step_s: float, spec_step_s: float) -> float:
@@ -50,7 +51,7 @@ def tau_from_per_position(rates: list[float], k: int) -> float:
     so each rate is already the probability of reaching it). Positions past the measured ones are not guessed."""
     if k > len(rates):
         raise ValueError(f"k {k}: only {len(rates)} positions were measured; measure at k >= {k}")
-    if any(b > a + 1e-9 for a, b in zip(rates, rates[1:], strict=False)):
+    if any(b > a + 1e-9 for a, b in pairwise(rates)):
         raise ValueError(f"per-position rates {rates} rise: expected each position at most as likely as the one "
                          "before (rates from one run, divided by its num_drafts)")
     return 1.0 + sum(rates[:k])

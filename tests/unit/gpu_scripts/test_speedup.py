@@ -19,7 +19,7 @@ def test_speedup_by_hand(su: ModuleType) -> None:
     assert su.speedup(1.0, 0.010, 0.010) == 1.0  # nothing accepted, a step as cheap as the target's: no gain
     assert su.speedup(4.0, 0.010, 0.020) == 2.0
     assert su.speedup(1.0, 0.010, 0.020) == 0.5  # random weights: every draft rejected, the step twice as dear
-    with pytest.raises(ValueError, match="tau 0.5"):
+    with pytest.raises(ValueError, match=r"tau 0\.5"):
         su.speedup(0.5, 0.01, 0.01)
     with pytest.raises(ValueError, match="expected both > 0"):
         su.speedup(2.0, 0.0, 0.01)
@@ -67,7 +67,7 @@ def test_best_k_prefers_the_smaller_k_on_a_tie(su: ModuleType) -> None:
 
 
 def test_best_k_refuses_impossible_acceptance(su: ModuleType) -> None:
-    with pytest.raises(ValueError, match="tau 4.5 at k 3"):
+    with pytest.raises(ValueError, match=r"tau 4\.5 at k 3"):
         su.best_k(su.StepCosts(0.01, {3: 0.02}), {3: 4.5})
     with pytest.raises(ValueError, match="no speculative step costs"):
         su.best_k(su.StepCosts(0.01, {}), {})
