@@ -76,6 +76,15 @@ def text_params(tc: dict[str, Any]) -> Count:
     return Count(total=total, active=total - idle, parts=parts)
 
 
+def vllm_extra_params(tc: dict[str, Any]) -> int:
+    """Weights vLLM 0.21.0 holds beyond the checkpoint: its fused qkv_proj keeps a V slot on k_eq_v full layers and
+    loads K's weights into it (gemma4.py Gemma4Attention), one KV-width projection per such layer."""
+    if not tc.get("attention_k_eq_v"):
+        return 0
+    kv, hd = _full_geometry(tc)
+    return sum(int(tc["hidden_size"]) * kv * hd for kind in tc["layer_types"] if kind == FULL)
+
+
 def vision_params(vc: dict[str, Any], text_hidden: int) -> Count:
     """A gemma4_vision tower with its patch embedder and the projection into the text model's width."""
     h, layers = int(vc["hidden_size"]), int(vc["num_hidden_layers"])

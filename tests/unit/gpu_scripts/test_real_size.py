@@ -72,6 +72,11 @@ def test_target_count_is_the_published_26b_a4b(rs: ModuleType, sm: ModuleType) -
     assert text.total - text.active == text.parts["experts"] * 120 // 128
 
 
+def test_vllm_holds_a_v_slot_on_k_eq_v_layers(rs: ModuleType, sm: ModuleType) -> None:
+    assert sm.vllm_extra_params(rs.text_config()) == 5 * 2816 * 2 * 512 == 14_417_920
+    assert sm.vllm_extra_params(_load("tiny_models").text_config()) == 0  # no k_eq_v: K and V apart already
+
+
 def test_mtp_count_is_the_published_checkpoint_exactly(rs: ModuleType, sm: ModuleType) -> None:
     assert sm.mtp_params(rs.mtp_config()).total == rs.PUBLISHED["mtp_params"] == 419_711_236
 
