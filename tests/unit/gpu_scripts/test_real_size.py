@@ -101,14 +101,14 @@ def test_a_wrong_layer_count_is_refused(rs: ModuleType, sm: ModuleType) -> None:
 # the count against transformers' own modules (meta device: shapes only, no memory)
 # --------------------------------------------------------------------------------------------------------------
 def _transformers_count(module: Any, buffers: tuple[str, ...]) -> int:
-    n = sum(p.numel() for p in module.parameters())
-    return n + sum(b.numel() for name, b in module.named_buffers() if name.rsplit(".", 1)[-1] in buffers)
+    n = sum(int(p.numel()) for p in module.parameters())
+    return n + sum(int(b.numel()) for name, b in module.named_buffers() if name.rsplit(".", 1)[-1] in buffers)
 
 
 def _as_published(cfg: dict[str, Any]) -> dict[str, Any]:
     """The config as the published file has it: no per_layer_config null (that is our vLLM 0.21.0 workaround),
     so transformers derives the full layers' 512 x 2 geometry itself."""
-    out = json.loads(json.dumps(cfg))
+    out: dict[str, Any] = json.loads(json.dumps(cfg))
     out["text_config"].pop("per_layer_config")
     for k in ("architectures", "model_type", "transformers_version"):
         out.pop(k, None)
