@@ -30,7 +30,6 @@ import json
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -304,8 +303,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["ok"] = True
             result["stage"] = "done"
         except BaseException as exc:
-            result["error"] = (f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-3000:]}\n--- log ---\n"
-                               f"{er.root_cause(tee.text())}")
+            result["error"] = er.failure(exc, tee.text())
         finally:
             result["backends"] = er.log_facts(tee.text())["backend_log"]
             write(args.json, result)

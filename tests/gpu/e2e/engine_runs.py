@@ -194,6 +194,13 @@ class Tee:
                 self.proc.kill()
 
 
+def failure(exc: BaseException, log_text: str) -> str:
+    """A failed engine run as its result records it: the exception, the traceback's end and the engine log's
+    root cause (acceptance_runs.py and step_costs.py)."""
+    return (f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-3000:]}\n--- log ---\n"
+            f"{root_cause(log_text)}")
+
+
 def root_cause(log: str, limit: int = 6000) -> str:
     """The engine's own traceback(s) from the log, last ones first in importance."""
     lines = log.splitlines()

@@ -41,7 +41,6 @@ import random
 import re
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -338,8 +337,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                                    method != "target", clock))
             result["ok"], result["stage"] = True, "done"
         except BaseException as exc:
-            result["error"] = (f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-3000:]}\n--- log ---\n"
-                               f"{er.root_cause(tee.text())}")
+            result["error"] = er.failure(exc, tee.text())
         finally:
             result["backends"] = er.log_facts(tee.text())["backend_log"]
             write(args.json, result)
