@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -42,29 +43,44 @@ out["vllm"] = vllm.__version__
 print(json.dumps(out))
 """
 
-# A kernel of _C on the GPU at hand: rms_norm as vLLM calls it. On sm_90 an sm_120-only library has no image.
+# A kernel of _C on the GPU at hand: rms_norm as vLLM calls it. On sm_90 an sm_120-only library has no image. vLLM
+# launches it without checking the launch, so "no error" proves nothing: the output starts as NaN and is compared
+# with torch's own rms_norm, and CUDA's last error (cleared by reading it) is read from the runtime torch loaded.
 KERNEL = """
-import json, torch
+import ctypes, json, torch
 import vllm._C  # noqa: F401  registers torch.ops._C
-x = torch.randn(4, 256, device="cuda", dtype=torch.bfloat16)
-w = torch.ones(256, device="cuda", dtype=torch.bfloat16)
-out = torch.empty_like(x)
+
+def last_error():
+    lib = next((ln.split()[-1] for ln in open("/proc/self/maps") if "libcudart.so" in ln), None)
+    return None if lib is None else int(ctypes.CDLL(lib).cudaGetLastError())
+
 res = {}
+x = torch.randn(4, 256, device="cuda", dtype=torch.bfloat16)
+w = torch.rand(256, device="cuda", dtype=torch.bfloat16) + 0.5
+want = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype)
+out = torch.full_like(x, float("nan"))
+last_error()
 try:
     torch.ops._C.rms_norm(out, x, w, 1e-6)
     torch.cuda.synchronize()
-    res["rms_norm"] = {"ok": True}
+    wrote = bool(torch.isfinite(out).all())
+    res["rms_norm"] = {"ok": wrote and bool(torch.allclose(out.float(), want.float(), atol=2e-2, rtol=2e-2)),
+                       "raised": False, "wrote_output": wrote, "cuda_last_error": last_error()}
+    if not res["rms_norm"]["ok"]:
+        how = "wrote a wrong result" if wrote else "left its output unwritten"
+        code = res["rms_norm"]["cuda_last_error"]
+        res["rms_norm"]["error"] = f"returned without an error but {how} (cudaGetLastError {code}; 209: no image)"
 except Exception as exc:
-    res["rms_norm"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:600]}
+    res["rms_norm"] = {"ok": False, "raised": True, "error": f"{type(exc).__name__}: {exc}"[:600]}
 try:
     from vllm.vllm_flash_attn import flash_attn_varlen_func
     q = torch.randn(8, 4, 128, device="cuda", dtype=torch.bfloat16)
     cu = torch.tensor([0, 8], device="cuda", dtype=torch.int32)
     flash_attn_varlen_func(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=8, max_seqlen_k=8, causal=True)
     torch.cuda.synchronize()
-    res["fa2_varlen"] = {"ok": True}
+    res["fa2_varlen"] = {"ok": True, "raised": False}
 except Exception as exc:
-    res["fa2_varlen"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:600]}
+    res["fa2_varlen"] = {"ok": False, "raised": True, "error": f"{type(exc).__name__}: {exc}"[:600]}
 print(json.dumps(res))
 """
 
@@ -84,6 +100,15 @@ def last_json(text: str) -> Any:
         if line.startswith("{"):
             return json.loads(line)
     return None
+
+
+def kernel_verdicts(kernel: Any) -> tuple[list[str], list[str]]:
+    """The kernels that raised CUDA's "no kernel image", and those that returned as if they had run but left their
+    output unwritten or wrong (a launch nobody checked)."""
+    items = [(k, v) for k, v in (kernel or {}).items() if isinstance(v, dict)] if isinstance(kernel, dict) else []
+    no_image = sorted(k for k, v in items if v.get("raised") and "no kernel image" in str(v.get("error", "")))
+    silent = sorted(k for k, v in items if not v.get("ok") and v.get("raised") is False)
+    return no_image, silent
 
 
 def main() -> int:
@@ -112,16 +137,17 @@ def main() -> int:
     kern = run([sys.executable, "-c", KERNEL], env, 300)
     res["kernel"] = last_json(kern.get("stdout", "")) or kern
     imports_ok = isinstance(res["imports"], dict) and all(res["imports"].get(e, {}).get("ok") for e in EXTENSIONS)
-    no_image = [k for k, v in (res["kernel"] or {}).items()
-                if isinstance(v, dict) and not v.get("ok") and "no kernel image" in v.get("error", "")]
+    no_image, silent = kernel_verdicts(res["kernel"])
     res["checks"] = {
         "extensions_import": imports_ok,
         "serve_help_rc0": res["serve_help"].get("rc") == 0,
         "collect_env_rc0": res["collect_env"].get("rc") == 0,
-        "kernel_says_no_kernel_image": sorted(no_image),
+        "kernel_says_no_kernel_image": no_image,
+        "kernel_returned_without_running": silent,
         "no_crash_no_hang": kern.get("rc") == 0,
     }
-    args.json.write_text(json.dumps(res, indent=1) + "\n")
+    # tracebacks name the session folder: written as $G4S, no machine path in a result
+    args.json.write_text(re.sub(r"/(?:root|home/[\w.-]+)/g4s/", "$G4S/", json.dumps(res, indent=1)) + "\n")
     print(json.dumps(res["checks"]))
     return 0 if imports_ok and res["checks"]["serve_help_rc0"] and no_image else 1
 

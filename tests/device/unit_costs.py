@@ -57,6 +57,30 @@ def costs(*, log_text: str, peak: float, jobs: int, pin: str, arch: str, measure
             "units": [{"unit": p, "seconds": s} for p, s in units]}
 
 
+def merge(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
+    """``new`` completed by an earlier file of the same pin and arch: units the new build did not compile (a
+    smaller kernel profile) are kept from ``old``, scaled by the median new/old ratio of the units both timed (so
+    one scale orders them all); the memory figure is the larger per-job one of the two (a build of fewer, heavier
+    units needs more per job)."""
+    if (old.get("pin"), old.get("arch")) != (new["pin"], new["arch"]):
+        raise ValueError(f"--merge: that file is {old.get('pin')} {old.get('arch')}, not {new['pin']} {new['arch']}")
+    mine = {u["unit"]: u["seconds"] for u in new["units"]}
+    theirs = {u["unit"]: float(u["seconds"]) for u in old.get("units", [])}
+    ratios = sorted(mine[k] / theirs[k] for k in mine.keys() & theirs.keys() if theirs[k] > 0)
+    if not ratios:
+        raise ValueError("--merge: no unit in common with the earlier file, so no common scale")
+    scale = ratios[len(ratios) // 2]
+    units = dict(mine)
+    units.update({k: round(v * scale, 1) for k, v in theirs.items() if k not in mine})
+    out = dict(new, units=[{"unit": k, "seconds": v} for k, v in sorted(units.items(), key=lambda u: (-u[1], u[0]))])
+    if old["peak_gb"] / old["at_jobs"] > new["peak_gb"] / new["at_jobs"]:
+        out.update(peak_gb=old["peak_gb"], at_jobs=old["at_jobs"])
+    kept = len(units) - len(mine)
+    out["measured"] = (f"{new['measured']}; {kept} units not in that build from the earlier file, x{scale:.2f} "
+                       f"(the median ratio of {len(ratios)} units both timed): {old.get('measured', '')}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ninja-log", type=Path, required=True)
@@ -69,12 +93,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--measured", required=True, help="where the figures come from: machine, command")
     ap.add_argument("--margin", type=float, default=1.25, help="MAX_JOBS divides the RAM by peak/jobs times this")
     ap.add_argument("--min-seconds", type=float, default=30.0, help="units shorter than this are left out")
+    ap.add_argument("--merge", type=Path, help="an earlier file of this pin and arch: units this build lacks")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     try:
         peak = a.peak_gb if a.peak_gb is not None else peak_gb(a.ram_kb.read_text(encoding="utf-8"))
         data = costs(log_text=a.ninja_log.read_text(encoding="utf-8", errors="replace"), peak=peak, jobs=a.jobs,
                      pin=a.pin, arch=a.arch, measured=a.measured, margin=a.margin, min_seconds=a.min_seconds)
+        if a.merge is not None:
+            old = json.loads(a.merge.read_text(encoding="utf-8"))
+            parse_costs(old, a.merge)  # a damaged earlier file is refused, not half used
+            data = merge(data, old)
         parse_costs(data, a.out)  # what g4build will read, refused here rather than in a build
     except (OSError, ValueError, ConfigError) as e:
         print(f"unit_costs: {e}", file=sys.stderr)

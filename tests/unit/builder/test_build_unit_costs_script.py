@@ -81,3 +81,52 @@ def test_nothing_is_written_when_the_log_has_no_unit_or_the_figures_are_bad(tmp_
                 "--arch", "a", "--measured", "m", "--out", str(out))
     assert done.returncode == 1 and "'at_jobs' must be a positive integer, found 0" in done.stderr
     assert not out.exists()
+
+
+def _log(path: Path, units: dict[str, float]) -> Path:
+    """A .ninja_log (v7) with these compile units, each started at 0 (ms)."""
+    rows = [f"0\t{int(s * 1000)}\t0\tCMakeFiles/{u}\th{i}" for i, (u, s) in enumerate(units.items())]
+    path.write_text("# ninja log v7\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def test_a_smaller_profiles_build_keeps_the_earlier_units_on_its_own_scale(tmp_path: Path) -> None:
+    """A gemma4-profile build times fewer units; --merge keeps the others from the earlier file, scaled by the
+    median ratio of the units both timed, and keeps the larger per-job memory figure."""
+    earlier = {"pin": "vllm-9.9.9", "arch": "sm120", "measured": "64 cores, busy", "peak_gb": 84.8, "at_jobs": 32,
+               "margin": 1.25, "units": [{"unit": "_C.dir/*/a.cu.o", "seconds": 200.0},
+                                         {"unit": "_C.dir/*/b.cu.o", "seconds": 100.0},
+                                         {"unit": "_C.dir/*/c.cu.o", "seconds": 400.0},
+                                         {"unit": "_C.dir/*/gone.cu.o", "seconds": 300.0}]}
+    (tmp_path / "old.json").write_text(json.dumps(earlier))
+    log = _log(tmp_path / "n.log", {"_C.dir/x/a.cu.o": 100.0, "_C.dir/x/b.cu.o": 60.0, "_C.dir/x/c.cu.o": 160.0,
+                                    "_C.dir/x/new.cu.o": 50.0})
+    out = tmp_path / "patches" / "build-costs" / "vllm-9.9.9-sm120.json"
+    done = _run("--ninja-log", str(log), "--peak-gb", "58.4", "--jobs", "16", "--pin", "vllm-9.9.9", "--arch",
+                "sm120", "--measured", "16 cores, idle", "--merge", str(tmp_path / "old.json"), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    # ratios 0.5, 0.6, 0.4: the median 0.5 scales the unit only the earlier build had
+    assert {u["unit"]: u["seconds"] for u in data["units"]} == {
+        "_C.dir/*/c.cu.o": 160.0, "_C.dir/*/gone.cu.o": 150.0, "_C.dir/*/a.cu.o": 100.0, "_C.dir/*/b.cu.o": 60.0,
+        "_C.dir/*/new.cu.o": 50.0}
+    assert [u["unit"] for u in data["units"]][:2] == ["_C.dir/*/c.cu.o", "_C.dir/*/gone.cu.o"]
+    assert (data["peak_gb"], data["at_jobs"]) == (58.4, 16)  # 3.65 GB a job beats 2.65
+    assert "1 units not in that build" in data["measured"] and "x0.50" in data["measured"]
+    costs = load_costs(tmp_path / "patches", "vllm-9.9.9", "sm120")
+    assert costs is not None and round(costs.gb_per_job, 2) == 4.56
+    # the earlier file's figure wins when it is the larger per job
+    done = _run("--ninja-log", str(log), "--peak-gb", "30", "--jobs", "16", "--pin", "vllm-9.9.9", "--arch",
+                "sm120", "--measured", "m", "--merge", str(tmp_path / "old.json"), "--out", str(out))
+    assert done.returncode == 0 and (json.loads(out.read_text())["peak_gb"], json.loads(out.read_text())["at_jobs"]) \
+        == (84.8, 32)
+    # another pin's file, or none in common: refused, nothing written
+    out.unlink()
+    (tmp_path / "other.json").write_text(json.dumps(dict(earlier, arch="sm90")))
+    done = _run("--ninja-log", str(log), "--peak-gb", "30", "--jobs", "16", "--pin", "vllm-9.9.9", "--arch",
+                "sm120", "--measured", "m", "--merge", str(tmp_path / "other.json"), "--out", str(out))
+    assert done.returncode == 1 and "not vllm-9.9.9 sm120" in done.stderr and not out.exists()
+    (tmp_path / "disjoint.json").write_text(json.dumps(dict(earlier, units=[{"unit": "_C.dir/*/q.o", "seconds": 1}])))
+    done = _run("--ninja-log", str(log), "--peak-gb", "30", "--jobs", "16", "--pin", "vllm-9.9.9", "--arch",
+                "sm120", "--measured", "m", "--merge", str(tmp_path / "disjoint.json"), "--out", str(out))
+    assert done.returncode == 1 and "no unit in common" in done.stderr and not out.exists()

@@ -194,15 +194,15 @@ def test_windows_cuda_13_0_header_patched_by_the_forks_script_is_ok() -> None:
 
 def test_memory_says_the_measured_figure_it_uses() -> None:
     """The build route's MAX_JOBS with the pin's measured peak per nvcc job: the 64 GiB, 32-thread desktop gets
-    20 jobs where 5 GB a job gave 13, and the line says the RAM, the figure with its source, and the cores."""
+    15 jobs (the 16-job build peaked at 58.4 GB) where 5 GB a job gave 13, and the line says the RAM, the figure with its source, and the cores."""
     from g4build.builder.buildcosts import load_costs
     from g4build.data import patches_dir
     from g4build.doctor.checks import check_memory
 
     costs = load_costs(patches_dir(), "vllm-0.21.0", "sm120")
     [found] = check_memory(RecordedProbe("windows-5090-cuda129"), False, costs)
-    assert found.summary == ("64 GiB RAM: use MAX_JOBS=20 (69 GB RAM / 3.3 GB a job, measured for vllm-0.21.0 "
-                             "sm120: peak 84.8 GB at 32 jobs, x1.25 margin = 20; 32 cores; 20 jobs, bound by the RAM)")
-    assert found.detail["max_jobs"] == 20 and found.detail["gb_per_job"] == 3.31 and found.detail["cores"] == 32
+    assert found.summary == ("64 GiB RAM: use MAX_JOBS=15 (69 GB RAM / 4.6 GB a job, measured for vllm-0.21.0 "
+                             "sm120: peak 58.4 GB at 16 jobs, x1.25 margin = 15; 32 cores; 15 jobs, bound by the RAM)")
+    assert found.detail["max_jobs"] == 15 and found.detail["gb_per_job"] == 4.56 and found.detail["cores"] == 32
     report = run_doctor(RecordedProbe("windows-5090-cuda129"), python="python3", pin_torch="2.11.0", costs=costs)
     assert {f.check: f for f in report.findings}["memory"].summary == found.summary

@@ -1,0 +1,35 @@
+"""tests/device/sm120_wheel_loads.py's verdicts on a kernel call: on a GPU an sm_120-only library has no image
+for, a kernel either raises CUDA's "no kernel image" (FA2 checks its launch) or returns as if it had run while
+its output stays unwritten (vLLM's rms_norm does not check its launch). The second must never read as a pass."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+DEVICE = Path(__file__).resolve().parents[2] / "device"
+sys.path.insert(0, str(DEVICE))
+
+import sm120_wheel_loads as loads  # noqa: E402
+
+
+def test_a_kernel_that_returns_without_running_is_named_not_passed() -> None:
+    kernel = {"rms_norm": {"ok": False, "raised": False, "wrote_output": False, "cuda_last_error": 209},
+              "fa2_varlen": {"ok": False, "raised": True, "error": "AcceleratorError: CUDA error: no kernel image "
+                                                                   "is available for execution on the device"}}
+    assert loads.kernel_verdicts(kernel) == (["fa2_varlen"], ["rms_norm"])
+    ran = {"rms_norm": {"ok": True, "raised": False, "wrote_output": True, "cuda_last_error": 0}}
+    assert loads.kernel_verdicts(ran) == ([], [])
+    other = {"fa2_varlen": {"ok": False, "raised": True, "error": "RuntimeError: out of memory"}}
+    assert loads.kernel_verdicts(other) == ([], [])
+    assert loads.kernel_verdicts(None) == ([], []) and loads.kernel_verdicts({"rc": 1, "stderr": "x"}) == ([], [])
+
+
+def test_the_kernel_check_compares_values_and_starts_from_nan() -> None:
+    """The snippet the GPU runs: valid Python that fills the output with NaN and compares it with torch's
+    rms_norm, so an unwritten output cannot pass (the first hold's check only waited for an exception)."""
+    tree = ast.parse(loads.KERNEL)
+    calls = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    assert {"torch.full_like", "torch.allclose", "torch.isfinite", "torch.ops._C.rms_norm"} <= calls
+    assert 'float("nan")' in loads.KERNEL or "float('nan')" in loads.KERNEL
