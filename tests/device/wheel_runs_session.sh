@@ -13,9 +13,10 @@
 #                                        G4_NICE_<arch> (the first build 5, the others 19: they soak up what
 #                                        the first leaves idle); start the e2e stage's deps, serve-deps and
 #                                        training in the background
-#   wheel_runs_session.sh wait SECONDS   wait for the builds (ninja's [N/M] each minute); exit 0 once all ended
+#   wheel_runs_session.sh wait SECONDS   wait for the builds (ninja's [N/M] each minute); exit 0 once all ended;
+#                                        with G4_BRING=1 then also collect and `bring ARCH 1 3` in the same call
 #   wheel_runs_session.sh e2e STEPS...   run_e2e.sh `built` with the sm_90 wheel, then STEPS (acc:..., serve:...)
-#   wheel_runs_session.sh bring ARCH [N] parts N..N+3 of ARCH's wheel into $OUT/ARCH/<n> (15 MiB, sha256)
+#   wheel_runs_session.sh bring ARCH [N [C]] parts N..N+C-1 (C: 4) of ARCH's wheel into $OUT/ARCH/<n> (15 MiB)
 #   wheel_runs_session.sh unpack DIR     stage wheel parts brought back earlier (DIR/<arch>/<n>/), join when whole
 #   wheel_runs_session.sh flashinfer DIR the sm_90 wheel's target on vLLM's sampler, then on FlashInfer's from a
 #                                        jit-cache carried in DIR/wh, JIT unavailable (issue 51)
@@ -79,9 +80,16 @@ wait)
   done
   for a in $builds; do
     if running "$a"; then echo "$a still running: $(progress "$a")"; else
-      echo "$a ended rc=$(cat "$G4S/build-$a.rc" 2>/dev/null || echo '?')"; tail -6 "$G4S/work-$a/build.out"; fi
+      echo "$a ended rc=$(cat "$G4S/build-$a.rc" 2>/dev/null || echo '?')"; tail -6 "$G4S/work-$a/build.out" || true; fi
   done
-  any && exit 3 || exit 0 ;;
+  any && exit 3
+  # G4_BRING=1: in the same call (a machine goes back ~30 s after a call: a pause must not lose the build), the
+  # logs and the first three parts of each built wheel (the call's 8 files: the logs' tgz and 3 parts of 2 files)
+  if [ -n "${G4_BRING:-}" ]; then
+    bash "$0" collect >/dev/null
+    for a in $builds; do [ -z "$(wheel_of "$a")" ] || bash "$0" bring "$a" 1 3; done
+  fi
+  exit 0 ;;
 e2e)
   whl=$(wheel_of sm90); [ -n "$whl" ] || { echo "no sm90 wheel"; exit 7; }
   cd "$G4S/repo"
@@ -89,13 +97,13 @@ e2e)
 bring)
   # a built wheel back to the calling machine in parts (a call returns 8 files of 16 MiB at most: 4 parts and
   # their parts.json), so that a lost machine does not lose the build: `bring ARCH N` returns parts N..N+3
-  arch=${1:?bring ARCH [FIRST]}; first=${2:-1}; whl=$(wheel_of "$arch")
+  arch=${1:?bring ARCH [FIRST [COUNT]]}; first=${2:-1}; count=${3:-4}; whl=$(wheel_of "$arch")
   [ -n "$whl" ] || { echo "no $arch wheel"; exit 7; }
   b=$G4S/bring-$arch
   [ -f "$b/1/parts.json" ] || python3 "$here/tests/gpu/e2e/parts.py" bundle "$whl" --out "$b" \
     --sizes-mib 15,15,15,15,15,15,15,15,15,15,15,15
   mkdir -p "${OUT:-$G4S/out}/$arch"
-  for n in $(seq "$first" $(( first + 3 ))); do
+  for n in $(seq "$first" $(( first + count - 1 ))); do
     [ ! -d "$b/$n" ] || cp -r "$b/$n" "${OUT:-$G4S/out}/$arch/$n"
   done
   python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(d["members"][0]["name"], len(d["parts"]), "parts")' \

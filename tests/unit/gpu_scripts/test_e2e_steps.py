@@ -117,6 +117,37 @@ def test_a_built_wheel_comes_back_in_parts_and_joins_on_a_fresh_machine(tmp_path
     assert refused.returncode == 4 and "damaged in transfer" in refused.stderr
 
 
+def test_the_wait_that_sees_the_build_end_brings_it_back_in_the_same_call(tmp_path: Path) -> None:
+    """With G4_BRING=1 the call whose wait sees the builds end also returns the logs and the first three parts
+    of each wheel (8 files at most a call), so no later call, and no pause before it, is needed to keep them."""
+    g4s = tmp_path / "g4s"
+    wheels = g4s / "work-sm90" / "wheels"
+    wheels.mkdir(parents=True)
+    whl = wheels / "vllm-0.21.0+cu130.g4.0123456789-cp310-abi3-manylinux_2_38_x86_64.whl"
+    whl.write_bytes(os.urandom(4 * 15 * 2**20 + 7))  # five parts
+    (g4s / "build-sm90.pid").write_text("1\n")
+    (g4s / "build-sm90.rc").write_text("0\n")  # ended
+    (g4s / "build.start").write_text("0\n")
+    (g4s / "results" / "sm90").mkdir(parents=True)
+    env = dict(os.environ, G4S=str(g4s), G4_BUILDS="sm90", G4_BRING="1", OUT=str(tmp_path / "out"))
+    (tmp_path / "out").mkdir()
+    done = subprocess.run(["bash", str(SESSION), "wait", "5"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    returned = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*") if p.is_file())
+    assert returned == ["sm90/1/part", "sm90/1/parts.json", "sm90/2/part", "sm90/2/parts.json", "sm90/3/part",
+                        "sm90/3/parts.json", "wheel-runs.tgz"]
+    # without it, or while a build runs, nothing is brought
+    (tmp_path / "out2").mkdir()
+    quiet = subprocess.run(["bash", str(SESSION), "wait", "5"], capture_output=True, text=True, timeout=300,
+                           env=dict(env, G4_BRING="", OUT=str(tmp_path / "out2")))
+    assert quiet.returncode == 0 and not any((tmp_path / "out2").iterdir())
+    (g4s / "build-sm90.rc").unlink()
+    (tmp_path / "out3").mkdir()
+    running = subprocess.run(["bash", str(SESSION), "wait", "1"], capture_output=True, text=True, timeout=300,
+                             env=dict(env, OUT=str(tmp_path / "out3")))
+    assert running.returncode == 3 and not any((tmp_path / "out3").iterdir())
+
+
 def test_the_sampler_runs_are_named_apart_and_find_flashinfer_only_when_asked(tmp_path: Path) -> None:
     """acc:target:sampler on vLLM's sampler and on FlashInfer's writes two results, neither over target.json;
     the engine's PYTHONPATH takes the staged FlashInfer only for the FlashInfer run."""
