@@ -139,8 +139,9 @@ flashinfer)
 load)
   whl=$(wheel_of sm120); [ -n "$whl" ] || { echo "no sm120 wheel"; exit 7; }
   # `vllm serve --help` imports the server (fastapi...): without the serve deps it fails for want of them
-  ls "$G4E2E_STAGE"/deps-serve/fastapi* >/dev/null 2>&1 || {
-    echo "no serve deps in $G4E2E_STAGE/deps-serve: carry .device/serve-whl with the start call"; exit 8; }
+  { ls -d "$G4E2E_STAGE"/deps/fastapi "$G4E2E_STAGE"/deps-serve/uvicorn >/dev/null 2>&1; } || {
+    echo "vLLM's runtime deps are not staged ($G4E2E_STAGE/deps, deps-serve): carry .whl and .device/serve-whl" \
+      "with the start call"; exit 8; }
   cd "$G4S/repo"
   PYTHONPATH=$G4E2E_STAGE/deps:$G4E2E_STAGE/deps-serve python3 tests/device/sm120_wheel_loads.py "$whl" \
     --work "$G4S/load" --json "${OUT:-$G4S}/sm120-wheel-loads.json" ;;

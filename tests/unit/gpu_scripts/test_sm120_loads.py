@@ -33,3 +33,21 @@ def test_the_kernel_check_compares_values_and_starts_from_nan() -> None:
     calls = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     assert {"torch.full_like", "torch.allclose", "torch.isfinite", "torch.ops._C.rms_norm"} <= calls
     assert 'float("nan")' in loads.KERNEL or "float('nan')" in loads.KERNEL
+
+
+def test_load_refuses_to_run_without_vllms_runtime_deps(tmp_path: Path) -> None:
+    """A hold that did not carry the e2e deps must not record `vllm serve --help` as failing: the load step
+    stops first, naming what to carry (exit 8)."""
+    import os
+    import subprocess
+
+    g4s = tmp_path / "g4s"
+    (g4s / "work-sm120" / "wheels").mkdir(parents=True)
+    (g4s / "work-sm120" / "wheels" / "vllm-0.21.0+cu130.g4.0123456789-cp310-abi3-manylinux_2_38_x86_64.whl") \
+        .write_bytes(b"PK")
+    env = dict(os.environ, G4S=str(g4s), G4_BUILDS="sm120", OUT=str(tmp_path / "out"))
+    (tmp_path / "out").mkdir()
+    done = subprocess.run(["bash", str(DEVICE / "wheel_runs_session.sh"), "load"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 8, done.stdout + done.stderr
+    assert "carry .whl and .device/serve-whl" in done.stdout and not any((tmp_path / "out").iterdir())
