@@ -33,12 +33,16 @@ def test_the_plan_says_what_to_install_first(capsys: pytest.CaptureFixture[str])
 def test_the_plan_gives_time_and_disk(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli([*PLAN, "--jobs", "16"], capsys)
     assert code == 0
-    minutes = round(COMPILE_CPU_SECONDS / 16 / 60 + SETUP_MINUTES)
+    assert SETUP_MINUTES == 10 and COMPILE_CPU_SECONDS == {"all": 18_094, "gemma4": 12_442}
+    minutes = 29  # 18,094 CPU-seconds over 16 jobs, 18.8 minutes, and 10 of fetching and installing
     text = " ".join(out.split())
-    assert f"estimate: about {minutes} minutes with MAX_JOBS=16" in text
+    assert f"estimate: about {minutes} minutes with MAX_JOBS=16: 18,094 CPU-seconds" in text
     assert f"{MIN_FREE_GB:.0f} GB free at the build root" in text
     code, out, _ = run_cli([*PLAN, "--jobs", "16", "--json"], capsys)
     assert f"about {minutes} minutes" in json.loads(out)["estimate"]
+    # the gemma4 profile's measured work: 12,442 CPU-seconds, 13 minutes over 16 jobs
+    code, out, _ = run_cli([*PLAN, "--jobs", "16", "--kernels", "gemma4"], capsys)
+    assert code == 0 and "about 23 minutes with MAX_JOBS=16: 12,442 CPU-seconds" in " ".join(out.split())
 
 
 def test_max_jobs_is_the_targets_default_not_this_machines(capsys: pytest.CaptureFixture[str]) -> None:
