@@ -66,8 +66,8 @@ def test_an_h200_with_a_sm120_wheel_stops_before_anything_is_installed(tmp_path:
             "such a GPU some of its kernels fail and others silently do nothing (garbage output, no error). "
             "nvidia-smi reports: 9.0\n") in result.stderr
     assert ("hint: build a wheel for this GPU (g4build wheel --arch smXY for compute capability X.Y, e.g. sm90 "
-            "for 9.0) or render this script again without --wheel to use the registry's wheel; G4BUILD_ALLOW_OTHER_GPU=1 runs anyway "
-            "(exit 20 otherwise).") in result.stderr
+            "for 9.0) or render this script again without --wheel to use the registry's wheel; "
+            "G4BUILD_ALLOW_OTHER_GPU=1 runs anyway (exit 20 otherwise).") in result.stderr
     assert stubs.programs() == ["nvidia-smi"]  # no pip, no vllm
     header = script.read_text(encoding="utf-8")
     assert ("# Before installing, checks that a GPU can run the wheel's kernels, built for 12.0f (compute "

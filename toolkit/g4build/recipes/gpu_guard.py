@@ -15,8 +15,8 @@ Compatibility" and "Feature Set Compiler Targets"):
 - an arch-specific target (``9.0a``) runs only on exactly that compute capability, PTX or SASS.
 - a family target (``12.0f``) runs on the family's members: same major, minor ``>=`` (12.0 and 12.1).
 - plain PTX (``8.0+PTX``) is JIT-compiled by the driver for any compute capability ``>=`` its own (any later
-  major too). Judgment: such a wheel passes the check (the driver has code it can run; slow first start), as
-  PTX of a family target passes within the family only.
+  major too); family PTX within its family, arch-specific PTX on its own arch only. Judgment: a GPU reached only
+  by PTX passes the check (the driver has code it can run, at the cost of a slow first start), as CUDA allows.
 
 The arch list comes from the wheel, so it is untrusted: only ``9.0``, ``9.0a``, ``12.0f``, ``sm120``,
 ``sm_90a`` forms (``+PTX`` allowed) are accepted, and only numbers re-spelled here reach a script.
@@ -42,7 +42,7 @@ Reach = Literal["exact", "major", "forward"]
 
 @dataclass(frozen=True, kw_only=True)
 class KernelTarget:
-    """One entry of a wheel's arch list: ``12.0f`` is (12, 0, 'f'); ``ptx``: PTX rather than SASS."""
+    """One entry of a wheel's arch list: ``12.0f`` is (12, 0, 'f'); ``ptx``: PTX beside the SASS (``+PTX``)."""
 
     major: int
     minor: int
