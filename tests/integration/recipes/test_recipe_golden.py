@@ -14,6 +14,7 @@ import pytest
 from g4build.pins.model import load_pins
 from g4build.recipes import SHELLS, load_recipe, recipe_names, render, script_filename, write_script
 from g4build.recipes.flashinfer import FlashInferInfo
+from g4build.recipes.gpu_guard import KernelTarget
 from g4build.recipes.script import WheelRef
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "recipes"
@@ -32,6 +33,9 @@ VARIANTS: dict[str, tuple[WheelRef | None, FlashInferInfo | None]] = {
     "with-flashinfer-wheels": (WheelRef(path=WIN_WHEEL, beside_script=True, companions=FI_WHEELS),
                                FlashInferInfo(presence="present", why="built with FlashInfer wheels",
                                               wheels=FI_WHEELS)),
+    # a wheel g4build built for sm120 with CUDA 13 (TORCH_CUDA_ARCH_LIST 12.0f): the script stops on other GPUs
+    "built-for-sm120": (WheelRef(path=WHEEL, beside_script=True,
+                                 kernel_archs=(KernelTarget(major=12, minor=0, suffix="f"),)), None),
 }
 
 

@@ -24,6 +24,7 @@ from g4build.recipes import (
     render,
     script_filename,
     with_flashinfer_wheels,
+    with_kernel_archs,
     write_script,
 )
 from g4build.recipes.argv import serve_argv
@@ -238,7 +239,7 @@ def render_cmd(
     info = ctx.wheel.flashinfer if ctx.wheel is not None else None
     if out is not None:  # checked before any script is made; the wheel's reference keeps --out as typed
         output_file(out / script_filename(r.name, chosen), "--out")
-    ref = with_flashinfer_wheels(wheel_ref(wheel, out), wheel, info)
+    ref = with_kernel_archs(with_flashinfer_wheels(wheel_ref(wheel, out), wheel, info), ctx.wheel)
     text = render(r, chosen, wheel=ref, sets=sets, flashinfer=info, pin=ctx.pin)
     if out is None:
         typer.echo(text, nl=False)

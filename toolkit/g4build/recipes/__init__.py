@@ -19,7 +19,9 @@ from g4build.errors import ConfigError, RecipeError, UsageError
 from g4build.pins.model import Pin
 from g4build.recipes.context import gather_context
 from g4build.recipes.env_names import fit_env_to_pin
+from g4build.recipes.findings import WheelInfo
 from g4build.recipes.flashinfer import FlashInferInfo
+from g4build.recipes.gpu_guard import parse_kernel_archs
 from g4build.recipes.model import Recipe, load_recipe_data, parse_recipe, recipe_names
 from g4build.recipes.overrides import apply_overrides
 from g4build.recipes.prefix_cache import fit_retention_to_pin
@@ -43,6 +45,7 @@ __all__ = [
     "render_for_wheel",
     "script_filename",
     "with_flashinfer_wheels",
+    "with_kernel_archs",
     "write_script",
 ]
 
@@ -98,6 +101,16 @@ def with_flashinfer_wheels(ref: WheelRef | None, wheel: Path | None, info: Flash
     return dataclasses.replace(ref, companions=info.wheels)
 
 
+def with_kernel_archs(ref: WheelRef | None, info: WheelInfo | None) -> WheelRef | None:
+    """``ref`` with the GPU archs a g4build build of the wheel compiled for (its manifest's record, checked: a
+    malformed one is a RecipeError), so the script stops on a GPU they cannot run on; unchanged for any other
+    wheel (no record: the script only warns)."""
+    if ref is None or info is None or info.kernel_arch_list is None:
+        return ref
+    where = f"{info.file}'s build-manifest.json (its arch list)"
+    return dataclasses.replace(ref, kernel_archs=parse_kernel_archs(info.kernel_arch_list, where))
+
+
 def render_for_wheel(recipe: Recipe | str, shell: str, wheel_path: Path) -> str:
     """The launch script to write beside ``wheel_path`` (as ``script_filename(recipe.name, shell)``).
 
@@ -112,4 +125,5 @@ def render_for_wheel(recipe: Recipe | str, shell: str, wheel_path: Path) -> str:
     raise_on_errors(chosen, check(chosen, ctx))
     info = ctx.wheel.flashinfer if ctx.wheel is not None else None
     ref = with_flashinfer_wheels(WheelRef(path=wheel_path.name, beside_script=True), wheel_path, info)
+    ref = with_kernel_archs(ref, ctx.wheel)
     return render(chosen, shell, wheel=ref, flashinfer=info, pin=ctx.pin)

@@ -14,6 +14,7 @@ from g4build.pins.model import load_pins
 from g4build.recipes.checkpoint import CheckpointInfo, read_checkpoint
 from g4build.recipes.env_policy import load_env_policy
 from g4build.recipes.flashinfer import wheel_flashinfer
+from g4build.recipes.gpu_guard import recorded_archs
 from g4build.recipes.model import Recipe
 from g4build.recipes.renamed_env import load_renamed
 from g4build.recipes.rules import CheckContext, WheelInfo
@@ -90,7 +91,7 @@ def read_wheel_info(wheel: Path) -> WheelInfo:
     series = {str(s["name"]): int(s.get("version", 0)) for s in data["series"] if isinstance(s, dict) and "name" in s}
     return WheelInfo(file=wheel.name, pin=str(pin["name"]) if isinstance(pin, dict) else None, series=series,
                      flashinfer=flashinfer, route=route if isinstance(route, str) else None,
-                     arch=arch if isinstance(arch, str) else None)
+                     arch=arch if isinstance(arch, str) else None, kernel_arch_list=recorded_archs(data))
 
 
 def transformers_model_types() -> frozenset[str] | None:

@@ -39,6 +39,7 @@ class WheelInfo:
     flashinfer: FlashInferInfo | None = None  # whether installing the wheel brings FlashInfer
     route: str | None = None  # the manifest's route: build or overlay (None: no manifest)
     arch: str | None = None  # the arch a g4build build was for (its manifest's target.arch)
+    kernel_arch_list: str | None = None  # what that build compiled for, as recorded (unchecked: gpu_guard)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,6 +9,7 @@ Inside single quotes bash expands nothing: ``$``, backticks, ``;``, ``"``, newli
 from __future__ import annotations
 
 from g4build.recipes.folders import local_folders, missing_messages
+from g4build.recipes.gpu_guard import bash_guard
 from g4build.recipes.script import (
     ALLOW_HINT,
     ALLOW_NOTE,
@@ -98,6 +99,7 @@ def render_bash(plan: LaunchPlan) -> str:
         "fi",
         "",
     ]
+    out += bash_guard(plan.wheel.kernel_archs if plan.wheel is not None else ())
     out += folder_checks(plan)
     if plan.wheel is not None:
         out += venv_guard()

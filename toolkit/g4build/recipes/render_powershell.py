@@ -17,6 +17,7 @@ parser (CommandLineToArgvW / the C runtime, or .NET on Unix) turns it back into 
 from __future__ import annotations
 
 from g4build.recipes.folders import local_folders, missing_messages
+from g4build.recipes.gpu_guard import powershell_guard
 from g4build.recipes.script import (
     ALLOW_HINT,
     ALLOW_NOTE,
@@ -135,6 +136,7 @@ def render_powershell(plan: LaunchPlan) -> str:
         "}",
         "",
     ]
+    out += powershell_guard(plan.wheel.kernel_archs if plan.wheel is not None else ())
     out += _folder_checks(plan)
     if plan.wheel is not None or plan.probe_flashinfer or plan.environment_check is not None:
         out += _python_lines(installs=plan.wheel is not None)

@@ -24,6 +24,7 @@ from g4build.pins.serving import check_program, expected
 from g4build.recipes.argv import env_items, serve_argv
 from g4build.recipes.flashinfer import FlashInferInfo, Presence, Switch, off_switches
 from g4build.recipes.folders import ModelFolder, model_folders
+from g4build.recipes.gpu_guard import KernelTarget, header_line
 from g4build.recipes.model import Recipe
 
 Shell = Literal["bash", "powershell"]
@@ -59,6 +60,7 @@ class WheelRef:
     path: str
     beside_script: bool
     companions: tuple[str, ...] = ()  # file names in the wheel's folder installed with it (FlashInfer wheels)
+    kernel_archs: tuple[KernelTarget, ...] = ()  # what a g4build build compiled for (empty: not recorded)
 
     def sibling(self, name: str) -> str:
         """``name`` in the wheel's folder, spelled as ``path`` is (relative to the script, or absolute)."""
@@ -175,6 +177,8 @@ def header_lines(plan: LaunchPlan, shell: Shell) -> list[str]:
         lines.append(f"Installs the wheel {' '.join(comment_lines(plan.wheel.path))}{where} before serving.")
     if plan.wheel is not None and plan.wheel.companions:
         lines.append("With it the FlashInfer wheels its build recorded: " + ", ".join(plan.wheel.companions) + ".")
+    if plan.wheel is not None:
+        lines += header_line(plan.wheel.kernel_archs)
     if plan.description:
         lines += ["", *comment_lines(plan.description)]
     if plan.notes:
