@@ -2,7 +2,8 @@
 
 Why a stop and not a warning: on a GPU whose compute capability a wheel has no kernel image for, some of vLLM's
 kernels fail ("no kernel image is available for execution on the device") but others return with no error at
-all (vLLM never checks their launch status, e.g. ``rms_norm``), so the model would answer with garbage. A wheel
+all (an sm_120 wheel's ``rms_norm`` on an H200: its launch status is not checked), so the model may answer with
+garbage instead of failing. A wheel
 g4build built records the arch list nvcc compiled for (its ``build-manifest.json``: ``env.TORCH_CUDA_ARCH_LIST``,
 else ``target.arch``), so the script knows which GPUs it fits. Any other wheel (a registry wheel, an overlay,
 one without a manifest) keeps the recipe's warning: what it carries is not recorded.
