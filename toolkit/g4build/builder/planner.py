@@ -15,9 +15,9 @@ from g4build.builder.steps import build_env, orders_units, vllm_steps
 from g4build.pins.model import Pin
 from g4build.series.deps import BuildSeries
 from g4build.series.kernelprofile import left_out
+from g4build.series.model import Series
 from g4build.series.unitaccount import load_accounting
 from g4build.series.unitaccount import notes as accounting_notes
-from g4build.series.model import Series
 
 
 def default_layout(pin: Pin, target: Target, *, base: str) -> Layout:
