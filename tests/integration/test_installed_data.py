@@ -76,6 +76,8 @@ def test_wheel_ships_every_data_file_and_the_installed_cli_reads_them(tmp_path: 
     assert "deps-vllm-flash-attn" in [step["name"] for step in linux["steps"]]
     # the measured build costs (patches/build-costs/) too: the plan starts the recorded long units first
     assert "build-order" in [step["name"] for step in linux["steps"]]
+    # and the sm_120 unit accounting beside the vllm-kernel-archs series: the plan says what it finds
+    assert any(n.startswith("sm120 units (patches/deps/vllm-kernel-archs/units-sm120.yaml)") for n in linux["notes"])
 
 
 @pytest.mark.network  # as above: pip builds the wheel

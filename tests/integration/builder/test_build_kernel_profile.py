@@ -32,6 +32,7 @@ GXX = shutil.which("g++")
 MLA = "csrc/attention/mla/sm100_cutlass_mla_kernel.cu"
 BINDINGS = ("csrc/torch_bindings.cpp", "csrc/moe/torch_bindings.cpp", "csrc/libtorch_stable/torch_bindings.cpp")
 C2X = "csrc/libtorch_stable/quantization/w8a8/cutlass/scaled_mm_c2x.cu"
+QUTLASS_SM100 = {"qutlass/qutlass/csrc/fused_quantize_mx_sm100.cu", "qutlass/qutlass/csrc/fused_quantize_nv_sm100.cu"}
 
 
 @dataclass
@@ -93,15 +94,18 @@ def _matches(unit: str, globs: list[str] | tuple[str, ...]) -> bool:
 
 def test_all_is_upstream_less_cutlass_mla_and_c2x_for_12x_and_hopper_lists(trees: Trees) -> None:
     # the profile is unset (a plain build) and set to `all`: the same lists
-    for archs, gone in (("12.0f", {MLA, C2X}), ("9.0a", {C2X}), ("9.0a;12.0f", {MLA, C2X})):
+    # and QuTLASS's sm100 units where QuTLASS targets 12.x (0004)
+    for archs, gone in (("12.0f", {MLA, C2X, *QUTLASS_SM100}), ("9.0a", {C2X}),
+                        ("9.0a;12.0f", {MLA, C2X, *QUTLASS_SM100})):
         up, default = trees.units("upstream", archs), trees.units("patched", archs)
         assert up - default == gone, archs
         assert default - up == set(), archs
         assert trees.units("patched", archs, "all") == default, archs
     # the 12.0f list: what the recorded 64-core build compiled (62 _C, 18 stable, 28 _moe_C units), less CUTLASS MLA
+    # and QuTLASS's two sm100 units
     ev = trees.evaluate("patched", "12.0f")
     assert {t: len(ev.units(t)) for t in ("_C", "_C_stable_libtorch", "_moe_C")} == \
-        {"_C": 61, "_C_stable_libtorch": 18, "_moe_C": 28}
+        {"_C": 59, "_C_stable_libtorch": 18, "_moe_C": 28}
     assert ev.left_out == ["CUTLASS_MLA"] and "G4B_NO_CUTLASS_MLA=1" in ev.g4b_defs
     assert "Building CUTLASS MLA" not in ev.log
 
@@ -160,8 +164,8 @@ def test_gemma4_leaves_out_exactly_the_families_it_records(trees: Trees, archs: 
         assert not [u for u in gemma4 if u.startswith("flashmla/")]
         assert "DeepGEMM CUDA architectures" in trees.evaluate("patched", archs).log
         assert "DeepGEMM CUDA architectures" not in trees.evaluate("patched", archs, "gemma4").log
-    if "12.0f" in archs:  # QuTLASS (7 units into _C) goes; what Gemma 4 NVFP4 runs on SM120 stays
-        assert len([u for u in dropped if u.startswith("qutlass/")]) == 7
+    if "12.0f" in archs:  # QuTLASS (5 units into _C, its sm100 ones gone already) goes; Gemma 4 NVFP4's stay
+        assert len([u for u in dropped if u.startswith("qutlass/")]) == 5
         for kept in ("csrc/libtorch_stable/quantization/fp4/nvfp4_scaled_mm_sm120_kernels.cu",
                      "csrc/libtorch_stable/quantization/fp4/nvfp4_quant_kernels.cu",
                      "csrc/moe/marlin_moe_wna16/ops.cu", "csrc/quantization/marlin/marlin.cu"):

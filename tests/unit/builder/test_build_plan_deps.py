@@ -31,7 +31,7 @@ def test_each_build_series_is_a_step_after_the_prefetch(pin21: Pin, os_name: str
     names = [s.name for s in plan.steps]
     assert names.index("prefetch") + 1 == names.index("deps-vllm-flash-attn")
     assert names.index("deps-vllm-flash-attn") + 1 == names.index("deps-vllm-kernel-archs") < names.index("vllm")
-    assert "patch vllm: vllm-kernel-archs v3" in plan.step("deps-vllm-kernel-archs").title
+    assert "patch vllm: vllm-kernel-archs v4" in plan.step("deps-vllm-kernel-archs").title
     step = plan.step("deps-vllm-flash-attn")
     lay = plan.layout
     assert step.command[1:] == ("deps", "apply", "--pin", "vllm-0.21.0", "--tree", lay.src, "--series",

@@ -87,7 +87,7 @@ def test_bad_profile_keys_are_config_errors(tmp_path: Path, old: str, new: str, 
 
 
 def test_the_copy_loads_as_the_real_series(tmp_path: Path) -> None:  # the edits above are the only difference
-    folder = _series_with(tmp_path, "version: 3\n", "version: 3\n")
+    folder = _series_with(tmp_path, "version: 4\n", "version: 4\n")
     assert load_build_series(folder).decisions == get_build_series(SERIES).decisions
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from g4build.builder.arch import cuda_arch_list
 from g4build.builder.flashinfer import check_names
 from g4build.builder.kernels import check_build_options
 from g4build.builder.kernels import option_notes as build_option_notes
@@ -15,6 +16,8 @@ from g4build.pins.model import Pin
 from g4build.series.deps import BuildSeries
 from g4build.series.kernelprofile import left_out
 from g4build.series.model import Series
+from g4build.series.unitaccount import load_accounting
+from g4build.series.unitaccount import notes as accounting_notes
 
 
 def default_layout(pin: Pin, target: Target, *, base: str) -> Layout:
@@ -31,6 +34,23 @@ def kernel_notes(opts: Options, build: Sequence[BuildSeries]) -> list[str]:
     series' decisions table records them (``left_out_in``)."""
     leaves_out = [f"{lo.decision.family}: {lo.decision.why}" for lo in left_out(opts.kernels, build)]
     return build_option_notes(opts.kernels, opts.flash_attn, leaves_out)
+
+
+def unit_notes(pin: Pin, target: Target, opts: Options, build: Sequence[BuildSeries]) -> list[str]:
+    """What the build series' unit accounting says of this build's units (what runs on the GPU, what is kept
+    without running there and why), where one exists for the target arch and its arch list."""
+    found = []
+    for b in build:
+        acc = load_accounting(b, pin.name, target.arch.name)
+        if acc is None:
+            continue
+        arch_list = cuda_arch_list(target.arch, target.cuda)
+        if arch_list != acc.arch_list:
+            found.append(f"{b.name}'s unit accounting is for TORCH_CUDA_ARCH_LIST {acc.arch_list}, this build's is "
+                         f"{arch_list}: its units are not accounted for")
+        else:
+            found += accounting_notes(acc, opts.kernels)
+    return found
 
 
 def make_plan(
@@ -52,7 +72,7 @@ def make_plan(
     platform = platform_for(target.os)
     opts, option_notes = platform.resolve_options(target, opts)
     check_names(opts.flashinfer_wheels, pin, target.python)
-    notes = [*option_notes, *kernel_notes(opts, build)]
+    notes = [*option_notes, *kernel_notes(opts, build), *unit_notes(pin, target, opts, build)]
     version = wheel_version(pin, series, target.cuda, target.os, build)
     for b in build:
         notes.append(f"build series {b.name} v{b.version}: {b.series.title}")
