@@ -194,7 +194,8 @@ def test_windows_cuda_13_0_header_patched_by_the_forks_script_is_ok() -> None:
 
 def test_memory_says_the_measured_figure_it_uses() -> None:
     """The build route's MAX_JOBS with the pin's measured peak per nvcc job: the 64 GiB, 32-thread desktop gets
-    15 jobs (the 16-job build peaked at 58.4 GB) where 5 GB a job gave 13, and the line says the RAM, the figure with its source, and the cores."""
+    15 jobs (the 16-job build peaked at 58.4 GB) where 5 GB a job gave 13, and the line says the RAM, the figure
+    with its source, and the cores."""
     from g4build.builder.buildcosts import load_costs
     from g4build.data import patches_dir
     from g4build.doctor.checks import check_memory
