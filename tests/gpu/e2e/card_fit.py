@@ -3,14 +3,17 @@ share scaled down to the card's, and step down until it does.
 
   python card_fit.py run --recipe NAME --card-gib 24|32|96 --models DIR --json OUT [--work DIR]
                          [--g4build "python3 -m g4build"] [--mtp-folder mtp|mtp-standin] [--set KEY=VALUE ...]
-                         [--extra-gib 0] [--min-context 4096] [--limit 540] [--port 8012] [--wheel WHL]
+                         [--extra-gib 0] [--weights-stand-in] [--min-context 4096] [--limit 540] [--port 8012]
+                         [--wheel WHL]
   python card_fit.py fold RUN.json [RUN.json ...] --json OUT
 
 run: `g4build recipe render NAME --shell bash` with the model paths set to real_size.py's folders (DIR), load_format
 dummy, the target's hf_overrides from DIR/meta.json, a port, and gpu-memory-utilization scaled so that vLLM's budget
 (utilization x the device's total memory, vllm/v1/worker/utils.py request_memory) is what the recipe's own
 utilization gives on the card: util = recipe util x card GiB / device total GiB, the total read from torch at run
-time. --extra-gib adds that much to the budget (say why: e.g. bf16 weights standing in for 4-bit ones). The script
+time. --extra-gib adds that much to the budget; --weights-stand-in adds what the bf16 dummy weights (counted from
+DIR's configs by size_model.py) exceed the recipe's footprint weights_gib by, so activations and KV cache get the
+card's room (real_size.py's folders carry no 4-bit quantization: bf16 at 26B is ~48 GiB). The script
 runs as written (bash, a `vllm` on PATH); an attempt ends when /health answers or the script exits. What vLLM
 logged is kept (vllm_log.py): weights, available KV cache, KV cache tokens, concurrency at the context, CUDA graph
 memory, the error. If the shipped context and max-num-seqs do not start: context halves (straight to the halving at
@@ -38,6 +41,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import size_model as sm  # noqa: E402
 import vllm_log  # noqa: E402
 from jsonio import write  # noqa: E402
 from serve_route import http, launch_env  # noqa: E402
@@ -57,6 +61,16 @@ def scaled_util(recipe_util: float, card_gib: float, total_bytes: int, extra_gib
     if not 0 < util <= 1:
         raise ValueError(f"{want / GIB:.1f} GiB is not a share of this device's {total_bytes / GIB:.1f} GiB")
     return util
+
+
+def bf16_weights_gib(models: Path, drafter_folder: str) -> float:
+    """What the dummy-weight run loads, counted from the folders' configs (size_model.py): the target with its
+    vision tower and the V slots vLLM keeps on k_eq_v layers, and the drafter, at 2 bytes a parameter."""
+    cfg = json.loads((models / "target" / "config.json").read_text())
+    params = sum(c.total for c in sm.target_params(cfg).values()) + sm.vllm_extra_params(cfg["text_config"])
+    dcfg = json.loads((models / drafter_folder / "config.json").read_text())
+    params += (sm.mtp_params(dcfg) if dcfg.get("text_config") else sm.dflash_params(dcfg)).total
+    return params * 2 / GIB
 
 
 def next_step(context: int, seqs: int, parsed: dict[str, Any], min_context: int) -> tuple[int, int] | None:
@@ -188,6 +202,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"recipe {args.recipe}: speculative.method {method!r}, expected dflash or mtp")
     meta = json.loads((args.models / "meta.json").read_text())
     total = args.total_bytes or device_total_bytes()
+    stand_in: dict[str, Any] | None = None
+    if args.weights_stand_in:
+        # the bf16 dummy weights stand in for the recipe's 4-bit ones: the budget grows by the difference, so what
+        # is left for activations and KV cache is the card's
+        card_w = float((recipe.get("footprint") or {}).get("weights_gib") or 0)
+        if card_w <= 0:
+            raise SystemExit(f"--weights-stand-in: recipe {args.recipe} has no footprint.weights_gib, expected one "
+                             "(the 4-bit weights the bf16 ones stand in for)")
+        here_w = bf16_weights_gib(args.models, folder)
+        stand_in = {"bf16_weights_gib_counted": round(here_w, 2), "recipe_weights_gib": card_w}
+        args.extra_gib += here_w - card_w
     util = scaled_util(float(rargs.get("gpu-memory-utilization", 0.9)), args.card_gib, total, args.extra_gib)
     sets = {"model": str(args.models / "target"), "speculative.model": str(args.models / folder),
             "args.load-format": "dummy", "args.port": str(args.port), "args.gpu-memory-utilization": str(util)}
@@ -199,7 +224,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     res: dict[str, Any] = {
         "recipe": args.recipe, "card_gib": args.card_gib, "card": CARDS.get(int(args.card_gib)),
         "device_total_gib": round(total / GIB, 2), "recipe_util": rargs.get("gpu-memory-utilization"),
-        "extra_gib": args.extra_gib, "util": util, "budget_gib": round(util * total / GIB, 2),
+        "extra_gib": round(args.extra_gib, 3), "stand_in": stand_in, "util": util,
+        "budget_gib": round(util * total / GIB, 2),
         "shipped": {"context": int(rargs["max-model-len"]), "max_num_seqs": int(rargs["max-num-seqs"])},
         "drafter_folder": folder, "sets": sorted(k for k in sets if not k.startswith(("model", "speculative"))),
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("VLLM_")},
@@ -224,7 +250,8 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
     failed = [t for t in tries if not t["started"]]
     row: dict[str, Any] = {
         "recipe": res["recipe"], "card_gib": res["card_gib"], "budget_gib": res["budget_gib"],
-        "extra_gib": res.get("extra_gib", 0.0), "shipped": res["shipped"], "started_at_shipped": first["started"],
+        "extra_gib": res.get("extra_gib", 0.0), "stand_in": res.get("stand_in"), "shipped": res["shipped"],
+        "started_at_shipped": first["started"],
         "fits": {"context": best["context"], "max_num_seqs": best["max_num_seqs"]} if best else None,
         "shipped_error_kind": first["vllm"]["error_kind"], "shipped_error": first["vllm"]["error"],
         "vllm_estimated_max_model_len": next((t["vllm"]["estimated_max_model_len"] for t in failed
@@ -241,6 +268,9 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
         # what rule_vram calls runtime overhead: the budget less weights and KV cache (activations, CUDA graphs,
         # non-torch memory as vLLM profiled them)
         row["at"]["overhead_gib"] = round(res["budget_gib"] - v["weights_gib"] - v["available_kv_gib"], 2)
+    if res.get("stand_in") and v["weights_gib"] is not None:
+        # how far the counted bf16 weights missed what vLLM loaded: the card's KV room is off by this much
+        row["at"]["stand_in_residual_gib"] = round(v["weights_gib"] - res["stand_in"]["bf16_weights_gib_counted"], 2)
     if best and v["max_concurrency"] is not None:
         row["full_context_sequences_fit"] = v["max_concurrency"] >= best["max_num_seqs"]
     return row
@@ -269,6 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--mtp-folder", default="mtp", choices=("mtp", "mtp-standin"))
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="one more recipe --set")
     r.add_argument("--extra-gib", type=float, default=0.0, help="added to the card's budget (recorded)")
+    r.add_argument("--weights-stand-in", action="store_true",
+                   help="add (bf16 weights counted from DIR - the recipe's footprint weights_gib) to the budget")
     r.add_argument("--min-context", type=int, default=4096)
     r.add_argument("--limit", type=float, default=540, help="seconds for all attempts together")
     r.add_argument("--port", type=int, default=8012)

@@ -63,7 +63,7 @@ def main() -> None:
     say("kv_cache_utils.py:1712", f"Maximum concurrency for {context:,} tokens per request: {tokens / context:.2f}x")
 
     class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             self.send_response(200 if self.path == "/health" else 404)
             self.end_headers()
 

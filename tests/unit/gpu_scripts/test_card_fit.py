@@ -66,7 +66,7 @@ def test_real_recorded_lines_parse(log: ModuleType) -> None:
     assert got["graph_pool_gib"] == 0.01
     assert got["graph_capture_gib"] == 0.01
     assert got["error_kind"] is None
-    failed = [ln for ln in lines if "[core.py:1140] ValueError: Selected backend" in ln][0]
+    failed = next(ln for ln in lines if "[core.py:1140] ValueError: Selected backend" in ln)
     bad = log.parse(failed)
     assert bad["error_kind"] == "other"
     assert bad["error"].startswith("ValueError: Selected backend AttentionBackendEnum.FLASH_ATTN is not valid")
@@ -179,7 +179,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(fit: ModuleType, tmp: Path, models: Path, card: int, monkeypatch: pytest.MonkeyPatch,
-         *extra: str) -> tuple[int, dict[str, Any], list[list[str]]]:
+         *extra: str, weights_gib: float = 12.0) -> tuple[int, dict[str, Any], list[list[str]]]:
     bindir = tmp / "fakebin"
     bindir.mkdir(exist_ok=True)
     smi = bindir / "nvidia-smi"
@@ -189,7 +189,7 @@ def _run(fit: ModuleType, tmp: Path, models: Path, card: int, monkeypatch: pytes
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_CALLS", str(calls))
     monkeypatch.setenv("FAKE_TOTAL_GIB", "140")
-    monkeypatch.setenv("FAKE_WEIGHTS_GIB", "12")
+    monkeypatch.setenv("FAKE_WEIGHTS_GIB", f"{weights_gib:.4f}")
     monkeypatch.setenv("FAKE_KV_BYTES_PER_TOKEN", str(225_280))  # size_model's bytes per token in the window
     monkeypatch.setenv("PYTHONPATH", str(ROOT / "toolkit"))
     out = tmp / f"card-{card}.json"
@@ -247,3 +247,21 @@ def test_run_with_nothing_fitting_stops_at_one_sequence(fit: ModuleType, models:
         (131072, 22), (131072, 11), (131072, 5), (131072, 2), (131072, 1)]
     assert res["summary"]["fits"] is None and res["summary"]["shipped_error_kind"] == "no_kv_memory"
     assert len(argvs) == 5
+
+
+def test_weights_stand_in_gives_the_card_its_room(fit: ModuleType, models: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    counted = fit.bf16_weights_gib(models, "dflash")
+    # published: 25.2B text + ~0.55B vision parameters, at 2 bytes ~48 GiB, plus the drafter's ~1 GiB
+    assert 48.0 < counted < 50.0
+    # the fake loads what the folders hold at bf16
+    rc, res, _ = _run(fit, tmp_path, models, 24, monkeypatch, "--weights-stand-in", weights_gib=counted)
+    assert res["stand_in"] == {"bf16_weights_gib_counted": round(counted, 2), "recipe_weights_gib": 16.5}
+    assert res["extra_gib"] == pytest.approx(counted - 16.5, abs=0.001)
+    # left for activations and KV: 19.2 - 16.5 = 2.7 GiB, as on the card with its 4-bit weights; 22 sequences'
+    # activations (2.1 GiB) leave ~0.6 GiB, under 4096 tokens; 11 leave ~1.15 GiB, over
+    assert rc == 0
+    assert [(a["context"], a["max_num_seqs"], a["started"]) for a in res["attempts"]] == [
+        (131072, 22, False), (4096, 22, False), (4096, 11, True)]
+    assert res["summary"]["at"]["stand_in_residual_gib"] == pytest.approx(0.0, abs=0.011)
+    assert res["summary"]["at"]["available_kv_gib"] == pytest.approx(19.2 - 16.5 - 1.55, abs=0.02)
