@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -265,3 +266,38 @@ def test_weights_stand_in_gives_the_card_its_room(fit: ModuleType, models: Path,
         (131072, 22, False), (4096, 22, False), (4096, 11, True)]
     assert res["summary"]["at"]["stand_in_residual_gib"] == pytest.approx(0.0, abs=0.011)
     assert res["summary"]["at"]["available_kv_gib"] == pytest.approx(19.2 - 16.5 - 1.55, abs=0.02)
+
+
+def test_the_run_e2e_step_runs_one_card(tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run_e2e.sh fit:RECIPE:CARD`, the GPU session's one command per card, on a stage of its own: without the
+    installed wheel it says what is missing; with one (empty here: the fake stands in for vLLM) it writes
+    real_size.py's folders and the card's result."""
+    stage = tmp_path / "stage"
+    env = dict(os.environ, G4E2E_STAGE=str(stage), G4E2E_PIN="vllm-0.21.0", PYTHON=sys.executable)
+    env.pop("OUT", None)
+    script = ROOT / "tests" / "gpu" / "e2e" / "run_e2e.sh"
+    step = "fit:gemma4-26b-a4b-nvfp4-mtp:32"
+    proc = subprocess.run(["bash", str(script), step], capture_output=True, text=True, env=env, timeout=120)
+    assert "fit: overlaid wheel not installed (run prepare first)" in proc.stdout
+    for d in ("patched", "deps-serve", "deps"):
+        (stage / d).mkdir(parents=True, exist_ok=True)
+    (stage / "g4").symlink_to(ROOT / "toolkit")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "nvidia-smi").write_text('#!/usr/bin/env bash\n[[ "$*" == *query-gpu* ]] && echo 9.0 || echo GPU\n')
+    (bindir / "fake-vllm").write_text(f'#!/usr/bin/env bash\nexec {sys.executable} {FAKE} "$@"\n')
+    for f in bindir.iterdir():
+        f.chmod(0o755)
+    env.update(PATH=f"{bindir}{os.pathsep}{env['PATH']}", FAKE_CALLS=str(tmp_path / "calls.jsonl"),
+               FAKE_TOTAL_GIB="140", FAKE_WEIGHTS_GIB="12", FAKE_KV_BYTES_PER_TOKEN="225280",
+               G4E2E_FIT_ARGS=f"--vllm-command {bindir / 'fake-vllm'} --total-bytes {140 * GIB} "
+                              f"--port {_free_port()} --mtp-folder mtp-standin")
+    proc = subprocess.run(["bash", str(script), step], capture_output=True, text=True, env=env, timeout=300)
+    out = stage / "acc" / "fit-gemma4-26b-a4b-nvfp4-mtp-32.json"
+    assert out.is_file(), proc.stdout + proc.stderr
+    res = json.loads(out.read_text())
+    assert (stage / "real" / "meta.json").is_file()
+    assert res["drafter_folder"] == "mtp-standin" and res["util"] == 0.1828
+    assert res["summary"]["started_at_shipped"] is False and res["summary"]["fits"]["max_num_seqs"] == 22
+    argv = json.loads((tmp_path / "calls.jsonl").read_text().splitlines()[0])
+    assert json.loads(argv[argv.index("--speculative-config") + 1])["model"] == str(stage / "real" / "mtp-standin")
