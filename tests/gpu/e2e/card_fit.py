@@ -18,7 +18,8 @@ runs as written (bash, a `vllm` on PATH); an attempt ends when /health answers o
 logged is kept (vllm_log.py): weights, available KV cache, KV cache tokens, concurrency at the context, CUDA graph
 memory, the error. If the shipped context and max-num-seqs do not start: context halves (straight to the halving at
 or below vLLM's own "estimated maximum model length" when it names one) down to --min-context, then max-num-seqs
-halves; the first that starts ends the run, as does --limit (seconds, all attempts together).
+halves; the first that starts ends the run, as do --limit (seconds, all attempts together) and weights that alone
+exceed the budget.
 fold: one row per recipe x card: started at the shipped settings, the largest that started, vLLM's figures there.
 Heavy imports (torch) only inside run(), and only when --total-bytes is not given.
 """
@@ -96,7 +97,7 @@ def search(context: int, seqs: int, attempt: Callable[[int, int], dict[str, Any]
     while step is not None:
         row = attempt(*step)
         tries.append(row)
-        if row["started"] or row.get("timed_out") or not time_left():
+        if row["started"] or row.get("timed_out") or row.get("weights_exceed_budget") or not time_left():
             break
         step = next_step(step[0], step[1], row["vllm"], min_context)
     return tries
@@ -153,7 +154,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def one_attempt(args: argparse.Namespace, base_sets: dict[str, str], n: int, context: int, seqs: int,
-                deadline: float) -> dict[str, Any]:
+                deadline: float, budget_gib: float) -> dict[str, Any]:
     work = args.work / f"attempt-{n}"
     work.mkdir(parents=True, exist_ok=True)
     sets = dict(base_sets, **{"args.max-model-len": str(context), "args.max-num-seqs": str(seqs)})
@@ -185,6 +186,9 @@ def one_attempt(args: argparse.Namespace, base_sets: dict[str, str], n: int, con
     row["exit_code"] = proc.returncode
     text = log_path.read_text(errors="replace")
     row["vllm"] = vllm_log.parse(text)
+    weights = row["vllm"]["weights_gib"]
+    # weights alone over the budget: no smaller context or batch can start, the search ends here
+    row["weights_exceed_budget"] = weights is not None and weights >= budget_gib
     if not row["started"]:
         row["log_tail"] = text[-2500:]
     return row
@@ -234,7 +238,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     counter = iter(range(1, 100))
     res["attempts"] = search(
         res["shipped"]["context"], res["shipped"]["max_num_seqs"],
-        lambda c, s: one_attempt(args, sets, next(counter), c, s, deadline),
+        lambda c, s: one_attempt(args, sets, next(counter), c, s, deadline, res["budget_gib"]),
         min_context=args.min_context, time_left=lambda: time.perf_counter() < deadline)
     res["summary"] = summarize(res)
     res["seconds"] = round(time.perf_counter() - t0, 1)
@@ -271,6 +275,10 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
     if res.get("stand_in") and v["weights_gib"] is not None:
         # how far the counted bf16 weights missed what vLLM loaded: the card's KV room is off by this much
         row["at"]["stand_in_residual_gib"] = round(v["weights_gib"] - res["stand_in"]["bf16_weights_gib_counted"], 2)
+    if v["available_kv_gib"] is not None and v["max_concurrency"]:
+        # vLLM's KV cache per sequence of the context it started at, the drafter's layers included: what
+        # rule_vram's per-sequence estimate is held to
+        row["at"]["kv_gib_per_sequence"] = round(v["available_kv_gib"] / v["max_concurrency"], 3)
     if best and v["max_concurrency"] is not None:
         row["full_context_sequences_fit"] = v["max_concurrency"] >= best["max_num_seqs"]
     return row
@@ -280,7 +288,14 @@ def fold(paths: list[Path]) -> dict[str, Any]:
     rows = [summarize(json.loads(p.read_text())) for p in paths]
     table: dict[str, dict[str, Any]] = {}
     for row in sorted(rows, key=lambda r: (r["recipe"], r["card_gib"])):
-        table.setdefault(row["recipe"], {})[f"{row['card_gib']:g}"] = row
+        key = f"{row['card_gib']:g}"  # a budget grown beyond the card's is a different row, named by how
+        if row.get("stand_in"):
+            key += " stand-in"
+        elif row.get("extra_gib"):
+            key += f" +{row['extra_gib']:g} GiB"
+        if key in table.get(row["recipe"], {}):
+            raise SystemExit(f"two runs of {row['recipe']} at {key}: fold one of them")
+        table.setdefault(row["recipe"], {})[key] = row
     return {"runs": [p.name for p in paths], "table": table}
 
 

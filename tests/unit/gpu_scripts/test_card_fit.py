@@ -228,6 +228,7 @@ def test_run_steps_down_through_the_rendered_script_and_folds(fit: ModuleType, m
     assert summary["at"]["kv_tokens"] == 24279 and summary["at"]["max_concurrency"] == 1.48
     assert summary["at"]["overhead_gib"] == pytest.approx(2.1, abs=0.02)
     assert summary["full_context_sequences_fit"] is False
+    assert summary["at"]["kv_gib_per_sequence"] == pytest.approx(16384 * 225_280 / GIB, abs=0.01)
     # 96 GiB card: the shipped settings start
     rc96, res96, _ = _run(fit, tmp_path, models, 96, monkeypatch)
     assert rc96 == 0 and res96["summary"]["started_at_shipped"] is True
@@ -241,13 +242,16 @@ def test_run_steps_down_through_the_rendered_script_and_folds(fit: ModuleType, m
 def test_run_with_nothing_fitting_stops_at_one_sequence(fit: ModuleType, models: Path, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_NO_ESTIMATE", "1")
-    rc, res, argvs = _run(fit, tmp_path, models, 14, monkeypatch, "--min-context", "65536")
-    # 0.8 x 14 = 11.2 GiB < 12 GiB of weights: no KV memory at any setting
+    rc, res, argvs = _run(fit, tmp_path, models, 14, monkeypatch, "--min-context", "65536", weights_gib=10.2)
+    # 0.8 x 14 = 11.2 GiB, 10.2 GiB of weights, at least 1.05 GiB of activations: no KV memory at any setting
     assert rc == 1
     assert [(a["context"], a["max_num_seqs"]) for a in res["attempts"]] == [
         (131072, 22), (131072, 11), (131072, 5), (131072, 2), (131072, 1)]
     assert res["summary"]["fits"] is None and res["summary"]["shipped_error_kind"] == "no_kv_memory"
     assert len(argvs) == 5
+    # weights over the budget: one attempt, nothing smaller can start
+    rc, res, argvs = _run(fit, tmp_path, models, 14, monkeypatch, weights_gib=12.0)
+    assert rc == 1 and len(argvs) == 1 and res["attempts"][0]["weights_exceed_budget"] is True
 
 
 def test_weights_stand_in_gives_the_card_its_room(fit: ModuleType, models: Path, tmp_path: Path,
@@ -266,6 +270,10 @@ def test_weights_stand_in_gives_the_card_its_room(fit: ModuleType, models: Path,
         (131072, 22, False), (4096, 22, False), (4096, 11, True)]
     assert res["summary"]["at"]["stand_in_residual_gib"] == pytest.approx(0.0, abs=0.011)
     assert res["summary"]["at"]["available_kv_gib"] == pytest.approx(19.2 - 16.5 - 1.55, abs=0.02)
+    folded = fit.fold([tmp_path / "card-24.json"])
+    assert list(folded["table"]["gemma4-26b-a4b-nvfp4-dflash"]) == ["24 stand-in"]
+    with pytest.raises(SystemExit, match="two runs of gemma4-26b-a4b-nvfp4-dflash at 24 stand-in"):
+        fit.fold([tmp_path / "card-24.json", tmp_path / "card-24.json"])
 
 
 def test_the_run_e2e_step_runs_one_card(tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
