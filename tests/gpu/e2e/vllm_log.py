@@ -26,9 +26,10 @@ import re
 from typing import Any
 
 _NUM = r"([0-9]+(?:\.[0-9]+)?)"
+_SIGNED = r"(-?[0-9]+(?:\.[0-9]+)?)"  # the available KV memory is logged before the check, below zero too
 INFO = {
     "weights": re.compile(rf"Model loading took {_NUM} GiB memory and {_NUM} seconds"),
-    "available_kv": re.compile(rf"Available KV cache memory: {_NUM} GiB"),
+    "available_kv": re.compile(rf"Available KV cache memory: {_SIGNED} GiB"),
     "kv_tokens": re.compile(r"GPU KV cache size: ([0-9][0-9,]*) tokens"),
     "concurrency": re.compile(rf"Maximum concurrency for ([0-9][0-9,]*) tokens per request: {_NUM}x"),
     "graph_estimate": re.compile(rf"Estimated CUDA graph memory: {_NUM} GiB total"),

@@ -43,12 +43,12 @@ def main() -> None:
     per_token = float(os.environ["FAKE_KV_BYTES_PER_TOKEN"])
     say("gpu_model_runner.py:4960", f"Model loading took {gib(weights)} GiB memory and 12.345678 seconds")
     available = budget - weights - overhead
+    say("gpu_model_runner.py:6145", "Estimated CUDA graph memory: 0.42 GiB total")
+    say("gpu_worker.py:463", f"Available KV cache memory: {gib(available)} GiB")  # logged before the check
     if available <= 0:
         fail("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
              "initializing the engine. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ "
              "for more details.")
-    say("gpu_model_runner.py:6145", "Estimated CUDA graph memory: 0.42 GiB total")
-    say("gpu_worker.py:463", f"Available KV cache memory: {gib(available)} GiB")
     needed = context * per_token
     if needed > available:
         longest = int(available // per_token)
