@@ -151,6 +151,26 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    # the engine core outlives the script's own process by a moment; memory it frees while the next attempt
+    # profiles fails that one (vLLM's "Error in memory profiling"), so wait until the whole group is gone
+    for i in range(60):
+        if not group_alive(proc.pid):
+            return
+        if i == 30:
+            os.killpg(proc.pid, signal.SIGKILL)
+        time.sleep(1)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of the group still runs (zombies left to a container's non-reaping init do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def one_attempt(args: argparse.Namespace, base_sets: dict[str, str], n: int, context: int, seqs: int,

@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -310,3 +311,20 @@ def test_the_run_e2e_step_runs_one_card(tmp_path: Path, models: Path, monkeypatc
     assert res["summary"]["started_at_shipped"] is False and res["summary"]["fits"]["max_num_seqs"] == 22
     argv = json.loads((tmp_path / "calls.jsonl").read_text().splitlines()[0])
     assert json.loads(argv[argv.index("--speculative-config") + 1])["model"] == str(stage / "real" / "mtp-standin")
+
+
+def test_stop_waits_for_the_whole_process_group(fit: ModuleType, tmp_path: Path) -> None:
+    """The script's child (vLLM's engine core) outlives the script: stop() returns only once it is gone."""
+    marker, ready = tmp_path / "child-ended", tmp_path / "child-ready"
+    child = ("import pathlib, signal, sys, time\n"
+             f"def bye(*a):\n time.sleep(2); pathlib.Path({str(marker)!r}).touch(); sys.exit(0)\n"
+             f"signal.signal(signal.SIGINT, bye); pathlib.Path({str(ready)!r}).touch()\n"
+             "while True: time.sleep(0.1)\n")
+    parent = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}])\n"
+              "try:\n while True: time.sleep(0.1)\nexcept KeyboardInterrupt:\n pass\n")
+    proc = subprocess.Popen([sys.executable, "-c", parent], start_new_session=True)
+    while not ready.exists():
+        time.sleep(0.1)
+    fit.stop(proc)
+    assert marker.exists()
+    assert not fit.group_alive(proc.pid)
