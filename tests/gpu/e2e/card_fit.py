@@ -21,7 +21,7 @@ or below vLLM's own "estimated maximum model length" when it names one) down to 
 halves; the first that starts ends the run, as do --limit (seconds, all attempts together) and weights that alone
 exceed the budget.
 fold: one row per recipe x card: started at the shipped settings, the largest that started, vLLM's figures there.
-Heavy imports (torch) only inside run(), and only when --total-bytes is not given.
+No torch here: the device's total is read by a child python (unless --total-bytes gives it).
 """
 
 from __future__ import annotations
@@ -113,9 +113,15 @@ def recipe_values(recipe: str, g4build: list[str]) -> dict[str, Any]:
 
 
 def device_total_bytes() -> int:
-    import torch  # only on the GPU machine
-
-    return int(torch.cuda.mem_get_info()[1])  # the total vLLM's request_memory multiplies
+    """The total vLLM's request_memory multiplies (torch.cuda.mem_get_info), read in a process of its own: a CUDA
+    context held here for the whole run would sit beside every attempt's."""
+    code = "import torch; print(torch.cuda.mem_get_info()[1])"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        raise SystemExit(f"torch could not read the device's memory (exit {proc.returncode}): {last[-300:]}; "
+                         "run on the GPU machine's python, or give --total-bytes")
+    return int(proc.stdout.split()[-1])
 
 
 def render(args: argparse.Namespace, work: Path, sets: dict[str, str]) -> tuple[list[str], Path]:

@@ -234,7 +234,10 @@ def test_run_steps_down_through_the_rendered_script_and_folds(fit: ModuleType, m
     rc96, res96, _ = _run(fit, tmp_path, models, 96, monkeypatch)
     assert rc96 == 0 and res96["summary"]["started_at_shipped"] is True
     assert len(res96["attempts"]) == 1
-    folded = fit.fold([tmp_path / "card-24.json", tmp_path / "card-96.json"])
+    assert fit.main(["fold", str(tmp_path / "card-24.json"), str(tmp_path / "card-96.json"), "--json",
+                     str(tmp_path / "fold.json")]) == 0
+    folded = json.loads((tmp_path / "fold.json").read_text())
+    assert folded["runs"] == ["card-24.json", "card-96.json"]
     row = folded["table"]["gemma4-26b-a4b-nvfp4-dflash"]
     assert set(row) == {"24", "96"}
     assert row["24"]["fits"]["context"] == 16384 and row["96"]["started_at_shipped"] is True
@@ -328,3 +331,12 @@ def test_stop_waits_for_the_whole_process_group(fit: ModuleType, tmp_path: Path)
     fit.stop(proc)
     assert marker.exists()
     assert not fit.group_alive(proc.pid)
+
+
+def test_without_torch_the_total_is_a_clear_error(fit: ModuleType, monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    (tmp_path / "torch.py").write_text("raise ImportError('no torch here')\n")  # shadows any installed torch
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    want = r"torch could not read the device's memory \(exit 1\): ImportError: no torch here; run on"
+    with pytest.raises(SystemExit, match=want):
+        fit.device_total_bytes()
