@@ -97,7 +97,7 @@ def search(context: int, seqs: int, attempt: Callable[[int, int], dict[str, Any]
     while step is not None:
         row = attempt(*step)
         tries.append(row)
-        if row["started"] or row.get("timed_out") or row.get("weights_exceed_budget") or not time_left():
+        if row["started"] or row.get("timed_out") or row.get("stop_search") or not time_left():
             break
         step = next_step(step[0], step[1], row["vllm"], min_context)
     return tries
@@ -184,7 +184,11 @@ def one_attempt(args: argparse.Namespace, base_sets: dict[str, str], n: int, con
     work = args.work / f"attempt-{n}"
     work.mkdir(parents=True, exist_ok=True)
     sets = dict(base_sets, **{"args.max-model-len": str(context), "args.max-num-seqs": str(seqs)})
-    cmd, script = render(args, work, sets)
+    try:
+        cmd, script = render(args, work, sets)
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:  # recorded: the attempts before it stay
+        return {"context": context, "max_num_seqs": seqs, "started": False, "stop_search": True,
+                "vllm": dict(vllm_log.parse(""), error_kind="render", error=str(exc)[:600])}
     env = launch_env(os.environ, vllm_shim(work, args.vllm_command))
     log_path = work / "server.log"
     row: dict[str, Any] = {"context": context, "max_num_seqs": seqs, "started": False, "timed_out": False,
@@ -214,7 +218,7 @@ def one_attempt(args: argparse.Namespace, base_sets: dict[str, str], n: int, con
     row["vllm"] = vllm_log.parse(text)
     weights = row["vllm"]["weights_gib"]
     # weights alone over the budget: no smaller context or batch can start, the search ends here
-    row["weights_exceed_budget"] = weights is not None and weights >= budget_gib
+    row["weights_exceed_budget"] = row["stop_search"] = weights is not None and weights >= budget_gib
     if not row["started"]:
         row["log_tail"] = text[-2500:]
     return row

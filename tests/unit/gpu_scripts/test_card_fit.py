@@ -198,8 +198,8 @@ def _run(fit: ModuleType, tmp: Path, models: Path, card: int, monkeypatch: pytes
     rc = fit.main(["run", "--recipe", "gemma4-26b-a4b-nvfp4-dflash", "--card-gib", str(card), "--models",
                    str(models), "--json", str(out), "--total-bytes", str(140 * GIB), "--port", str(_free_port()),
                    "--vllm-command", f"{sys.executable} {FAKE}", "--limit", "240", *extra])
-    argvs = [json.loads(ln) for ln in calls.read_text().splitlines()]
-    calls.unlink()
+    argvs = [json.loads(ln) for ln in calls.read_text().splitlines()] if calls.exists() else []
+    calls.unlink(missing_ok=True)
     return rc, json.loads(out.read_text()), argvs
 
 
@@ -340,3 +340,13 @@ def test_without_torch_the_total_is_a_clear_error(fit: ModuleType, monkeypatch: 
     want = r"torch could not read the device's memory \(exit 1\): ImportError: no torch here; run on"
     with pytest.raises(SystemExit, match=want):
         fit.device_total_bytes()
+
+
+def test_a_render_that_fails_is_recorded(fit: ModuleType, models: Path, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A --set the recipe refuses: the run's JSON says why instead of a traceback, and no server was started."""
+    rc, res, argvs = _run(fit, tmp_path, models, 32, monkeypatch, "--set", "args.no-such-flag=1")
+    assert rc == 1 and argvs == []
+    (row,) = res["attempts"]
+    assert row["vllm"]["error_kind"] == "render"
+    assert row["vllm"]["error"].startswith("recipe render exited ")
