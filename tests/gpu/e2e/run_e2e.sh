@@ -42,6 +42,9 @@
 #                  calls back to back); wait:A+B+... waits for them (G4E2E_TRAIN_WAIT seconds, default 480)
 #   serve-deps     install the server's dependency wheels (.device/serve-whl/, tests/gpu/e2e/serve-wheels.txt; carried
 #                  with any transfer: stash keeps them)
+#   fit:RECIPE:CARD_GIB  RECIPE's launch script as rendered, in CARD_GIB's share of this GPU, stepping context and
+#                  max-num-seqs down until it starts (card_fit.py; real_size.py's folders in $stage/real; results
+#                  $stage/acc/fit-RECIPE-CARD[-$G4E2E_FIT_LABEL].json; more card_fit.py arguments in G4E2E_FIT_ARGS)
 #   serve:RECIPE:DRAFTER  render RECIPE's bash launch script with `g4build recipe render`, run it, talk to the
 #                  `vllm serve` it starts (serve_route.py; results in $stage/acc/serve-DRAFTER.json)
 #
@@ -418,6 +421,28 @@ serve_run() {  # RECIPE DRAFTER
 }
 
 
+fit_run() {  # RECIPE CARD_GIB: RECIPE's launch script in the card's share of this GPU (card_fit.py, issue 52)
+  local recipe=$1 card=$2 rc=0 kv
+  [ -d "$stage/patched" ] || { echo "fit: overlaid wheel not installed (run prepare first)"; return 7; }
+  [ -d "$stage/deps-serve" ] || { echo "fit: server dependencies not installed (run serve-deps)"; return 7; }
+  [ -f "$stage/real/meta.json" ] || "$py" "$here/real_size.py" "$stage/real" || return 7
+  mkdir -p "$stage/acc" "$stage/logs"
+  local -a extra=()
+  for kv in ${G4E2E_SERVE_SET:-}; do extra+=(--set "$kv"); done
+  for kv in ${G4E2E_FIT_ARGS:-}; do extra+=("$kv"); done  # e.g. --weights-stand-in --mtp-folder mtp-standin
+  local name=fit-$recipe-$card${G4E2E_FIT_LABEL:+-$G4E2E_FIT_LABEL}
+  say "card fit: $recipe in $card GiB"
+  rm -rf "$stage/$name"
+  env PYTHONPATH="$(runpath patched "$stage/deps-serve" "$here")" timeout -k 30 "$run_limit" "$py" \
+    "$here/card_fit.py" run --recipe "$recipe" --card-gib "$card" --models "$stage/real" \
+    --work "$stage/$name" --json "$stage/acc/$name.json" --limit $(( run_limit - 45 )) \
+    --g4build "env PYTHONPATH=$stage/g4:$stage/deps $py -m g4build" --set "pin=$pin" "${extra[@]}" \
+    > "$stage/logs/$name.log" 2>&1 || rc=$?
+  say "card fit $name exited $rc"
+  [ -z "${OUT:-}" ] || cp "$stage/acc/$name.json" "$OUT"/ 2>/dev/null || true
+  tail -4 "$stage/logs/$name.log"
+}
+
 rendered_retention() {  # the --prefix-cache-retention-interval `g4build recipe render` writes for $pin's drafter
   # recipes (DFlash's; MTP's must agree): the value the acceptance runs then use, so they run what users get
   local recipe value first=
@@ -497,6 +522,7 @@ for s in "$@"; do
     wait:*) step_wait "${s#wait:}" || { echo "step $s failed ($?)"; status=1; } ;;
     serve-deps) step_serve_deps || { echo "step serve-deps failed ($?)"; status=1; } ;;
     serve:*:*) v=${s#serve:}; serve_run "${v%%:*}" "${v#*:}" ;;
+    fit:*:*) v=${s#fit:}; fit_run "${v%%:*}" "${v#*:}" ;;
     acc:*:*) v=${s#acc:}; acc_run "${v%%:*}" "${v#*:}" ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac
