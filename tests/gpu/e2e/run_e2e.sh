@@ -432,7 +432,7 @@ fit_run() {  # RECIPE CARD_GIB: RECIPE's launch script in the card's share of th
   for kv in ${G4E2E_FIT_ARGS:-}; do extra+=("$kv"); done  # e.g. --weights-stand-in --mtp-folder mtp-standin
   local name=fit-$recipe-$card${G4E2E_FIT_LABEL:+-$G4E2E_FIT_LABEL}
   say "card fit: $recipe in $card GiB"
-  rm -rf "$stage/$name"
+  rm -rf "${stage:?}/${name:?}"
   env PYTHONPATH="$(runpath patched "$stage/deps-serve" "$here")" timeout -k 30 "$run_limit" "$py" \
     "$here/card_fit.py" run --recipe "$recipe" --card-gib "$card" --models "$stage/real" \
     --work "$stage/$name" --json "$stage/acc/$name.json" --limit $(( run_limit - 45 )) \

@@ -63,10 +63,10 @@ def test_an_h200_with_a_sm120_wheel_stops_before_anything_is_installed(tmp_path:
     result = stubs.run(script)
     assert result.returncode == EXIT_OTHER_GPU == 20
     assert (f"error: {STOPPED} 12.0f (compute capability 12.0 to 12.9) only, but no GPU here can run them: on "
-            "such a GPU some of its kernels fail and others silently do nothing (garbage output, no error). "
+            "such a GPU some of its kernels fail and others may return without running (wrong output, no error). "
             "nvidia-smi reports: 9.0\n") in result.stderr
-    assert ("hint: build a wheel for this GPU (g4build wheel --arch smXY for compute capability X.Y, e.g. sm90 "
-            "for 9.0) or render this script again without --wheel to use the registry's wheel; "
+    assert ("hint: build a wheel for this GPU (g4build wheel --arch smXY --os OS for compute capability X.Y, e.g. "
+            "sm90 for 9.0) or render this script again without --wheel to use the registry's wheel; "
             "G4BUILD_ALLOW_OTHER_GPU=1 runs anyway (exit 20 otherwise).") in result.stderr
     assert stubs.programs() == ["nvidia-smi"]  # no pip, no vllm
     header = script.read_text(encoding="utf-8")

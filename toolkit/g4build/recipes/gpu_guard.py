@@ -81,14 +81,15 @@ def parse_kernel_archs(text: str, where: str) -> tuple[KernelTarget, ...]:
     items = [item for item in re.split(r"[;\s]+", text.strip()) if item]
     if not items or len(items) > MAX_TARGETS:
         raise RecipeError(f"{where}: expected 1 to {MAX_TARGETS} GPU arch entries, found {len(items)} in "
-                          f"{text[:80]!r}", hint="rebuild the wheel with `g4build wheel --arch ...`")
+                          f"{text[:80]!r}", hint="rebuild the wheel with `g4build wheel --arch ... --os ...`")
     found = []
     for item in items:
         m = _DOTTED.fullmatch(item) or _SM.fullmatch(item)
         if m is None or int(m[1]) == 0:
             raise RecipeError(f"{where}: expected GPU arch entries such as 9.0, 9.0a, 12.0f, sm120 (optionally "
                               f"+PTX), found {item[:40]!r}",
-                              hint="rebuild the wheel with `g4build wheel --arch ...`, or render without --wheel")
+                              hint="rebuild the wheel with `g4build wheel --arch ... --os ...`, or render without "
+                                   "--wheel")
         found.append(KernelTarget(major=int(m[1]), minor=int(m[2]), suffix=m[3].lower(), ptx=m[4] is not None))
     return tuple(dict.fromkeys(found))
 
@@ -114,12 +115,12 @@ def described(targets: tuple[KernelTarget, ...]) -> str:
 def _messages(targets: tuple[KernelTarget, ...], shell: str) -> tuple[str, str, str]:
     built = described(targets)
     error = (f"error: this wheel was built by g4build with GPU kernels for {built} only, but no GPU here can run "
-             "them: on such a GPU some of its kernels fail and others silently do nothing (garbage output, no "
-             "error). nvidia-smi reports: ")
+             "them: on such a GPU some of its kernels fail and others may return without running (wrong output, "
+             "no error). nvidia-smi reports: ")
     route = "render this script again without --wheel to use the registry's wheel" if shell == "bash" else \
         "use the registry's wheel in WSL (render --shell bash without --wheel)"
-    hint = (f"hint: build a wheel for this GPU (g4build wheel --arch smXY for compute capability X.Y, e.g. sm90 "
-            f"for 9.0) or {route}; {ALLOW_ENV}=1 runs anyway (exit {EXIT_OTHER_GPU} otherwise).")
+    hint = (f"hint: build a wheel for this GPU (g4build wheel --arch smXY --os OS for compute capability X.Y, e.g. "
+            f"sm90 for 9.0) or {route}; {ALLOW_ENV}=1 runs anyway (exit {EXIT_OTHER_GPU} otherwise).")
     note = f"warning: {ALLOW_ENV}=1: serving on a GPU this wheel has no kernels for"
     return error, hint, note
 

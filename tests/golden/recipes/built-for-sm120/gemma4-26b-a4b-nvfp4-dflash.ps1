@@ -66,9 +66,9 @@ foreach ($cap in $caps) {
     }
 }
 if (-not $gpuFits) {
-    [Console]::Error.WriteLine('error: this wheel was built by g4build with GPU kernels for 12.0f (compute capability 12.0 to 12.9) only, but no GPU here can run them: on such a GPU some of its kernels fail and others silently do nothing (garbage output, no error). nvidia-smi reports: ' + ($caps -join ' '))
+    [Console]::Error.WriteLine('error: this wheel was built by g4build with GPU kernels for 12.0f (compute capability 12.0 to 12.9) only, but no GPU here can run them: on such a GPU some of its kernels fail and others may return without running (wrong output, no error). nvidia-smi reports: ' + ($caps -join ' '))
     if ($env:G4BUILD_ALLOW_OTHER_GPU -ne '1') {
-        [Console]::Error.WriteLine('hint: build a wheel for this GPU (g4build wheel --arch smXY for compute capability X.Y, e.g. sm90 for 9.0) or use the registry''s wheel in WSL (render --shell bash without --wheel); G4BUILD_ALLOW_OTHER_GPU=1 runs anyway (exit 20 otherwise).')
+        [Console]::Error.WriteLine('hint: build a wheel for this GPU (g4build wheel --arch smXY --os OS for compute capability X.Y, e.g. sm90 for 9.0) or use the registry''s wheel in WSL (render --shell bash without --wheel); G4BUILD_ALLOW_OTHER_GPU=1 runs anyway (exit 20 otherwise).')
         exit 20
     }
     [Console]::Error.WriteLine('warning: G4BUILD_ALLOW_OTHER_GPU=1: serving on a GPU this wheel has no kernels for')

@@ -61,9 +61,9 @@ while IFS= read -r cap; do
   fi
 done <<< "${caps:-}"
 if [[ "${gpu_fits}" -ne 1 ]]; then
-  echo 'error: this wheel was built by g4build with GPU kernels for 12.0f (compute capability 12.0 to 12.9) only, but no GPU here can run them: on such a GPU some of its kernels fail and others silently do nothing (garbage output, no error). nvidia-smi reports: '"${caps//$'\n'/ }" >&2
+  echo 'error: this wheel was built by g4build with GPU kernels for 12.0f (compute capability 12.0 to 12.9) only, but no GPU here can run them: on such a GPU some of its kernels fail and others may return without running (wrong output, no error). nvidia-smi reports: '"${caps//$'\n'/ }" >&2
   if [[ "${G4BUILD_ALLOW_OTHER_GPU:-}" != 1 ]]; then
-    echo 'hint: build a wheel for this GPU (g4build wheel --arch smXY for compute capability X.Y, e.g. sm90 for 9.0) or render this script again without --wheel to use the registry'\''s wheel; G4BUILD_ALLOW_OTHER_GPU=1 runs anyway (exit 20 otherwise).' >&2
+    echo 'hint: build a wheel for this GPU (g4build wheel --arch smXY --os OS for compute capability X.Y, e.g. sm90 for 9.0) or render this script again without --wheel to use the registry'\''s wheel; G4BUILD_ALLOW_OTHER_GPU=1 runs anyway (exit 20 otherwise).' >&2
     exit 20
   fi
   echo 'warning: G4BUILD_ALLOW_OTHER_GPU=1: serving on a GPU this wheel has no kernels for' >&2
