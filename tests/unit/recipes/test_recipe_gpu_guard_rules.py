@@ -7,10 +7,19 @@ import pytest
 
 from g4build.errors import RecipeError
 from g4build.recipes.gpu_guard import KernelTarget, condition, parse_kernel_archs, recorded_archs
+from g4build.validate.fatbin import Arch, FatbinEntry
 
 FORMS = ["8.0", "8.6", "9.0", "9.0a", "10.0f", "12.0", "12.0a", "12.0f", "12.1a", "8.0+PTX", "9.0a+PTX",
          "12.0f+PTX", "sm120", "sm_90a", "SM_120F", "12.0+ptx"]
 PY_OPS = {"eq": "==", "ge": ">=", "gt": ">", "and": "and", "or": "or"}
+
+
+def fatbin_says(t: KernelTarget, major: int, minor: int) -> bool:
+    """validate's model of a fatbin entry (CUDA's rules): the SASS nvcc embeds, and its PTX with +PTX."""
+    gpu, arch = Arch(major=major, minor=minor), Arch(major=t.major, minor=t.minor, suffix=t.suffix)
+    sass = FatbinEntry(kind="sass", arch=arch, size=0, compression=None)
+    ptx = FatbinEntry(kind="ptx", arch=arch, size=0, compression=None)
+    return sass.runs_on(gpu) or (t.ptx and ptx.jits_for(gpu))
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -20,12 +29,12 @@ def test_the_scripts_condition_is_cudas_rule(form: str) -> None:
     for major in range(5, 16):
         for minor in range(10):
             scripted = eval(test, {}, {"cap_major": major, "cap_minor": minor})
-            assert scripted == target.runs_on(major, minor), (form, major, minor, test)
+            assert scripted == fatbin_says(target, major, minor), (form, major, minor, test)
 
 
 def test_the_rules_named() -> None:
     def runs(form: str, cc: tuple[int, int]) -> bool:
-        return any(t.runs_on(*cc) for t in parse_kernel_archs(form, "test"))
+        return any(fatbin_says(t, *cc) for t in parse_kernel_archs(form, "test"))
 
     assert runs("12.0f", (12, 1)) and not runs("12.0f", (9, 0)) and not runs("12.0f", (13, 0))
     assert runs("8.0", (8, 9)) and not runs("8.0", (9, 0))  # SASS: same major, newer minor

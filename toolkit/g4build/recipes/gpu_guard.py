@@ -31,7 +31,6 @@ from typing import Literal
 
 from g4build.errors import RecipeError
 from g4build.util.shellquote import bash_quote, ps_quote
-from g4build.validate.fatbin import Arch, FatbinEntry
 
 EXIT_OTHER_GPU = 20  # the launch script's exit code for a GPU the wheel has no kernels for
 ALLOW_ENV = "G4BUILD_ALLOW_OTHER_GPU"
@@ -59,13 +58,6 @@ class KernelTarget:
         if self.suffix == "a":
             return "exact"
         return "forward" if self.ptx and not self.suffix else "major"
-
-    def runs_on(self, major: int, minor: int) -> bool:
-        """By ``validate``'s model of a fatbin entry (``reach``, which the scripts test, must agree with it)."""
-        gpu, arch = Arch(major=major, minor=minor), Arch(major=self.major, minor=self.minor, suffix=self.suffix)
-        sass = FatbinEntry(kind="sass", arch=arch, size=0, compression=None)
-        ptx = FatbinEntry(kind="ptx", arch=arch, size=0, compression=None)
-        return sass.runs_on(gpu) or (self.ptx and ptx.jits_for(gpu))  # +PTX: nvcc embeds both
 
     def covers(self) -> str:
         """Which compute capabilities it runs on, in words."""
