@@ -26,9 +26,6 @@ from g4build.data import load_yaml_mapping, require
 from g4build.errors import ConfigError
 from g4build.series.deps import KERNEL_PROFILES, BuildSeries
 
-ACCOUNTED_ARCHS = ("sm120",)
-
-
 @dataclass(frozen=True, kw_only=True)
 class UnitGroup:
     group: str
