@@ -14,7 +14,8 @@
 #                                        the first leaves idle); start the e2e stage's deps, serve-deps and
 #                                        training in the background
 #   wheel_runs_session.sh wait SECONDS   wait for the builds (ninja's [N/M] each minute); exit 0 once all ended;
-#                                        with G4_BRING=1 then also collect and `bring ARCH 1 3` in the same call
+#                                        with G4_BRING=1 then also collect and bring the first build's wheel
+#                                        parts 1-3 in the same call
 #   wheel_runs_session.sh e2e STEPS...   run_e2e.sh `built` with the sm_90 wheel, then STEPS (acc:..., serve:...)
 #   wheel_runs_session.sh bring ARCH [N [C]] parts N..N+C-1 (C: 4) of ARCH's wheel into $OUT/ARCH/<n> (15 MiB)
 #   wheel_runs_session.sh unpack DIR     stage wheel parts brought back earlier (DIR/<arch>/<n>/), join when whole
@@ -84,10 +85,12 @@ wait)
   done
   any && exit 3
   # G4_BRING=1: in the same call (a machine goes back ~30 s after a call: a pause must not lose the build), the
-  # logs and the first three parts of each built wheel (the call's 8 files: the logs' tgz and 3 parts of 2 files)
+  # logs and the first three parts of the first build's wheel (a call returns 8 files: the logs' tgz and 3 parts
+  # of 2 files); a second build's wheel comes back by `bring` in the calls after
+  first=${builds%% *}
   if [ -n "${G4_BRING:-}" ]; then
     bash "$0" collect >/dev/null
-    for a in $builds; do [ -z "$(wheel_of "$a")" ] || bash "$0" bring "$a" 1 3; done
+    [ -z "$first" ] || [ -z "$(wheel_of "$first")" ] || bash "$0" bring "$first" 1 3
   fi
   exit 0 ;;
 e2e)
@@ -96,7 +99,7 @@ e2e)
   G4E2E_WHEEL=$whl bash tests/gpu/e2e/run_e2e.sh wait:train+train-mtp built "$@" ;;
 bring)
   # a built wheel back to the calling machine in parts (a call returns 8 files of 16 MiB at most: 4 parts and
-  # their parts.json), so that a lost machine does not lose the build: `bring ARCH N` returns parts N..N+3
+  # their parts.json), so that a lost machine does not lose the build: `bring ARCH N C` returns parts N..N+C-1
   arch=${1:?bring ARCH [FIRST [COUNT]]}; first=${2:-1}; count=${3:-4}; whl=$(wheel_of "$arch")
   [ -n "$whl" ] || { echo "no $arch wheel"; exit 7; }
   b=$G4S/bring-$arch

@@ -136,6 +136,18 @@ def test_the_wait_that_sees_the_build_end_brings_it_back_in_the_same_call(tmp_pa
     returned = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*") if p.is_file())
     assert returned == ["sm90/1/part", "sm90/1/parts.json", "sm90/2/part", "sm90/2/parts.json", "sm90/3/part",
                         "sm90/3/parts.json", "wheel-runs.tgz"]
+    # two builds: the first one's parts only, so the call stays within its 8 files
+    (g4s / "work-sm120" / "wheels").mkdir(parents=True)
+    (g4s / "work-sm120" / "wheels" / whl.name.replace("g4.0123456789", "g4.9876543210")).write_bytes(b"x" * 1000)
+    (g4s / "build-sm120.pid").write_text("1\n")
+    (g4s / "build-sm120.rc").write_text("0\n")
+    (g4s / "results" / "sm120").mkdir(parents=True)
+    (tmp_path / "both").mkdir()
+    both = subprocess.run(["bash", str(SESSION), "wait", "5"], capture_output=True, text=True, timeout=300,
+                          env=dict(env, G4_BUILDS="sm90 sm120", OUT=str(tmp_path / "both")))
+    assert both.returncode == 0, both.stdout + both.stderr
+    assert sorted(str(p.relative_to(tmp_path / "both")) for p in (tmp_path / "both").rglob("*") if p.is_file()) \
+        == returned
     # without it, or while a build runs, nothing is brought
     (tmp_path / "out2").mkdir()
     quiet = subprocess.run(["bash", str(SESSION), "wait", "5"], capture_output=True, text=True, timeout=300,

@@ -26,6 +26,7 @@ from g4build.data import load_yaml_mapping, require
 from g4build.errors import ConfigError
 from g4build.series.deps import KERNEL_PROFILES, BuildSeries
 
+
 @dataclass(frozen=True, kw_only=True)
 class UnitGroup:
     group: str
