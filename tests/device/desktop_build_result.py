@@ -53,9 +53,11 @@ def result(results: Path, arch: str, cores: int, machine: str, commands: list[st
     ninja = summary["ninja"] or {}
     peak = peak_memory_gb(results / "ram.kb")
     jobs = int(env["MAX_JOBS"]) if str(env.get("MAX_JOBS", "")).isdigit() else None
+    options = manifest.get("build_options") or {}
+    profile = "".join(f" --{k.replace('_', '-')} {v}" for k, v in sorted(options.items()) if v != "all")
     return {
-        "what": f"g4build wheel --arch {arch} --os linux --no-flashinfer, timed on {cores} cores (written by "
-                "tests/device/desktop_build_result.py)",
+        "what": f"g4build wheel --arch {arch} --os linux --no-flashinfer{profile}, timed on {cores} cores "
+                "(written by tests/device/desktop_build_result.py)",
         "machine": machine,
         "commands": commands,
         "build_options": manifest.get("build_options"),

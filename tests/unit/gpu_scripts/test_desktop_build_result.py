@@ -1,0 +1,52 @@
+"""tests/device/desktop_build_result.py: a timed build's figures read from what the session collected, each from
+its own file (the command's seconds from build_vllm_wheel.sh's last line, jobs from the manifest, the peak from
+the memory samples in kB), and no result without the command's closing line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "device" / "desktop_build_result.py"
+
+
+def _results(root: Path, *, ended: bool) -> Path:
+    d = root / "results" / "sm120"
+    d.mkdir(parents=True)
+    (d / "ninja_log").write_text("# ninja log v7\n"
+                                 "0\t300000\t0\tCMakeFiles/_vllm_fa2_C.dir/src/flash_fwd_split_hdim128_fp16_sm80.cu.o\ta\n"
+                                 "0\t100000\t0\tCMakeFiles/_C.dir/csrc/layernorm_kernels.cu.o\tb\n"
+                                 "100000\t200000\t0\tCMakeFiles/_C.dir/csrc/cache_kernels.cu.o\tc\n"
+                                 "300000\t310000\t0\t_C.abi3.so\td\n")
+    (d / "build-out-tail.txt").write_text("built in 350s\n" + ("g4build wheel exited 0 after 351 s\n" if ended else ""))
+    (d / "build.rc").write_text("0\n")
+    (d / "g4build-state.json").write_text(json.dumps({"done": {"vllm": {"seconds": 320.5}}}))
+    (d / "build-manifest.json").write_text(json.dumps({
+        "env": {"MAX_JOBS": "2", "TORCH_CUDA_ARCH_LIST": "12.0f"},
+        "build_options": {"flash_attn": "all", "kernels": "gemma4"}, "wheels": ["vllm-x.whl"]}))
+    (root / "results" / "ram.kb").write_text("500000\n6000000\n1000\n")  # 6,000,000 kB = 6.1 GB
+    return root / "results"
+
+
+def _run(results: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), "--results", str(results), "--cores", "2", "--machine", "m",
+                           "--out", str(out)], capture_output=True, text=True, check=False)
+
+
+def test_the_figures_come_from_the_runs_own_files(tmp_path: Path) -> None:
+    done = _run(_results(tmp_path, ended=True), tmp_path / "r.json")
+    assert done.returncode == 0, done.stderr
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["what"].startswith("g4build wheel --arch sm120 --os linux --no-flashinfer --kernels gemma4, timed on 2")
+    assert r["command"] == {"rc": 0, "seconds": 351, "minutes": 5.8} and r["vllm_step_s"] == 320.5
+    assert (r["jobs"], r["units"], r["cpu_seconds"], r["span_s"]) == (2, 3, 500, 310)
+    assert r["packing_bound_s"] == 300  # the longest unit outweighs 500 CPU-seconds over 2 cores
+    assert r["peak_memory_gb"] == 6.1 and r["peak_gb_per_job"] == 3.05 and r["wheels"] == ["vllm-x.whl"]
+
+
+def test_a_build_that_did_not_end_writes_nothing(tmp_path: Path) -> None:
+    done = _run(_results(tmp_path, ended=False), tmp_path / "r.json")
+    assert done.returncode != 0 and "no 'g4build wheel exited RC after N s' line" in done.stderr
+    assert not (tmp_path / "r.json").exists()
