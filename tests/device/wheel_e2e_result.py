@@ -9,7 +9,7 @@ the sm_120 wheel's load check.
 ACC_DIR: the stage's acc/ (acc.tgz): train/reference JSON and the runs, named as run_e2e.sh names them
 (`target-float16-bi-eager.json`: strict numerics; `dflash.json`: vLLM's defaults; `serve-dflash.json`).
 RUNS_DIR: runs/ (built.json, validate.json). RESULTS_DIR: the session's results/ (per arch: g4build-state.json,
-validate.json, cubins.txt, ninja_log, build.rc).
+validate.json, cubins.txt, ninja_log, build-<arch>.rc).
 """
 
 from __future__ import annotations
@@ -50,15 +50,22 @@ def ninja_summary(log: Path, cores: int | None) -> dict[str, Any] | None:
             "longest": [{"unit": k.rsplit("/", 1)[-1], "seconds": round(s)} for s, k in longest]}
 
 
+def validate_checks(validate: dict[str, Any]) -> dict[str, Any]:
+    """Each check's verdict from `g4build validate --json` ({"ok", "wheels": [{"checks": [...]}]})."""
+    return {c["name"]: c.get("ok") for w in validate.get("wheels", []) if isinstance(w, dict)
+            for c in w.get("checks", []) if isinstance(c, dict) and "name" in c}
+
+
 def build_summary(results: Path, arch: str, cores: int | None) -> dict[str, Any]:
     d = results / arch
     state = load(d / "g4build-state.json") or {}
     validate = load(d / "validate.json") or {}
-    rc = (d / "build.rc").read_text().strip() if (d / "build.rc").is_file() else None
+    # collect writes build-<arch>.rc; an older hold wrote build.rc
+    rc_file = next((f for f in (d / f"build-{arch}.rc", d / "build.rc") if f.is_file()), None)
+    rc = rc_file.read_text().strip() if rc_file else None
     steps = {k: v.get("seconds") for k, v in (state.get("done") or {}).items() if isinstance(v, dict)}
     return {"rc": int(rc) if rc and rc.isdigit() else rc, "step_seconds": steps,
-            "validate_ok": validate.get("ok"), "validate_checks": {c.get("name"): c.get("ok") for c in
-                                                                   validate.get("checks", []) if isinstance(c, dict)},
+            "validate_ok": validate.get("ok"), "validate_checks": validate_checks(validate),
             "cubins": (d / "cubins.txt").read_text().strip().splitlines() if (d / "cubins.txt").is_file() else None,
             "ninja": ninja_summary(d / "ninja_log", cores)}
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "device" / "desktop_build_result.py"
 
 
@@ -50,3 +52,22 @@ def test_a_build_that_did_not_end_writes_nothing(tmp_path: Path) -> None:
     done = _run(_results(tmp_path, ended=False), tmp_path / "r.json")
     assert done.returncode != 0 and "no 'g4build wheel exited RC after N s' line" in done.stderr
     assert not (tmp_path / "r.json").exists()
+
+
+def test_a_builds_summary_reads_the_rc_collect_writes_and_validates_own_shape(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """collect writes build-<arch>.rc and `g4build validate --json` nests its checks under wheels[]: a summary that
+    read neither said rc None and no checks for the sm_90 build that served."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    from wheel_e2e_result import build_summary
+
+    d = tmp_path / "sm90"
+    d.mkdir()
+    (d / "build-sm90.rc").write_text("0\n")
+    (d / "validate.json").write_text(json.dumps({"ok": False, "wheels": [{"checks": [
+        {"name": "tags", "ok": True}, {"name": "verdict sm_90", "ok": False}]}]}))
+    s = build_summary(tmp_path, "sm90", None)
+    assert s["rc"] == 0 and s["validate_ok"] is False
+    assert s["validate_checks"] == {"tags": True, "verdict sm_90": False}
+    (d / "build-sm90.rc").unlink()
+    assert build_summary(tmp_path, "sm90", None)["rc"] is None
