@@ -79,7 +79,7 @@ def test_unknown_choice_is_refused_before_any_step(pin21: Pin, field: str, value
 def test_cli_refuses_an_unknown_profile_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(["wheel", "--arch", "sm90", "--os", "linux", "--no-flashinfer", "--kernels", "tiny",
                             "--dry-run"], capsys)
-    assert code == 2 and "--kernels 'tiny': expected one of all, gemma4" in err
+    assert code == 2 and "--kernels 'tiny': expected one of auto, all, gemma4" in err
 
 
 def test_cli_plan_json_carries_the_options(capsys: pytest.CaptureFixture[str]) -> None:
@@ -105,3 +105,47 @@ def test_manifest_records_the_options_or_nothing(tmp_path: Path, capsys: pytest.
     assert code == 0 and "build_options" not in json.loads(stdout)["manifest"]
     code, _, err = run_cli([*base, "--kernels", "none"], capsys)
     assert code == 2 and "--kernels 'none'" in err
+
+
+def _cli_plan(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict, str]:  # type: ignore[type-arg]
+    code, out, err = run_cli(["wheel", *args, "--no-flashinfer", "--dry-run", "--json"], capsys)
+    return code, (json.loads(out) if code == 0 else {}), err
+
+
+def _profile_of(plan: dict) -> str:  # type: ignore[type-arg]
+    manifest = next(s for s in plan["steps"] if s["name"] == "manifest")["command"]
+    return str(manifest[manifest.index("--kernels") + 1])
+
+
+def test_auto_is_gemma4_for_sm120_and_all_elsewhere(capsys: pytest.CaptureFixture[str]) -> None:
+    """The default (--kernels auto) resolves in the plan: CMake, the manifest step, the notes and the estimate all
+    see the resolved profile, never "auto"."""
+    code, plan, _ = _cli_plan(capsys, "--arch", "sm120", "--os", "linux", "--jobs", "16")
+    assert code == 0 and _profile_of(plan) == "gemma4"
+    assert "-DG4B_KERNEL_PROFILE=gemma4" in plan["env"]["CMAKE_ARGS"]
+    assert any(n.startswith("kernel profile gemma4: the default for sm120 (--kernels auto)") for n in plan["notes"])
+    assert "12,442 CPU-seconds" in plan["estimate"]
+    assert "auto" not in plan["env"]["CMAKE_ARGS"]
+    code, plan, _ = _cli_plan(capsys, "--arch", "sm90", "--os", "linux")
+    assert code == 0 and _profile_of(plan) == "all" and "G4B_KERNEL_PROFILE" not in plan["env"]["CMAKE_ARGS"]
+    assert not any(n.startswith("kernel profile") for n in plan["notes"])
+    code, plan, _ = _cli_plan(capsys, "--arch", "sm120", "--os", "linux", "--kernels", "all", "--jobs", "16")
+    assert code == 0 and _profile_of(plan) == "all" and "18,094 CPU-seconds" in plan["estimate"]
+
+
+def test_a_tree_without_the_profiles_series_gets_all_by_default_and_refuses_it_by_name(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """vllm-kernel-archs (which implements G4B_KERNEL_PROFILE) has no variant for 0.21.0's Windows base tree: the
+    plan once said `kernel profile gemma4`, passed the variable to a CMake that never reads it and quoted gemma4's
+    compile work, while every vLLM kernel was built."""
+    code, plan, _ = _cli_plan(capsys, "--arch", "sm120", "--os", "windows", "--jobs", "16")
+    assert code == 0 and _profile_of(plan) == "all" and "G4B_KERNEL_PROFILE" not in plan["env"]["CMAKE_ARGS"]
+    (note,) = [n for n in plan["notes"] if n.startswith("kernel profile all (--kernels auto)")]
+    assert "vllm-kernel-archs" in note and "windows base tree" in note
+    assert "18,094 CPU-seconds" in plan["estimate"]
+    code, _, err = _cli_plan(capsys, "--arch", "sm120", "--os", "windows", "--kernels", "gemma4")
+    assert code == 2
+    assert "--kernels gemma4: the build series vllm-kernel-archs" in err and "windows base tree" in err
+    assert "--os wsl" in err
+    code, plan, _ = _cli_plan(capsys, "--arch", "sm120", "--os", "wsl", "--kernels", "gemma4")
+    assert code == 0 and _profile_of(plan) == "gemma4"

@@ -130,7 +130,9 @@ class Options:
     python_exe: str | None = None  # --python-exe: an interpreter named by path (no active venv needed)
     recipes: tuple[str, ...] = ()  # launch recipes to render beside the wheels (--recipes)
     flashinfer_wheels: tuple[FlashInferWheel, ...] = ()  # Windows: FlashInfer wheels given (--flashinfer-wheel)
-    kernels: str = "all"  # --kernels: vLLM's kernel profile (KERNEL_PROFILES), a CMake variable of the build series
+    # --kernels: vLLM's kernel profile (KERNEL_PROFILES), a CMake variable of the build series; "auto" until
+    # make_plan resolves it (builder.kernels.resolve_kernels)
+    kernels: str = "all"
     flash_attn: str = "all"  # --flash-attn: "2" builds FlashAttention 2 alone (no FA3 even for 9.0a)
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from g4build.builder.arch import cuda_arch_list
 from g4build.builder.flashinfer import check_names
-from g4build.builder.kernels import check_build_options
+from g4build.builder.kernels import AUTO, check_build_options, resolve_kernels
 from g4build.builder.kernels import option_notes as build_option_notes
 from g4build.builder.plan import BuildPlan, Layout, Options, Target, check_target, wheel_version
 from g4build.builder.platforms import platform_for
@@ -68,15 +69,19 @@ def make_plan(
     ``build``: the pin's build series (applied after the prefetch); ``uncovered``: build series with no
     variant for the pin (named in the notes: that fix is missing from this build)."""
     check_target(target, pin, flashinfer=opts.flashinfer)
+    if opts.kernels != AUTO:
+        check_build_options(opts.kernels, opts.flash_attn)
+    on = f"{pin.name}'s {target.os} base tree" if target.os == "windows" and "windows" in pin.bases else pin.name
+    kernels, profile_notes = resolve_kernels(opts.kernels, target.arch.name, build, uncovered, on)
+    opts = dataclasses.replace(opts, kernels=kernels)
     check_build_options(opts.kernels, opts.flash_attn)
     platform = platform_for(target.os)
     opts, option_notes = platform.resolve_options(target, opts)
     check_names(opts.flashinfer_wheels, pin, target.python)
-    notes = [*option_notes, *kernel_notes(opts, build), *unit_notes(pin, target, opts, build)]
+    notes = [*option_notes, *profile_notes, *kernel_notes(opts, build), *unit_notes(pin, target, opts, build)]
     version = wheel_version(pin, series, target.cuda, target.os, build)
     for b in build:
         notes.append(f"build series {b.name} v{b.version}: {b.series.title}")
-    on = f"{pin.name}'s {target.os} base tree" if target.os == "windows" and "windows" in pin.bases else pin.name
     for b in uncovered:
         notes.append(f"build series {b.name} has no variant for {on}: {b.project} is built as that tree has it "
                      f"(missing: {b.series.title})")

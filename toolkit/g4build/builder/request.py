@@ -153,7 +153,7 @@ class WheelRequest:
     flashinfer_wheels: tuple[str, ...] = ()  # PATH=SHA256 items
     sccache: bool = False
     recipes: tuple[str, ...] = ()  # launch recipes to render beside the wheels
-    kernels: str = "all"  # --kernels: the kernel profile
+    kernels: str = "auto"  # --kernels: the kernel profile (auto: the arch's default, builder.kernels.AUTO_PROFILE)
     flash_attn: str = "all"  # --flash-attn
     run_here: bool = False  # the plan runs on this machine now (not only printed or written as a script)
 

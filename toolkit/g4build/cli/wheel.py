@@ -73,9 +73,10 @@ def wheel(
     jobs: int | None = typer.Option(None, "--jobs", min=1, help="MAX_JOBS (default: RAM/5GB, <= cores)."),
     no_flashinfer: bool = typer.Option(False, "--no-flashinfer", help="Leave FlashInfer out."),
     kernels: str = typer.Option(
-        "all", "--kernels", metavar="PROFILE",
-        help="vLLM's kernel set: all (the arch list's, less what no GPU of it runs) or gemma4 (only the families "
-             "Gemma 4 and its drafters call: a shorter build; the plan's notes name what it leaves out)."),
+        "auto", "--kernels", metavar="PROFILE",
+        help="vLLM's kernel set: all (the arch list's, less what no GPU of it runs), gemma4 (only the families "
+             "Gemma 4 and its drafters call: a shorter build; the plan's notes name what it leaves out) or auto "
+             "(the default: gemma4 for sm120 where the tree has the profile, all otherwise)."),
     flash_attn: str = typer.Option(
         "all", "--flash-attn", metavar="VERSIONS",
         help="all (FA2, and FA3 with a Hopper arch) or 2 (FlashAttention 2 alone, as an SM120 card has it)."),
