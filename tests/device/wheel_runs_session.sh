@@ -12,11 +12,12 @@
 #                                        --flash-attn 2), G4_JOBS_<arch> jobs (default: every core) at
 #                                        G4_NICE_<arch> (the first build 5, the others 19: they soak up what
 #                                        the first leaves idle); start the e2e stage's deps, serve-deps and
-#                                        training in the background
+#                                        training in the background (none with G4_TRAIN=0)
 #   wheel_runs_session.sh wait SECONDS   wait for the builds (ninja's [N/M] each minute); exit 0 once all ended;
 #                                        with G4_BRING=1 then also collect and bring the first build's wheel
 #                                        parts 1-3 in the same call
-#   wheel_runs_session.sh e2e STEPS...   run_e2e.sh `built` with the sm_90 wheel, then STEPS (acc:..., serve:...)
+#   wheel_runs_session.sh e2e STEPS...   run_e2e.sh `built` with the sm_90 wheel, then STEPS (acc:..., serve:...,
+#                                        fit:...), after the training unless G4_WAIT_TRAIN=0
 #   wheel_runs_session.sh bring ARCH [N [C]] parts N..N+C-1 (C: 4) of ARCH's wheel into $OUT/ARCH/<n> (15 MiB)
 #   wheel_runs_session.sh unpack DIR     stage wheel parts brought back earlier (DIR/<arch>/<n>/), join when whole
 #   wheel_runs_session.sh flashinfer DIR the sm_90 wheel's target on vLLM's sampler, then on FlashInfer's from a
@@ -69,7 +70,10 @@ start)
   [ ! -d "$here/.device/serve-whl" ] || { mkdir -p "$G4S/repo/.device" && cp -r "$here/.device/serve-whl" "$G4S/repo/.device/"; }
   bash tests/gpu/e2e/run_e2e.sh deps
   mkdir -p "$G4E2E_STAGE/whl-serve" && cp "$G4S"/repo/.device/serve-whl/*.whl "$G4E2E_STAGE/whl-serve/" 2>/dev/null || true
-  bash tests/gpu/e2e/run_e2e.sh serve-deps bg:train+train-mtp ;;
+  # G4_TRAIN=0: no training (a hold of fit: runs only, which use real_size.py's folders, not the trained models,
+  # and need the GPU to themselves: a training process would skew vLLM's memory profile)
+  if [ "${G4_TRAIN:-1}" = 0 ]; then bash tests/gpu/e2e/run_e2e.sh serve-deps
+  else bash tests/gpu/e2e/run_e2e.sh serve-deps bg:train+train-mtp; fi ;;
 wait)
   limit=${1:-540}; t0=$(date +%s)
   any() { for a in $builds; do running "$a" && return 0; done; return 1; }
@@ -96,7 +100,9 @@ wait)
 e2e)
   whl=$(wheel_of sm90); [ -n "$whl" ] || { echo "no sm90 wheel"; exit 7; }
   cd "$G4S/repo"
-  G4E2E_WHEEL=$whl bash tests/gpu/e2e/run_e2e.sh wait:train+train-mtp built "$@" ;;
+  # G4_WAIT_TRAIN=0: the steps need no trained model (fit:), so they do not wait for the training
+  wait_train=wait:train+train-mtp; [ "${G4_WAIT_TRAIN:-1}" != 0 ] || wait_train=""
+  G4E2E_WHEEL=$whl bash tests/gpu/e2e/run_e2e.sh $wait_train built "$@" ;;
 bring)
   # a built wheel back to the calling machine in parts (a call returns 8 files of 16 MiB at most: 4 parts and
   # their parts.json), so that a lost machine does not lose the build: `bring ARCH N C` returns parts N..N+C-1

@@ -160,6 +160,25 @@ def test_the_wait_that_sees_the_build_end_brings_it_back_in_the_same_call(tmp_pa
     assert running.returncode == 3 and not any((tmp_path / "out3").iterdir())
 
 
+def test_fit_steps_can_skip_the_training_wait(tmp_path: Path) -> None:
+    """`e2e` waits for the tiny models' training before its steps (acc:, serve: need them); G4_WAIT_TRAIN=0 runs
+    steps that need none (fit:, on real_size.py's folders) at once: the hold need not spend minutes waiting."""
+    g4s = tmp_path / "g4s"
+    (g4s / "work-sm90" / "wheels").mkdir(parents=True)
+    whl = g4s / "work-sm90" / "wheels" / "vllm-0.21.0+cu130.g4.0123456789-cp310-abi3-manylinux_2_38_x86_64.whl"
+    whl.write_bytes(b"w")
+    harness = g4s / "repo" / "tests" / "gpu" / "e2e" / "run_e2e.sh"  # stands in for the harness: its arguments
+    harness.parent.mkdir(parents=True)
+    harness.write_text('echo "WHEEL=$G4E2E_WHEEL ARGS=$*" >> "$G4S/calls"\n')
+    for wait in ("1", "0"):
+        done = subprocess.run(["bash", str(SESSION), "e2e", "fit:gemma4-26b-a4b-nvfp4-dflash:32"], capture_output=True,
+                              text=True, timeout=60, env=dict(os.environ, G4S=str(g4s), G4_WAIT_TRAIN=wait))
+        assert done.returncode == 0, done.stderr
+    assert (g4s / "calls").read_text().splitlines() == [
+        f"WHEEL={whl} ARGS=wait:train+train-mtp built fit:gemma4-26b-a4b-nvfp4-dflash:32",
+        f"WHEEL={whl} ARGS=built fit:gemma4-26b-a4b-nvfp4-dflash:32"]
+
+
 def test_the_sampler_runs_are_named_apart_and_find_flashinfer_only_when_asked(tmp_path: Path) -> None:
     """acc:target:sampler on vLLM's sampler and on FlashInfer's writes two results, neither over target.json;
     the engine's PYTHONPATH takes the staged FlashInfer only for the FlashInfer run."""
