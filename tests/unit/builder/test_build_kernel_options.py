@@ -149,3 +149,39 @@ def test_a_tree_without_the_profiles_series_gets_all_by_default_and_refuses_it_b
     assert "--os wsl" in err
     code, plan, _ = _cli_plan(capsys, "--arch", "sm120", "--os", "wsl", "--kernels", "gemma4")
     assert code == 0 and _profile_of(plan) == "gemma4"
+
+
+def test_the_wheel_version_names_a_build_of_fewer_kernels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With gemma4 sm120's default, the fix its errors give ("rebuild with --kernels all") once made a wheel of the
+    very version already installed: a launch script skips a version it finds installed, pip calls it satisfied,
+    and the two wheels overwrite each other in --out. The label names what was left out; `all` keeps its version."""
+    common = ("--arch", "sm120", "--os", "linux", "--jobs", "16")
+    versions = {}
+    for kernels, flash_attn in (("auto", "all"), ("all", "all"), ("all", "2"), ("gemma4", "2")):
+        code, plan, _ = _cli_plan(capsys, *common, "--kernels", kernels, "--flash-attn", flash_attn)
+        assert code == 0
+        versions[kernels, flash_attn] = version = plan["target"]["version"]
+        (vllm,) = [s for s in plan["steps"] if s["name"] == "vllm"]
+        assert plan["env"]["SETUPTOOLS_SCM_PRETEND_VERSION"] == version
+        assert next(s for s in plan["steps"] if s["name"] == "validate")["command"][2].endswith(
+            f"vllm-{version}-*.whl") and vllm
+    label = versions["all", "all"].split("+")[1]
+    assert label.startswith("cu130.g4.")  # unchanged: the wheels built and recorded before keep their names
+    assert versions["auto", "all"] == "0.21.0+" + label.replace("cu130.", "cu130.gemma4.")
+    assert versions["all", "2"] == "0.21.0+" + label.replace("cu130.", "cu130.fa2.")
+    assert versions["gemma4", "2"] == "0.21.0+" + label.replace("cu130.", "cu130.gemma4.fa2.")
+    # the manifest step stamps the wheel of its own options, and validate's label check holds for it
+    out = tmp_path / "wheels"
+    gemma4 = build_wheel(out, version=versions["auto", "all"], tag="cp38-abi3-linux_x86_64")
+    whole = build_wheel(out, version=versions["all", "all"], tag="cp38-abi3-linux_x86_64")
+    before = whole.read_bytes()
+    code, stdout, _ = run_cli(["manifest", "--pin", "vllm-0.21.0", "--out", str(out), "--os", "linux", "--arch",
+                               "sm120", "--cuda", "13.0", "--kernels", "gemma4", "--flash-attn", "all", "--json"],
+                              capsys)
+    assert code == 0 and json.loads(stdout)["wheels_stamped"] == [gemma4.name]
+    assert whole.read_bytes() == before
+    stamped = next(out.glob(f"vllm-{versions['auto', 'all']}-*.whl"))
+    code, stdout, _ = run_cli(["validate", str(stamped), "--pin", "vllm-0.21.0", "--json"], capsys)
+    (report,) = json.loads(stdout)["wheels"]
+    (metadata,) = [c for c in report["checks"] if c["name"] == "metadata"]
+    assert metadata["ok"], metadata

@@ -36,6 +36,13 @@ def build_option_args(kernels: str, flash_attn: str) -> str:
     return " ".join(args)
 
 
+def version_words(kernels: str, flash_attn: str) -> tuple[str, ...]:
+    """The words a wheel's local label gets for what its build left out (none for the defaults): a launch script
+    skips installing a version it finds installed, so a rebuild with other kernels must be another version."""
+    return (*((check_profile(kernels),) if kernels != "all" else ()),
+            *(("fa" + flash_attn,) if flash_attn != "all" else ()))
+
+
 def carriers(profile: str, series: Sequence[BuildSeries]) -> list[str]:
     """The build series among ``series`` that implement ``profile`` (a decision of theirs leaves a family out of
     it); none for `all`."""

@@ -79,7 +79,8 @@ def make_plan(
     opts, option_notes = platform.resolve_options(target, opts)
     check_names(opts.flashinfer_wheels, pin, target.python)
     notes = [*option_notes, *profile_notes, *kernel_notes(opts, build), *unit_notes(pin, target, opts, build)]
-    version = wheel_version(pin, series, target.cuda, target.os, build)
+    version = wheel_version(pin, series, target.cuda, target.os, build, kernels=opts.kernels,
+                            flash_attn=opts.flash_attn)
     for b in build:
         notes.append(f"build series {b.name} v{b.version}: {b.series.title}")
     for b in uncovered:
