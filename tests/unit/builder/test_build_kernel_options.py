@@ -185,3 +185,22 @@ def test_the_wheel_version_names_a_build_of_fewer_kernels(tmp_path: Path, capsys
     (report,) = json.loads(stdout)["wheels"]
     (metadata,) = [c for c in report["checks"] if c["name"] == "metadata"]
     assert metadata["ok"], metadata
+
+
+def test_a_pin_without_the_profiles_series_is_told_which_pins_have_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """vllm-kernel-archs has a variant for vllm-0.21.0 only: for 0.26.0 (any OS) the way out is that pin, not WSL
+    (which has no variant of it either); only 0.21.0's Windows base tree is told about --os wsl."""
+    for os_name in ("wsl", "linux"):
+        code, _, err = _cli_plan(capsys, "--arch", "sm120", "--os", os_name, "--pin", "vllm-0.26.0", "--kernels",
+                                 "gemma4")
+        assert code == 2 and "has no variant for vllm-0.26.0" in err
+        assert "--os wsl" not in err and "--pin vllm-0.21.0" in err
+        code, plan, _ = _cli_plan(capsys, "--arch", "sm120", "--os", os_name, "--pin", "vllm-0.26.0")
+        (note,) = [n for n in plan["notes"] if n.startswith("kernel profile all (--kernels auto)")]
+        assert "has no variant for vllm-0.26.0" in note and "--pin vllm-0.21.0" in note
+        assert code == 0 and _profile_of(plan) == "all" and "18,094 CPU-seconds" in plan["estimate"]
+    code, _, err = _cli_plan(capsys, "--arch", "sm120", "--os", "windows", "--kernels", "gemma4")
+    assert code == 2 and "--os wsl" in err
+    code, plan, _ = _cli_plan(capsys, "--arch", "sm120", "--os", "windows")
+    (note,) = [n for n in plan["notes"] if n.startswith("kernel profile all (--kernels auto)")]
+    assert "--os wsl" in note

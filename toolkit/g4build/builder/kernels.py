@@ -43,37 +43,47 @@ def version_words(kernels: str, flash_attn: str) -> tuple[str, ...]:
             *(("fa" + flash_attn,) if flash_attn != "all" else ()))
 
 
-def carriers(profile: str, series: Sequence[BuildSeries]) -> list[str]:
+def carriers(profile: str, series: Sequence[BuildSeries]) -> list[BuildSeries]:
     """The build series among ``series`` that implement ``profile`` (a decision of theirs leaves a family out of
     it); none for `all`."""
     if profile == "all":
         return []
-    return [b.name for b in series if any(profile in d.left_out_in for d in b.decisions)]
+    return [b for b in series if any(profile in d.left_out_in for d in b.decisions)]
+
+
+def way_to(missing: Sequence[BuildSeries], pin: str) -> str:
+    """Where the profile is to be had: WSL when the series cover ``pin`` and only the Windows base tree lacks them
+    (it is not the pin's own tree), else the pins they cover."""
+    if all(b.series.variant(pin) is not None for b in missing):
+        return "a build under WSL (--os wsl) has the profile"
+    covered = sorted(set.intersection(*(set(b.series.pins) for b in missing)))
+    if not covered:
+        return "no pin has the profile"
+    return "a build of " + " or ".join(f"--pin {p}" for p in covered) + " has the profile"
 
 
 def resolve_kernels(kernels: str, arch: str, build: Sequence[BuildSeries], uncovered: Sequence[BuildSeries],
-                    where: str) -> tuple[str, list[str]]:
+                    where: str, pin: str) -> tuple[str, list[str]]:
     """The kernel profile the build uses, and its note: ``auto`` picks the arch's profile where every build series
-    implementing it applies to the tree (``where`` names the tree), else `all`; a profile asked for by name whose
-    series has no variant for the tree is refused (UsageError, exit 2): vLLM's own kernels would all be built
-    while the plan, the estimate and the manifest said otherwise."""
+    implementing it applies to the tree (``where`` names the tree, ``pin`` the pin), else `all`; a profile asked
+    for by name whose series has no variant for the tree is refused (UsageError, exit 2): vLLM's own kernels would
+    all be built while the plan, the estimate and the manifest said otherwise."""
     if kernels == AUTO:
         want = AUTO_PROFILE.get(arch, "all")
-        missing = carriers(want, uncovered)
         if want == "all":
             return "all", []
-        if missing:
+        if missing := carriers(want, uncovered):
             return "all", [f"kernel profile all (--kernels auto): {arch}'s default, {want}, needs the build series "
-                           f"{', '.join(missing)}, which has no variant for {where}"]
+                           f"{', '.join(b.name for b in missing)}, which has no variant for {where}; "
+                           f"{way_to(missing, pin)}"]
         return want, [f"kernel profile {want}: the default for {arch} (--kernels auto); --kernels all builds every "
                       "kernel family vLLM has, for models other than Gemma 4"]
-    missing = carriers(kernels, uncovered)
-    if missing:
+    if missing := carriers(kernels, uncovered):
         raise UsageError(
-            f"--kernels {kernels}: the build series {', '.join(missing)}, which implements the profile "
-            f"({CMAKE_VARIABLE}), has no variant for {where}: vLLM's own kernels would all be compiled anyway",
-            hint="use --kernels all (or leave --kernels out); on Windows, a build under WSL (--os wsl) has the "
-                 "profile")
+            f"--kernels {kernels}: the build series {', '.join(b.name for b in missing)}, which implements the "
+            f"profile ({CMAKE_VARIABLE}), has no variant for {where}: vLLM's own kernels would all be compiled "
+            "anyway",
+            hint=f"use --kernels all (or leave --kernels out); {way_to(missing, pin)}")
     return kernels, []
 
 

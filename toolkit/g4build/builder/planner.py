@@ -72,7 +72,7 @@ def make_plan(
     if opts.kernels != AUTO:
         check_build_options(opts.kernels, opts.flash_attn)
     on = f"{pin.name}'s {target.os} base tree" if target.os == "windows" and "windows" in pin.bases else pin.name
-    kernels, profile_notes = resolve_kernels(opts.kernels, target.arch.name, build, uncovered, on)
+    kernels, profile_notes = resolve_kernels(opts.kernels, target.arch.name, build, uncovered, on, pin.name)
     opts = dataclasses.replace(opts, kernels=kernels)
     check_build_options(opts.kernels, opts.flash_attn)
     platform = platform_for(target.os)
