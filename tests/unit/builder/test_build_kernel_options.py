@@ -204,3 +204,16 @@ def test_a_pin_without_the_profiles_series_is_told_which_pins_have_it(capsys: py
     code, plan, _ = _cli_plan(capsys, "--arch", "sm120", "--os", "windows")
     (note,) = [n for n in plan["notes"] if n.startswith("kernel profile all (--kernels auto)")]
     assert "--os wsl" in note
+
+
+def test_the_manifest_step_names_only_the_profiles_it_records(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """`manifest --kernels` records the profile a build resolved: `auto` is refused there, and its error must not
+    list auto among the choices it expects (it once said "--kernels 'auto': expected one of auto, all, gemma4")."""
+    out = tmp_path / "wheels"
+    build_wheel(out, version="0.21.0+cu130", tag="cp312-cp312-linux_x86_64")
+    for value in ("auto", "tiny"):
+        code, _, err = run_cli(["manifest", "--pin", "vllm-0.21.0", "--out", str(out), "--kernels", value], capsys)
+        assert code == 2 and f"--kernels {value!r}: expected one of all, gemma4" in " ".join(err.split())
+        assert "auto (the default)" not in err
+    assert not (out / "build-manifest.json").exists()

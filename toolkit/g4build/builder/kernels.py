@@ -87,12 +87,15 @@ def resolve_kernels(kernels: str, arch: str, build: Sequence[BuildSeries], uncov
     return kernels, []
 
 
-def check_build_options(kernels: str, flash_attn: str) -> None:
-    """--kernels / --flash-attn name a known choice (UsageError, exit 2, with the choices otherwise)."""
+def check_build_options(kernels: str, flash_attn: str, *, auto: bool = False) -> None:
+    """--kernels / --flash-attn name a known choice (UsageError, exit 2, with the choices otherwise); ``auto``:
+    the caller resolves `auto` itself (g4build wheel), so the choices listed include it (not the manifest's)."""
     if kernels not in KERNEL_PROFILES:
-        raise UsageError(f"--kernels {kernels!r}: expected one of {', '.join((AUTO, *KERNEL_PROFILES))}",
+        choices = (AUTO, *KERNEL_PROFILES) if auto else KERNEL_PROFILES
+        raise UsageError(f"--kernels {kernels!r}: expected one of {', '.join(choices)}",
                          hint="--kernels gemma4 builds only what Gemma 4 and its drafters run, all every family; "
-                              "auto (the default) picks gemma4 for sm120")
+                              + ("auto (the default) picks gemma4 for sm120" if auto else
+                                 "the manifest records the profile the build resolved"))
     if flash_attn not in FLASH_ATTN_CHOICES:
         raise UsageError(f"--flash-attn {flash_attn!r}: expected one of {', '.join(FLASH_ATTN_CHOICES)}",
                          hint="--flash-attn 2 builds FlashAttention 2 alone (what an SM120 card has)")

@@ -70,7 +70,7 @@ def make_plan(
     variant for the pin (named in the notes: that fix is missing from this build)."""
     check_target(target, pin, flashinfer=opts.flashinfer)
     if opts.kernels != AUTO:
-        check_build_options(opts.kernels, opts.flash_attn)
+        check_build_options(opts.kernels, opts.flash_attn, auto=True)
     on = f"{pin.name}'s {target.os} base tree" if target.os == "windows" and "windows" in pin.bases else pin.name
     kernels, profile_notes = resolve_kernels(opts.kernels, target.arch.name, build, uncovered, on, pin.name)
     opts = dataclasses.replace(opts, kernels=kernels)
