@@ -6,8 +6,7 @@ from run_mutations import PKG, Mutation
 TESTS = ("tests/unit/builder/test_build_kernel_options.py",)
 
 MUTATIONS: tuple[Mutation, ...] = (
-    Mutation("ka-version-words", f"{PKG}/builder/plan.py", "                        version_words(kernels, flash_attn))",
-             "                        ())", TESTS,
+    Mutation("ka-version-words", f"{PKG}/builder/plan.py", " version_words(kernels, flash_attn))", " ())", TESTS,
              "a gemma4 wheel and an all wheel of one pin share a version (the launch script keeps the installed one)"),
     Mutation("ka-manifest-version", f"{PKG}/emit/write.py", 'kernels=kernels or "all",', 'kernels="all",', TESTS,
              "the manifest step stamps the wheel of the options it records, not an all build's left in --out"),
