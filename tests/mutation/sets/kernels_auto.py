@@ -17,4 +17,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              "        choices = (AUTO, *KERNEL_PROFILES) if auto else KERNEL_PROFILES\n",
              "        choices = (AUTO, *KERNEL_PROFILES)\n", TESTS,
              "`manifest --kernels auto` is not told auto is among its choices"),
+    Mutation("ka-flash-attn-series", f"{PKG}/builder/kernels.py",
+             'if flash_attn != "all" and (missing := [b for b in uncovered if b.name == FLASH_ATTN_SERIES]):',
+             'if flash_attn != "all" and (missing := [b for b in uncovered if b.name == "none"]):', TESTS,
+             "--flash-attn 2 on a pin without vllm-flash-attn is refused, not claimed while FA3 is built"),
 )

@@ -217,3 +217,19 @@ def test_the_manifest_step_names_only_the_profiles_it_records(tmp_path: Path,
         assert code == 2 and f"--kernels {value!r}: expected one of all, gemma4" in " ".join(err.split())
         assert "auto (the default)" not in err
     assert not (out / "build-manifest.json").exists()
+
+
+def test_flash_attn_2_on_a_pin_without_its_series_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """vllm-flash-attn (which reads G4B_FLASH_ATTN) has no variant for vllm-0.29.0 or 0.33.0: `--flash-attn 2`
+    there printed "no FA3 even for a Hopper arch", recorded flash_attn 2 in the manifest and passed the variable
+    to a CMake that never reads it, while FA3 was compiled: the same claim --kernels gemma4 is refused for."""
+    for pin in ("vllm-0.29.0", "vllm-0.33.0"):
+        code, _, err = _cli_plan(capsys, "--arch", "sm90", "--os", "linux", "--pin", pin, "--flash-attn", "2")
+        assert code == 2, err
+        text = " ".join(err.split())
+        assert "--flash-attn 2: the build series vllm-flash-attn" in text and f"has no variant for {pin}" in text
+        assert "--pin vllm-0.21.0 or --pin vllm-0.26.0" in text
+        code, plan, _ = _cli_plan(capsys, "--arch", "sm90", "--os", "linux", "--pin", pin)  # the default: fine
+        assert code == 0 and "G4B_FLASH_ATTN" not in plan["env"]["CMAKE_ARGS"]
+    code, plan, _ = _cli_plan(capsys, "--arch", "sm90", "--os", "linux", "--pin", "vllm-0.26.0", "--flash-attn", "2")
+    assert code == 0 and "-DG4B_FLASH_ATTN=2" in plan["env"]["CMAKE_ARGS"]

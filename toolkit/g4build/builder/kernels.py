@@ -19,6 +19,7 @@ AUTO_PROFILE = {"sm120": "gemma4"}
 
 # "all": FA2, and FA3 with a Hopper arch; "2": FlashAttention 2 alone (an SM120 card's situation, on any GPU)
 FLASH_ATTN_CHOICES = ("all", "2")
+FLASH_ATTN_SERIES = "vllm-flash-attn"  # the build series that reads G4B_FLASH_ATTN (and G4B_FA2_HEADDIMS)
 # FA2's kernel head dims (its dispatch rounds a head dim up to one of 32 64 96 128 192 256) that Gemma 4 and its
 # drafters reach: the DFlash drafter's 128 and the target's sliding layers' 256 (its full layers' 512 are past
 # FA2: Triton runs them). The gemma4 profile compiles only these (vllm-flash-attn's G4B_FA2_HEADDIMS).
@@ -51,15 +52,25 @@ def carriers(profile: str, series: Sequence[BuildSeries]) -> list[BuildSeries]:
     return [b for b in series if any(profile in d.left_out_in for d in b.decisions)]
 
 
-def way_to(missing: Sequence[BuildSeries], pin: str) -> str:
-    """Where the profile is to be had: WSL when the series cover ``pin`` and only the Windows base tree lacks them
+def way_to(missing: Sequence[BuildSeries], pin: str, what: str = "the profile") -> str:
+    """Where ``what`` is to be had: WSL when the series cover ``pin`` and only the Windows base tree lacks them
     (it is not the pin's own tree), else the pins they cover."""
     if all(b.series.variant(pin) is not None for b in missing):
-        return "a build under WSL (--os wsl) has the profile"
+        return f"a build under WSL (--os wsl) has {what}"
     covered = sorted(set.intersection(*(set(b.series.pins) for b in missing)))
     if not covered:
-        return "no pin has the profile"
-    return "a build of " + " or ".join(f"--pin {p}" for p in covered) + " has the profile"
+        return f"no pin has {what}"
+    return "a build of " + " or ".join(f"--pin {p}" for p in covered) + f" has {what}"
+
+
+def check_flash_attn(flash_attn: str, uncovered: Sequence[BuildSeries], where: str, pin: str) -> None:
+    """A --flash-attn other than `all` needs the series that reads it (UsageError, exit 2, otherwise): without it
+    FA3 is compiled anyway while the plan, the manifest and the wheel's version said FA2 alone."""
+    if flash_attn != "all" and (missing := [b for b in uncovered if b.name == FLASH_ATTN_SERIES]):
+        raise UsageError(
+            f"--flash-attn {flash_attn}: the build series {FLASH_ATTN_SERIES}, which implements it "
+            f"(G4B_FLASH_ATTN), has no variant for {where}: FlashAttention would be built as that tree has it",
+            hint=f"leave --flash-attn out; {way_to(missing, pin, 'it')}")
 
 
 def resolve_kernels(kernels: str, arch: str, build: Sequence[BuildSeries], uncovered: Sequence[BuildSeries],

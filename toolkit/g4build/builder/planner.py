@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from g4build.builder.arch import cuda_arch_list
 from g4build.builder.flashinfer import check_names
-from g4build.builder.kernels import AUTO, check_build_options, resolve_kernels
+from g4build.builder.kernels import AUTO, check_build_options, check_flash_attn, resolve_kernels
 from g4build.builder.kernels import option_notes as build_option_notes
 from g4build.builder.plan import BuildPlan, Layout, Options, Target, check_target, wheel_version
 from g4build.builder.platforms import platform_for
@@ -75,6 +75,7 @@ def make_plan(
     kernels, profile_notes = resolve_kernels(opts.kernels, target.arch.name, build, uncovered, on, pin.name)
     opts = dataclasses.replace(opts, kernels=kernels)
     check_build_options(opts.kernels, opts.flash_attn)
+    check_flash_attn(opts.flash_attn, uncovered, on, pin.name)
     platform = platform_for(target.os)
     opts, option_notes = platform.resolve_options(target, opts)
     check_names(opts.flashinfer_wheels, pin, target.python)
