@@ -54,7 +54,9 @@ def result(results: Path, arch: str, cores: int, machine: str, commands: list[st
     peak = peak_memory_gb(results / "ram.kb")
     jobs = int(env["MAX_JOBS"]) if str(env.get("MAX_JOBS", "")).isdigit() else None
     options = manifest.get("build_options") or {}
-    profile = "".join(f" --{k.replace('_', '-')} {v}" for k, v in sorted(options.items()) if v != "all")
+    # --kernels always (its default is per arch: gemma4 for sm120 since --kernels auto), --flash-attn unless all
+    profile = "".join(f" --{k.replace('_', '-')} {v}" for k, v in sorted(options.items())
+                      if v != "all" or k == "kernels")
     return {
         "what": f"g4build wheel --arch {arch} --os linux --no-flashinfer{profile}, timed on {cores} cores "
                 "(written by tests/device/desktop_build_result.py)",

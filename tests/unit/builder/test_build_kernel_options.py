@@ -149,3 +149,87 @@ def test_a_tree_without_the_profiles_series_gets_all_by_default_and_refuses_it_b
     assert "--os wsl" in err
     code, plan, _ = _cli_plan(capsys, "--arch", "sm120", "--os", "wsl", "--kernels", "gemma4")
     assert code == 0 and _profile_of(plan) == "gemma4"
+
+
+def test_the_wheel_version_names_a_build_of_fewer_kernels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With gemma4 sm120's default, the fix its errors give ("rebuild with --kernels all") once made a wheel of the
+    very version already installed: a launch script skips a version it finds installed, pip calls it satisfied,
+    and the two wheels overwrite each other in --out. The label names what was left out; `all` keeps its version."""
+    common = ("--arch", "sm120", "--os", "linux", "--jobs", "16")
+    versions = {}
+    for kernels, flash_attn in (("auto", "all"), ("all", "all"), ("all", "2"), ("gemma4", "2")):
+        code, plan, _ = _cli_plan(capsys, *common, "--kernels", kernels, "--flash-attn", flash_attn)
+        assert code == 0
+        versions[kernels, flash_attn] = version = plan["target"]["version"]
+        (vllm,) = [s for s in plan["steps"] if s["name"] == "vllm"]
+        assert plan["env"]["SETUPTOOLS_SCM_PRETEND_VERSION"] == version
+        assert next(s for s in plan["steps"] if s["name"] == "validate")["command"][2].endswith(
+            f"vllm-{version}-*.whl") and vllm
+    label = versions["all", "all"].split("+")[1]
+    assert label.startswith("cu130.g4.")  # unchanged: the wheels built and recorded before keep their names
+    assert versions["auto", "all"] == "0.21.0+" + label.replace("cu130.", "cu130.gemma4.")
+    assert versions["all", "2"] == "0.21.0+" + label.replace("cu130.", "cu130.fa2.")
+    assert versions["gemma4", "2"] == "0.21.0+" + label.replace("cu130.", "cu130.gemma4.fa2.")
+    # the manifest step stamps the wheel of its own options, and validate's label check holds for it
+    out = tmp_path / "wheels"
+    gemma4 = build_wheel(out, version=versions["auto", "all"], tag="cp38-abi3-linux_x86_64")
+    whole = build_wheel(out, version=versions["all", "all"], tag="cp38-abi3-linux_x86_64")
+    before = whole.read_bytes()
+    code, stdout, _ = run_cli(["manifest", "--pin", "vllm-0.21.0", "--out", str(out), "--os", "linux", "--arch",
+                               "sm120", "--cuda", "13.0", "--kernels", "gemma4", "--flash-attn", "all", "--json"],
+                              capsys)
+    assert code == 0 and json.loads(stdout)["wheels_stamped"] == [gemma4.name]
+    assert whole.read_bytes() == before
+    stamped = next(out.glob(f"vllm-{versions['auto', 'all']}-*.whl"))
+    code, stdout, _ = run_cli(["validate", str(stamped), "--pin", "vllm-0.21.0", "--json"], capsys)
+    (report,) = json.loads(stdout)["wheels"]
+    (metadata,) = [c for c in report["checks"] if c["name"] == "metadata"]
+    assert metadata["ok"], metadata
+
+
+def test_a_pin_without_the_profiles_series_is_told_which_pins_have_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """vllm-kernel-archs has a variant for vllm-0.21.0 only: for 0.26.0 (any OS) the way out is that pin, not WSL
+    (which has no variant of it either); only 0.21.0's Windows base tree is told about --os wsl."""
+    for os_name in ("wsl", "linux"):
+        code, _, err = _cli_plan(capsys, "--arch", "sm120", "--os", os_name, "--pin", "vllm-0.26.0", "--kernels",
+                                 "gemma4")
+        assert code == 2 and "has no variant for vllm-0.26.0" in err
+        assert "--os wsl" not in err and "--pin vllm-0.21.0" in err
+        code, plan, _ = _cli_plan(capsys, "--arch", "sm120", "--os", os_name, "--pin", "vllm-0.26.0")
+        (note,) = [n for n in plan["notes"] if n.startswith("kernel profile all (--kernels auto)")]
+        assert "has no variant for vllm-0.26.0" in note and "--pin vllm-0.21.0" in note
+        assert code == 0 and _profile_of(plan) == "all" and "18,094 CPU-seconds" in plan["estimate"]
+    code, _, err = _cli_plan(capsys, "--arch", "sm120", "--os", "windows", "--kernels", "gemma4")
+    assert code == 2 and "--os wsl" in err
+    code, plan, _ = _cli_plan(capsys, "--arch", "sm120", "--os", "windows")
+    (note,) = [n for n in plan["notes"] if n.startswith("kernel profile all (--kernels auto)")]
+    assert "--os wsl" in note
+
+
+def test_the_manifest_step_names_only_the_profiles_it_records(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """`manifest --kernels` records the profile a build resolved: `auto` is refused there, and its error must not
+    list auto among the choices it expects (it once said "--kernels 'auto': expected one of auto, all, gemma4")."""
+    out = tmp_path / "wheels"
+    build_wheel(out, version="0.21.0+cu130", tag="cp312-cp312-linux_x86_64")
+    for value in ("auto", "tiny"):
+        code, _, err = run_cli(["manifest", "--pin", "vllm-0.21.0", "--out", str(out), "--kernels", value], capsys)
+        assert code == 2 and f"--kernels {value!r}: expected one of all, gemma4" in " ".join(err.split())
+        assert "auto (the default)" not in err
+    assert not (out / "build-manifest.json").exists()
+
+
+def test_flash_attn_2_on_a_pin_without_its_series_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """vllm-flash-attn (which reads G4B_FLASH_ATTN) has no variant for vllm-0.29.0 or 0.33.0: `--flash-attn 2`
+    there printed "no FA3 even for a Hopper arch", recorded flash_attn 2 in the manifest and passed the variable
+    to a CMake that never reads it, while FA3 was compiled: the same claim --kernels gemma4 is refused for."""
+    for pin in ("vllm-0.29.0", "vllm-0.33.0"):
+        code, _, err = _cli_plan(capsys, "--arch", "sm90", "--os", "linux", "--pin", pin, "--flash-attn", "2")
+        assert code == 2, err
+        text = " ".join(err.split())
+        assert "--flash-attn 2: the build series vllm-flash-attn" in text and f"has no variant for {pin}" in text
+        assert "--pin vllm-0.21.0 or --pin vllm-0.26.0" in text
+        code, plan, _ = _cli_plan(capsys, "--arch", "sm90", "--os", "linux", "--pin", pin)  # the default: fine
+        assert code == 0 and "G4B_FLASH_ATTN" not in plan["env"]["CMAKE_ARGS"]
+    code, plan, _ = _cli_plan(capsys, "--arch", "sm90", "--os", "linux", "--pin", "vllm-0.26.0", "--flash-attn", "2")
+    assert code == 0 and "-DG4B_FLASH_ATTN=2" in plan["env"]["CMAKE_ARGS"]

@@ -14,7 +14,7 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[2] / "device" / "desktop_build_result.py"
 
 
-def _results(root: Path, *, ended: bool) -> Path:
+def _results(root: Path, *, ended: bool, kernels: str = "gemma4") -> Path:
     d = root / "results" / "sm120"
     d.mkdir(parents=True)
     (d / "ninja_log").write_text("# ninja log v7\n"
@@ -27,7 +27,7 @@ def _results(root: Path, *, ended: bool) -> Path:
     (d / "g4build-state.json").write_text(json.dumps({"done": {"vllm": {"seconds": 320.5}}}))
     (d / "build-manifest.json").write_text(json.dumps({
         "env": {"MAX_JOBS": "2", "TORCH_CUDA_ARCH_LIST": "12.0f"},
-        "build_options": {"flash_attn": "all", "kernels": "gemma4"}, "wheels": ["vllm-x.whl"]}))
+        "build_options": {"flash_attn": "all", "kernels": kernels}, "wheels": ["vllm-x.whl"]}))
     (root / "results" / "ram.kb").write_text("500000\n6000000\n1000\n")  # 6,000,000 kB = 6.1 GB
     return root / "results"
 
@@ -46,6 +46,15 @@ def test_the_figures_come_from_the_runs_own_files(tmp_path: Path) -> None:
     assert (r["jobs"], r["units"], r["cpu_seconds"], r["span_s"]) == (2, 3, 500, 310)
     assert r["packing_bound_s"] == 300  # the longest unit outweighs 500 CPU-seconds over 2 cores
     assert r["peak_memory_gb"] == 6.1 and r["peak_gb_per_job"] == 3.05 and r["wheels"] == ["vllm-x.whl"]
+
+
+def test_the_command_names_the_profile_even_when_it_is_all(tmp_path: Path) -> None:
+    """`--kernels auto` makes gemma4 sm120's default: a whole-set build written as the bare command would read
+    as a gemma4 one. The manifest's resolved profile is always named."""
+    done = _run(_results(tmp_path, ended=True, kernels="all"), tmp_path / "r.json")
+    assert done.returncode == 0, done.stderr
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["what"].startswith("g4build wheel --arch sm120 --os linux --no-flashinfer --kernels all, timed on 2")
 
 
 def test_a_build_that_did_not_end_writes_nothing(tmp_path: Path) -> None:

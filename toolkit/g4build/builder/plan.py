@@ -19,6 +19,7 @@ from typing import Any
 from g4build.builder.arch import ArchInfo, check_cuda, check_os_arch, cuda_arch_list
 from g4build.builder.buildcosts import GB_PER_JOB_UNMEASURED
 from g4build.builder.flashinfer import FlashInferWheel
+from g4build.builder.kernels import version_words
 from g4build.errors import UsageError
 from g4build.pins.baseroutes import no_base_routes
 from g4build.pins.model import Pin
@@ -188,10 +189,13 @@ def base_os_of(pin: Pin, os_name: str | None) -> str | None:
 
 
 def wheel_version(pin: Pin, series: Sequence[Series], cuda: str, os_name: str | None = None,
-                  build: Sequence[BuildSeries] = ()) -> str:
+                  build: Sequence[BuildSeries] = (), *, kernels: str = "all", flash_attn: str = "all") -> str:
     """``<upstream>+cu<XY>.g4.<digest>``; a build from the pin's base tree for ``os_name`` gets its own digest,
-    and the build series the compiled code carries count too."""
-    return f"{pin.version}+{local_label(cuda, pin, series, base_os_of(pin, os_name), [b.series for b in build])}"
+    and the build series the compiled code carries count too. A build of fewer kernels (``kernels``,
+    ``flash_attn``) names them in the label: same series, other compiled code, so another version."""
+    label = local_label(cuda, pin, series, base_os_of(pin, os_name), [b.series for b in build],
+                        version_words(kernels, flash_attn))
+    return f"{pin.version}+{label}"
 
 
 def check_target(target: Target, pin: Pin, *, flashinfer: bool = True) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from g4build.builder.arch import cuda_arch_list
 from g4build.builder.flashinfer import check_names
-from g4build.builder.kernels import AUTO, check_build_options, resolve_kernels
+from g4build.builder.kernels import AUTO, check_build_options, check_flash_attn, resolve_kernels
 from g4build.builder.kernels import option_notes as build_option_notes
 from g4build.builder.plan import BuildPlan, Layout, Options, Target, check_target, wheel_version
 from g4build.builder.platforms import platform_for
@@ -70,16 +70,18 @@ def make_plan(
     variant for the pin (named in the notes: that fix is missing from this build)."""
     check_target(target, pin, flashinfer=opts.flashinfer)
     if opts.kernels != AUTO:
-        check_build_options(opts.kernels, opts.flash_attn)
+        check_build_options(opts.kernels, opts.flash_attn, auto=True)
     on = f"{pin.name}'s {target.os} base tree" if target.os == "windows" and "windows" in pin.bases else pin.name
-    kernels, profile_notes = resolve_kernels(opts.kernels, target.arch.name, build, uncovered, on)
+    kernels, profile_notes = resolve_kernels(opts.kernels, target.arch.name, build, uncovered, on, pin.name)
     opts = dataclasses.replace(opts, kernels=kernels)
     check_build_options(opts.kernels, opts.flash_attn)
+    check_flash_attn(opts.flash_attn, uncovered, on, pin.name)
     platform = platform_for(target.os)
     opts, option_notes = platform.resolve_options(target, opts)
     check_names(opts.flashinfer_wheels, pin, target.python)
     notes = [*option_notes, *profile_notes, *kernel_notes(opts, build), *unit_notes(pin, target, opts, build)]
-    version = wheel_version(pin, series, target.cuda, target.os, build)
+    version = wheel_version(pin, series, target.cuda, target.os, build, kernels=opts.kernels,
+                            flash_attn=opts.flash_attn)
     for b in build:
         notes.append(f"build series {b.name} v{b.version}: {b.series.title}")
     for b in uncovered:

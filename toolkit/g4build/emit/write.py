@@ -43,6 +43,7 @@ def write_build_manifest(
                              build=build)
     # with cuda the wheel's version is known: only that wheel is stamped, not older ones in out
     # and the pin's serving ranges (transformers for Gemma 4) narrow its Requires-Dist, as an overlay's do
-    touched = stamp(out, manifest, version=wheel_version(pin, series, cuda, os_name, build) if cuda else None,
-                    requires=requires_dist(pin), retag=True)
+    version = wheel_version(pin, series, cuda, os_name, build, kernels=kernels or "all",
+                            flash_attn=flash_attn or "all") if cuda else None
+    touched = stamp(out, manifest, version=version, requires=requires_dist(pin), retag=True)
     return manifest, touched

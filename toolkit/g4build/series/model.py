@@ -268,6 +268,7 @@ def stack_digest(pin: Pin, series: Iterable[Series], base_os: str | None = None,
 
 
 def local_label(cuda: str, pin: Pin, series: Iterable[Series], base_os: str | None = None,
-                build: Iterable[Series] = ()) -> str:
-    """The local version label g4build gives a wheel: ``cu130.g4.<digest>``."""
-    return f"cu{cuda.replace('.', '')}.g4.{stack_digest(pin, series, base_os, build)}"
+                build: Iterable[Series] = (), words: Iterable[str] = ()) -> str:
+    """The local version label g4build gives a wheel: ``cu130.g4.<digest>``; ``words`` go before ``g4`` (a build
+    of fewer kernels: ``cu130.gemma4.g4.<digest>``), so the label still ends with the manifest's digest."""
+    return ".".join([f"cu{cuda.replace('.', '')}", *words, "g4", stack_digest(pin, series, base_os, build)])
