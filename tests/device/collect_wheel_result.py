@@ -100,6 +100,9 @@ def main() -> int:
         "wheel": [{"name": w.name, "bytes": w.stat().st_size, "tags": w.name[:-4].split("-")[-3:]} for w in wheels],
         "validate": _json(res / "validate.json"),
         "manifest_tags": (_json(res / "build-manifest.json") or {}).get("tags"),
+        # what the bare command built: its --kernels default resolves per arch (sm120: gemma4 since it became
+        # the default; the runs recorded before it built every kernel)
+        "build_options": (_json(res / "build-manifest.json") or {}).get("build_options"),
         "cubins": cubins(res),
         "rebuild": {"run": _json(g4s / "results-rebuild" / "rebuild.json"),
                     "steps_s": {k: v.get("seconds") for k, v in rebuilt.get("done", {}).items()},

@@ -57,6 +57,7 @@ def build(args: argparse.Namespace) -> Any:
                 "tests/device/wheel_sm120_session.sh stash/start/wait/collect/rebuild/bench (build_vllm_wheel.sh); "
                 "written by tests/device/wheel_result.py",
         "machine": c["machine"],
+        "build_options": c.get("build_options"),  # the profile the bare command resolved to (manifest)
         "build": {
             "exit": int(c["build_rc"]) if c.get("build_rc") is not None else None,
             "steps_s": steps,
