@@ -1,4 +1,5 @@
-"""Mutations of --kernels auto's consequences: the wheel's version names a build of fewer kernels, the manifest
+"""Mutations of --kernels auto and its consequences: what auto picks per arch and tree, the refusal of a
+profile the tree cannot build, the wheel's version names a build of fewer kernels, the manifest
 step stamps the wheel of its own options, and the refusal's way out names the pins that have the profile."""
 
 from run_mutations import PKG, Mutation
@@ -6,6 +7,15 @@ from run_mutations import PKG, Mutation
 TESTS = ("tests/unit/builder/test_build_kernel_options.py",)
 
 MUTATIONS: tuple[Mutation, ...] = (
+    Mutation("ka-auto-profile", f"{PKG}/builder/kernels.py", 'AUTO_PROFILE = {"sm120": "gemma4"}',
+             "AUTO_PROFILE: dict[str, str] = {}", TESTS,
+             "--kernels auto builds every kernel for sm120 (the 20-minute desktop build is lost)"),
+    Mutation("ka-auto-fallback", f"{PKG}/builder/kernels.py", "        if missing := carriers(want, uncovered):",
+             "        if missing := carriers(want, ()):", TESTS,
+             "auto claims gemma4 on a tree without the series that implements it (0.21.0's Windows base tree)"),
+    Mutation("ka-refuse-by-name", f"{PKG}/builder/kernels.py", "    if missing := carriers(kernels, uncovered):",
+             "    if missing := carriers(kernels, ()):", TESTS,
+             "--kernels gemma4 on a tree without the profile's series is claimed, not refused"),
     Mutation("ka-version-words", f"{PKG}/builder/plan.py", " version_words(kernels, flash_attn))", " ())", TESTS,
              "a gemma4 wheel and an all wheel of one pin share a version (the launch script keeps the installed one)"),
     Mutation("ka-manifest-version", f"{PKG}/emit/write.py", 'kernels=kernels or "all",', 'kernels="all",', TESTS,
