@@ -52,6 +52,23 @@ def test_default_selection_builds_sm120_only_on_both_oses() -> None:
     assert len(set(_ids(cells))) == len(cells)
 
 
+def test_published_wheels_carry_every_kernel_family() -> None:
+    """`g4build wheel` builds sm120's shorter gemma4 profile by default (a desktop's time); a nightly wheel serves
+    whatever its users load, so every build cell asks for all, and plans it (not a stale script's own idea)."""
+    from g4build.builder.request import WheelRequest, plan_wheel
+
+    builds = [c for c in expand(load_matrix(), select_archs(load_matrix(), "all")) if c.role == "build"]
+    assert builds
+    for cell in builds:
+        command = cell.command(PIN)
+        assert command[command.index("--kernels") + 1] == "all", cell.id
+    linux = next(c for c in builds if c.os == "linux" and c.arch == "sm120")
+    planned = plan_wheel(WheelRequest(arch="sm120", os_name="linux", pin_name="vllm-0.21.0", cuda=linux.cuda,
+                                      kernels="all", flashinfer=False))
+    manifest = planned.plan.step("manifest").command
+    assert manifest[manifest.index("--kernels") + 1] == "all" and ".gemma4." not in planned.plan.version
+
+
 def test_exclusions_drop_windows_for_sm121_and_sm100() -> None:
     spec = load_matrix()
     cells = expand(spec, select_archs(spec, "all"))

@@ -76,9 +76,12 @@ class Cell:
 
     def command(self, target: Target) -> tuple[str, ...]:
         if self.role == "build":
+            # a published wheel serves whatever its users load: every kernel family (`g4build wheel`'s default
+            # for sm120 is the shorter gemma4 profile, which saves a desktop's time, not a nightly's), and one
+            # version scheme on every OS (the Windows tree builds them all anyway)
             return (
                 "g4build", "wheel", "--arch", self.arch, "--os", self.os, *target.args,
-                "--python", self.python, "--cuda", self.cuda, "--out", "wheelhouse", "--json",
+                "--python", self.python, "--cuda", self.cuda, "--kernels", "all", "--out", "wheelhouse", "--json",
             )
         return ("g4build", "validate", "--arch", self.arch, "--trust-fatbin", "--smoke", "--json",
                 "dist/wheelhouse/vllm-*.whl")

@@ -122,7 +122,7 @@ BUILD = TARGET_ARGS + """\
 G4BUILD_PYTHON_EXE=$(python -c 'import sys; print(sys.executable)')
 export G4BUILD_PYTHON_EXE
 g4build wheel --arch "$G4_ARCH" --os "$G4_OS" "${target[@]}" --python "$G4_PYTHON" --cuda "$G4_CUDA" \\
-  --out wheelhouse --json > wheel.json
+  --kernels all --out wheelhouse --json > wheel.json
 """
 
 VALIDATE = """\
