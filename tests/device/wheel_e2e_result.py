@@ -109,7 +109,8 @@ def main() -> int:
     result = {
         "what": "a wheel `g4build wheel --arch sm90 --os linux --no-flashinfer --kernels gemma4 --flash-attn 2` "
                 "built, installed and served on the GPU (FlashAttention 2 alone, as on an SM120 card), beside the "
-                "sm_120 wheel of the same route loaded on an H200 (sm120_loads: its own run, which may be an earlier hold's)",
+                "sm_120 wheel of the same route loaded on an H200 (sm120_loads: its own run, which may be an "
+                "earlier hold's)",
         "machine": args.machine,
         "commands": args.command,
         "wheel": built,
