@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from g4build.errors import UsageError
 from g4build.series.deps import KERNEL_PROFILES, BuildSeries  # the build series' own list: all, gemma4
-from g4build.series.kernelprofile import CMAKE_VARIABLE, check_profile
+from g4build.series.kernelprofile import CMAKE_VARIABLE, check_profile, implementing
 
 # --kernels auto (the default): the profile an arch gets when the build series that implement it apply to the
 # tree, else `all`. sm120: gemma4, measured at 15.2 minutes on 16 cores against ~22 for all (issue of the
@@ -44,14 +44,6 @@ def version_words(kernels: str, flash_attn: str) -> tuple[str, ...]:
             *(("fa" + flash_attn,) if flash_attn != "all" else ()))
 
 
-def carriers(profile: str, series: Sequence[BuildSeries]) -> list[BuildSeries]:
-    """The build series among ``series`` that implement ``profile`` (a decision of theirs leaves a family out of
-    it); none for `all`."""
-    if profile == "all":
-        return []
-    return [b for b in series if any(profile in d.left_out_in for d in b.decisions)]
-
-
 def way_to(missing: Sequence[BuildSeries], pin: str, what: str = "the profile") -> str:
     """Where ``what`` is to be had: WSL when the series cover ``pin`` and only the Windows base tree lacks them
     (it is not the pin's own tree), else the pins they cover."""
@@ -73,8 +65,8 @@ def check_flash_attn(flash_attn: str, uncovered: Sequence[BuildSeries], where: s
             hint=f"leave --flash-attn out; {way_to(missing, pin, 'it')}")
 
 
-def resolve_kernels(kernels: str, arch: str, build: Sequence[BuildSeries], uncovered: Sequence[BuildSeries],
-                    where: str, pin: str) -> tuple[str, list[str]]:
+def resolve_kernels(kernels: str, arch: str, uncovered: Sequence[BuildSeries], where: str,
+                    pin: str) -> tuple[str, list[str]]:
     """The kernel profile the build uses, and its note: ``auto`` picks the arch's profile where every build series
     implementing it applies to the tree (``where`` names the tree, ``pin`` the pin), else `all`; a profile asked
     for by name whose series has no variant for the tree is refused (UsageError, exit 2): vLLM's own kernels would
@@ -83,13 +75,13 @@ def resolve_kernels(kernels: str, arch: str, build: Sequence[BuildSeries], uncov
         want = AUTO_PROFILE.get(arch, "all")
         if want == "all":
             return "all", []
-        if missing := carriers(want, uncovered):
+        if missing := implementing(want, uncovered):
             return "all", [f"kernel profile all (--kernels auto): {arch}'s default, {want}, needs the build series "
                            f"{', '.join(b.name for b in missing)}, which has no variant for {where}; "
                            f"{way_to(missing, pin)}"]
         return want, [f"kernel profile {want}: the default for {arch} (--kernels auto); --kernels all builds every "
                       "kernel family vLLM has, for models other than Gemma 4"]
-    if missing := carriers(kernels, uncovered):
+    if missing := implementing(kernels, uncovered):
         raise UsageError(
             f"--kernels {kernels}: the build series {', '.join(b.name for b in missing)}, which implements the "
             f"profile ({CMAKE_VARIABLE}), has no variant for {where}: vLLM's own kernels would all be compiled "
@@ -100,9 +92,9 @@ def resolve_kernels(kernels: str, arch: str, build: Sequence[BuildSeries], uncov
 
 def check_build_options(kernels: str, flash_attn: str, *, auto: bool = False) -> None:
     """--kernels / --flash-attn name a known choice (UsageError, exit 2, with the choices otherwise); ``auto``:
-    the caller resolves `auto` itself (g4build wheel), so the choices listed include it (not the manifest's)."""
-    if kernels not in KERNEL_PROFILES:
-        choices = (AUTO, *KERNEL_PROFILES) if auto else KERNEL_PROFILES
+    the caller resolves `auto` itself (g4build wheel), so it is among the choices (not the manifest's)."""
+    choices = (AUTO, *KERNEL_PROFILES) if auto else KERNEL_PROFILES
+    if kernels not in choices:
         raise UsageError(f"--kernels {kernels!r}: expected one of {', '.join(choices)}",
                          hint="--kernels gemma4 builds only what Gemma 4 and its drafters run, all every family; "
                               + ("auto (the default) picks gemma4 for sm120" if auto else

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from g4build.builder.arch import cuda_arch_list
 from g4build.builder.flashinfer import check_names
-from g4build.builder.kernels import AUTO, check_build_options, check_flash_attn, resolve_kernels
+from g4build.builder.kernels import check_build_options, check_flash_attn, resolve_kernels
 from g4build.builder.kernels import option_notes as build_option_notes
 from g4build.builder.plan import BuildPlan, Layout, Options, Target, check_target, wheel_version
 from g4build.builder.platforms import platform_for
@@ -69,12 +69,10 @@ def make_plan(
     ``build``: the pin's build series (applied after the prefetch); ``uncovered``: build series with no
     variant for the pin (named in the notes: that fix is missing from this build)."""
     check_target(target, pin, flashinfer=opts.flashinfer)
-    if opts.kernels != AUTO:
-        check_build_options(opts.kernels, opts.flash_attn, auto=True)
+    check_build_options(opts.kernels, opts.flash_attn, auto=True)
     on = f"{pin.name}'s {target.os} base tree" if target.os == "windows" and "windows" in pin.bases else pin.name
-    kernels, profile_notes = resolve_kernels(opts.kernels, target.arch.name, build, uncovered, on, pin.name)
+    kernels, profile_notes = resolve_kernels(opts.kernels, target.arch.name, uncovered, on, pin.name)
     opts = dataclasses.replace(opts, kernels=kernels)
-    check_build_options(opts.kernels, opts.flash_attn)
     check_flash_attn(opts.flash_attn, uncovered, on, pin.name)
     platform = platform_for(target.os)
     opts, option_notes = platform.resolve_options(target, opts)

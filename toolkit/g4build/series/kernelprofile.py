@@ -35,3 +35,13 @@ def left_out(profile: str, build: Iterable[BuildSeries]) -> list[LeftOut]:
     requested archs runs (the decision's why says for which lists)."""
     check_profile(profile)
     return [LeftOut(b.name, d) for b in build for d in b.decisions if profile in d.left_out_in]
+
+
+def implementing(profile: str, build: Iterable[BuildSeries]) -> list[BuildSeries]:
+    """The build series among ``build`` that implement ``profile`` (one of their decisions leaves a family out of
+    it); none for `all`, which every tree builds."""
+    if profile == "all":
+        return []
+    series = list(build)
+    names = {lo.series for lo in left_out(profile, series)}
+    return [b for b in series if b.name in names]
