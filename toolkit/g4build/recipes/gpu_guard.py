@@ -1,10 +1,11 @@
 """Whether a GPU can run a g4build-built wheel's kernels: the check a launch script makes before it installs it.
 
-Why a stop and not a warning: on a GPU whose compute capability a wheel has no kernel image for, some of vLLM's
-kernels fail ("no kernel image is available for execution on the device") but others raise nothing (vLLM does
-not check every launch: an sm_120 wheel's ``rms_norm`` raised nothing on an H200, tests/device/results/
-wheel-sm120-loads.json; whether it ran is the next load check's), so the model may answer with garbage instead
-of failing. A wheel g4build built records the arch list nvcc compiled for (its ``build-manifest.json``:
+Why a stop and not a warning: on a GPU whose compute capability a wheel has no kernel image for, vLLM's kernels
+fail with CUDA's "no kernel image is available for execution on the device", but only where CUDA's error state is
+next read, often at a later call than the launch that failed (an sm_120 wheel on an H200: FA2's varlen kernel and
+``rms_norm`` both raised it once the check read the error, tests/device/results/wheel-sm120-loads.json), so the
+user meets a CUDA error deep in the engine's start or first request instead of a plain answer before the install.
+A wheel g4build built records the arch list nvcc compiled for (its ``build-manifest.json``:
 ``env.TORCH_CUDA_ARCH_LIST``, else ``target.arch``), so the script knows which GPUs it fits. Any other wheel
 (a registry wheel, an overlay, one without a manifest) keeps the recipe's warning: what it carries is not
 recorded.
