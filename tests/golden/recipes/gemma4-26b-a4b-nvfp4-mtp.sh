@@ -139,7 +139,7 @@ vllm_args=(
   '--max-num-seqs'
   '22'
   '--max-num-batched-tokens'
-  '32768'
+  '8192'
   '--gpu-memory-utilization'
   '0.8'
   '--enable-chunked-prefill'

@@ -30,6 +30,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -190,8 +191,11 @@ def one_attempt(args: argparse.Namespace, base_sets: dict[str, str], n: int, con
         return {"context": context, "max_num_seqs": seqs, "started": False, "stop_search": True,
                 "vllm": dict(vllm_log.parse(""), error_kind="render", error=str(exc)[:600])}
     env = launch_env(os.environ, vllm_shim(work, args.vllm_command))
+    env["VLLM_LOGGING_LEVEL"] = "DEBUG"  # vLLM logs its memory profile's parts (activations, non-torch) at DEBUG
+    batched = re.search(r"'--max-num-batched-tokens'\s+'([0-9]+)'", script.read_text(encoding="utf-8"))
     log_path = work / "server.log"
     row: dict[str, Any] = {"context": context, "max_num_seqs": seqs, "started": False, "timed_out": False,
+                           "max_num_batched_tokens": int(batched.group(1)) if batched else None,
                            "script_sha256": hashlib.sha256(script.read_bytes()).hexdigest(),
                            "render": [c.replace(str(args.work), "WORK").replace(str(args.models), "MODELS")
                                       for c in cmd[len(shlex.split(args.g4build)):]]}
@@ -297,7 +301,9 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
     v = src["vllm"]
     row["at"] = {"context": src["context"], "max_num_seqs": src["max_num_seqs"], **{
         k: v[k] for k in ("weights_gib", "available_kv_gib", "kv_tokens", "max_concurrency", "graph_estimate_gib",
-                          "graph_pool_gib")}}
+                          "graph_pool_gib", "non_kv_gib", "torch_peak_increase_gib", "non_torch_increase_gib")
+        if k in v}}
+    row["at"]["max_num_batched_tokens"] = src.get("max_num_batched_tokens")
     if v["weights_gib"] is not None and v["available_kv_gib"] is not None:
         # what rule_vram calls runtime overhead: the budget less weights and KV cache (activations, CUDA graphs,
         # non-torch memory as vLLM profiled them)

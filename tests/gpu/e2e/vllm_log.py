@@ -6,6 +6,10 @@ The patterns follow the format strings of vLLM v0.21.0 (read in its sdist, not c
                                       "Graph capturing finished in %.0f secs, took %.2f GiB"
                                       "Failed to load model - not enough GPU memory. ..."
   vllm/v1/worker/gpu_worker.py        "Available KV cache memory: %s GiB"
+                                      its profile result at DEBUG (VLLM_LOGGING_LEVEL=DEBUG), vllm/utils/mem_utils.py
+                                      MemoryProfilingResult: "Memory profiling takes %.2f seconds. Total non KV
+                                      cache memory: %sGiB; torch peak memory increase: %sGiB; non-torch forward
+                                      increase memory: %sGiB; weights memory: %sGiB."
                                       "CUDA graph pool memory: %s GiB (actual), %s GiB (estimated), difference: ..."
   vllm/v1/worker/utils.py             "Free memory on device ... is less than desired GPU memory utilization ..."
   vllm/v1/core/kv_cache_utils.py      "GPU KV cache size: %s tokens" (thousands separated by commas)
@@ -35,6 +39,8 @@ INFO = {
     "graph_estimate": re.compile(rf"Estimated CUDA graph memory: {_NUM} GiB total"),
     "graph_pool": re.compile(rf"CUDA graph pool memory: {_NUM} GiB \(actual\), {_NUM} GiB \(estimated\)"),
     "graph_capture": re.compile(rf"Graph capturing finished in {_NUM} secs, took {_NUM} GiB"),
+    "profile": re.compile(rf"Total non KV cache memory: {_NUM} ?GiB; torch peak memory increase: {_SIGNED} ?GiB; "
+                          rf"non-torch forward increase memory: {_SIGNED} ?GiB"),
 }
 
 # First match in this order names the failure: the specific causes before the generic "see above" lines.
@@ -68,7 +74,8 @@ def parse(text: str) -> dict[str, Any]:
     """The memory figures vLLM logged (None where it did not get that far) and, if it failed, why."""
     out: dict[str, Any] = {"weights_gib": None, "load_s": None, "available_kv_gib": None, "kv_tokens": None,
                            "concurrency_context": None, "max_concurrency": None, "graph_estimate_gib": None,
-                           "graph_pool_gib": None, "graph_capture_gib": None}
+                           "graph_pool_gib": None, "graph_capture_gib": None, "non_kv_gib": None,
+                           "torch_peak_increase_gib": None, "non_torch_increase_gib": None}
     for line in text.splitlines():
         for key, pat in INFO.items():
             m = pat.search(line)
@@ -88,6 +95,9 @@ def parse(text: str) -> dict[str, Any]:
                 out["graph_pool_gib"] = _f(m.group(1))
             elif key == "graph_capture":
                 out["graph_capture_gib"] = _f(m.group(2))
+            elif key == "profile":  # what the budget less the KV cache went to: weights, activations, the rest
+                out["non_kv_gib"], out["torch_peak_increase_gib"], out["non_torch_increase_gib"] = (
+                    _f(m.group(1)), _f(m.group(2)), _f(m.group(3)))
     out.update(failure(text))
     return out
 

@@ -20,11 +20,14 @@ KNOWN_GOOD_ENV = {
     "VLLM_NVFP4_GEMM_BACKEND": "flashinfer-cutlass",
     "VLLM_USE_FLASHINFER_SAMPLER": "1",
 }
+# the users' known-good flags for the target alone, but for max-num-batched-tokens (8192, not 32768) and, with
+# the DFlash drafter, max-model-len (65536): what one request of max-model-len needs in vLLM's KV sizing
+# (test_kv_need.py)
 KNOWN_GOOD_ARGS = [
     "--served-model-name", "gemma-4-26b-a4b",
     "--max-model-len", "131072",
     "--max-num-seqs", "22",
-    "--max-num-batched-tokens", "32768",
+    "--max-num-batched-tokens", "8192",
     "--gpu-memory-utilization", "0.8",
     "--enable-chunked-prefill",
     "--enable-prefix-caching",
@@ -33,6 +36,7 @@ KNOWN_GOOD_ARGS = [
     "--tool-call-parser", "gemma4",
     "--mm-processor-cache-gb", "0",
 ]
+DFLASH_ARGS = [a if a != "131072" else "65536" for a in KNOWN_GOOD_ARGS]
 
 
 def render(tmp_path: Path, name: str, *extra: str) -> Path:
@@ -56,7 +60,7 @@ def test_dflash_recipe_runs_vllm_with_the_exact_command(tmp_path: Path, stubs: S
     assert "warning" not in result.stderr
     vllm = calls[4]
     assert vllm["argv"] == [
-        "serve", "./models/gemma-4-26B-A4B-it-NVFP4", *KNOWN_GOOD_ARGS,
+        "serve", "./models/gemma-4-26B-A4B-it-NVFP4", *DFLASH_ARGS,
         "--speculative-config",
         '{"method":"dflash","model":"./models/gemma-4-26B-A4B-it-DFlash","num_speculative_tokens":15,'
         '"attention_backend":"flash_attn"}',
@@ -114,7 +118,7 @@ def test_hostile_values_reach_vllm_exactly_and_run_nothing(tmp_path: Path, stubs
     model = value if value and not value.startswith("-") else "./models/gemma-4-26B-A4B-it-NVFP4"
     served = "name " + value if value.startswith("-") else value or "x"
     parser = ["--tool-call-parser=" + value] if value.startswith("-") else ["--tool-call-parser", value]
-    expected_args = [*KNOWN_GOOD_ARGS[2:-4], *parser, *KNOWN_GOOD_ARGS[-2:]]
+    expected_args = [*DFLASH_ARGS[2:-4], *parser, *DFLASH_ARGS[-2:]]
     spec = ('{"method":"dflash","model":' + json.dumps(value, ensure_ascii=False)
             + ',"num_speculative_tokens":15,"attention_backend":"flash_attn"}')
     assert argv == ["serve", model, "--served-model-name", served, *expected_args, "--speculative-config", spec]

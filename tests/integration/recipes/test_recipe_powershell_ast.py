@@ -90,7 +90,7 @@ def test_dflash_script_parses_and_passes_the_exact_command(tmp_path: Path) -> No
     assert not ps.root.has_error and ps.errors() == []
     expected = [
         "serve", "./models/gemma-4-26B-A4B-it-NVFP4", "--served-model-name", "gemma-4-26b-a4b",
-        "--max-model-len", "131072", "--max-num-seqs", "22", "--max-num-batched-tokens", "32768",
+        "--max-model-len", "65536", "--max-num-seqs", "22", "--max-num-batched-tokens", "8192",
         "--gpu-memory-utilization", "0.8", "--enable-chunked-prefill", "--enable-prefix-caching",
         "--trust-remote-code", "--enable-auto-tool-choice", "--tool-call-parser", "gemma4",
         "--mm-processor-cache-gb", "0",

@@ -44,6 +44,10 @@ def main() -> None:
     say("gpu_model_runner.py:4960", f"Model loading took {gib(weights)} GiB memory and 12.345678 seconds")
     available = budget - weights - overhead
     say("gpu_model_runner.py:6145", "Estimated CUDA graph memory: 0.42 GiB total")
+    if os.environ.get("VLLM_LOGGING_LEVEL") == "DEBUG":  # vLLM logs its profile result at DEBUG only
+        say("gpu_worker.py:461", f"Memory profiling takes 3.21 seconds. Total non KV cache memory: "
+            f"{gib(weights + overhead)}GiB; torch peak memory increase: {gib(overhead - 0.25 * GIB)}GiB; "
+            f"non-torch forward increase memory: 0.25GiB; weights memory: {gib(weights)}GiB.")
     say("gpu_worker.py:463", f"Available KV cache memory: {gib(available)} GiB")  # logged before the check
     if available <= 0:
         fail("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "

@@ -79,6 +79,9 @@ def test_started_lines_from_the_format_strings(log: ModuleType) -> None:
     text = "\n".join([
         PREFIX + "[gpu_model_runner.py:4960] Model loading took 48.37 GiB memory and 31.402113 seconds",
         PREFIX + "[gpu_model_runner.py:6145] Estimated CUDA graph memory: 1.25 GiB total",
+        PREFIX.replace("INFO", "DEBUG") + "[gpu_worker.py:461] Memory profiling takes 41.07 seconds. Total non KV "
+        "cache memory: 55.91GiB; torch peak memory increase: 5.83GiB; non-torch forward increase memory: 0.71GiB; "
+        "weights memory: 49.33GiB.",
         PREFIX + "[gpu_worker.py:463] Available KV cache memory: 23.5 GiB",
         PREFIX + "[kv_cache_utils.py:1710] GPU KV cache size: 1,234,567 tokens",
         PREFIX + "[kv_cache_utils.py:1712] Maximum concurrency for 131,072 tokens per request: 9.42x",
@@ -89,6 +92,7 @@ def test_started_lines_from_the_format_strings(log: ModuleType) -> None:
     assert got["kv_tokens"] == 1_234_567
     assert (got["concurrency_context"], got["max_concurrency"]) == (131_072, 9.42)
     assert got["graph_estimate_gib"] == 1.25
+    assert (got["non_kv_gib"], got["torch_peak_increase_gib"], got["non_torch_increase_gib"]) == (55.91, 5.83, 0.71)
     assert got["error_kind"] is None and got["error"] is None
 
 
@@ -206,12 +210,12 @@ def _run(fit: ModuleType, tmp: Path, models: Path, card: int, monkeypatch: pytes
 def test_run_steps_down_through_the_rendered_script_and_folds(fit: ModuleType, models: Path, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     # 24 GiB card: 0.8 x 24 = 19.2 GiB budget, 12 GiB weights, 2.1 GiB activations at 22 seqs: ~5 GiB of KV,
-    # 24,279 tokens; vLLM's estimate sends 131072 straight to 16384
+    # 24,279 tokens; vLLM's estimate sends the shipped 65536 straight to 16384
     rc, res, argvs = _run(fit, tmp_path, models, 24, monkeypatch)
     assert rc == 0
     assert res["util"] == 0.1371 and res["budget_gib"] == 19.19
     assert [(a["context"], a["max_num_seqs"], a["started"]) for a in res["attempts"]] == [
-        (131072, 22, False), (16384, 22, True)]
+        (65536, 22, False), (16384, 22, True)]
     first = res["attempts"][0]["vllm"]
     assert first["error_kind"] == "kv_too_small" and first["estimated_max_model_len"] == 24279
     assert first["weights_gib"] == 12.0
@@ -222,12 +226,16 @@ def test_run_steps_down_through_the_rendered_script_and_folds(fit: ModuleType, m
     assert json.loads(argv[argv.index("--hf-overrides") + 1])["text_config"]["global_head_dim"] == 512
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
     assert spec["model"] == str(models / "dflash") and spec["num_speculative_tokens"] == 15
-    assert [a[a.index("--max-model-len") + 1] for a in argvs] == ["131072", "16384"]
+    assert [a[a.index("--max-model-len") + 1] for a in argvs] == ["65536", "16384"]
     summary = res["summary"]
     assert summary["started_at_shipped"] is False and summary["fits"] == {"context": 16384, "max_num_seqs": 22}
     assert summary["vllm_estimated_max_model_len"] == 24279
     assert summary["at"]["kv_tokens"] == 24279 and summary["at"]["max_concurrency"] == 1.48
     assert summary["at"]["overhead_gib"] == pytest.approx(2.1, abs=0.02)
+    # the profile's parts (vLLM logs them at DEBUG, which the run turns on) and the prefill chunk it ran with
+    assert summary["at"]["torch_peak_increase_gib"] == pytest.approx(1.85, abs=0.01)
+    assert summary["at"]["non_torch_increase_gib"] == 0.25 and summary["at"]["max_num_batched_tokens"] == 8192
+    assert [a["max_num_batched_tokens"] for a in res["attempts"]] == [8192, 8192]
     assert summary["full_context_sequences_fit"] is False
     assert summary["at"]["kv_gib_per_sequence"] == pytest.approx(16384 * 225_280 / GIB, abs=0.01)
     # 96 GiB card: the shipped settings start
@@ -250,7 +258,7 @@ def test_run_with_nothing_fitting_stops_at_one_sequence(fit: ModuleType, models:
     # 0.8 x 14 = 11.2 GiB, 10.2 GiB of weights, at least 1.05 GiB of activations: no KV memory at any setting
     assert rc == 1
     assert [(a["context"], a["max_num_seqs"]) for a in res["attempts"]] == [
-        (131072, 22), (131072, 11), (131072, 5), (131072, 2), (131072, 1)]
+        (65536, 22), (65536, 11), (65536, 5), (65536, 2), (65536, 1)]
     assert res["summary"]["fits"] is None and res["summary"]["shipped_error_kind"] == "no_kv_memory"
     assert len(argvs) == 5
     # weights over the budget: one attempt, nothing smaller can start
@@ -272,7 +280,7 @@ def test_weights_stand_in_gives_the_card_its_room(fit: ModuleType, models: Path,
     # activations (2.1 GiB) leave ~0.6 GiB, under 4096 tokens; 11 leave ~1.15 GiB, over
     assert rc == 0
     assert [(a["context"], a["max_num_seqs"], a["started"]) for a in res["attempts"]] == [
-        (131072, 22, False), (4096, 22, False), (4096, 11, True)]
+        (65536, 22, False), (4096, 22, False), (4096, 11, True)]
     assert res["summary"]["at"]["stand_in_residual_gib"] == pytest.approx(0.0, abs=0.011)
     assert res["summary"]["at"]["available_kv_gib"] == pytest.approx(19.2 - 16.5 - 1.55, abs=0.02)
     folded = fit.fold([tmp_path / "card-24.json"])

@@ -310,13 +310,6 @@ GEOMETRY = {"full_layers": 5, "full_kv_heads": 2, "full_head_dim": 512, "sliding
             "sliding_kv_heads": 8, "sliding_head_dim": 256, "sliding_window": 1024}
 
 
-def test_kv_bytes_follow_the_geometry() -> None:
-    kv = KvGeometry(**GEOMETRY)
-    # full: 5*2*512*4096 ; sliding: 25*8*256*min(4096, 1024) ; K and V ; 2 bytes
-    assert kv.bytes_per_sequence(4096, 2) == 2 * 2 * (5 * 2 * 512 * 4096 + 25 * 8 * 256 * 1024)
-    assert kv.bytes_per_sequence(512, 1) == 2 * (5 * 2 * 512 * 512 + 25 * 8 * 256 * 512)
-
-
 @pytest.mark.parametrize(
     ("weights", "args", "needle"),
     [
@@ -347,22 +340,25 @@ def test_vram_budget_from_the_checkpoint_files(base_data: dict[str, Any]) -> Non
 
 
 def test_fp8_kv_cache_halves_the_estimate(base_data: dict[str, Any]) -> None:
-    args = {"max-model-len": 131072, "max-num-seqs": 4, "gpu-memory-utilization": 0.8}
+    # vLLM's need for one request of 131072 at max-num-batched-tokens 8192 (kv_need.py): 4.26 GiB at 2 bytes
+    args = {"max-model-len": 131072, "max-num-batched-tokens": 8192, "max-num-seqs": 3, "gpu-memory-utilization": 0.8}
     fp16 = recipe(base_data, args=args, footprint={"weights_gib": 16.0, "kv": GEOMETRY})
     fp8 = recipe(base_data, args={**args, "kv-cache-dtype": "fp8"}, footprint={"weights_gib": 16.0, "kv": GEOMETRY})
     [half] = found(check(fp16, ctx()), "vram", "info")
     [full] = found(check(fp8, ctx()), "vram", "info")
-    assert "needs 10.8 GiB" in half.message and "3 full-length sequences fit" in half.message  # 4 x 2.7 GiB
-    assert "KV cache 1.35 GiB per full-length sequence fits" in full.message  # half of it: all 4 fit
+    assert "needs 12.8 GiB" in half.message and "1 full-length request fit" in half.message  # 3 x 4.26 of 8.1
+    assert "KV cache 2.13 GiB per full-length request" in full.message  # half of it: all 3 fit
 
 
 def test_vram_fewer_full_length_sequences_than_max_num_seqs_only_informs(base_data: dict[str, Any]) -> None:
-    """The users' 32 GB setup (22 x 131072) serves: vLLM admits requests while KV blocks last."""
-    args = {"max-model-len": 131072, "max-num-seqs": 22, "gpu-memory-utilization": 0.8}
+    """A 32 GB card at 22 x 131072 (max-num-batched-tokens 8192) serves: vLLM admits requests while KV blocks
+    last, it only refuses a start that cannot hold one request of max-model-len."""
+    args = {"max-model-len": 131072, "max-num-seqs": 22, "max-num-batched-tokens": 8192,
+            "gpu-memory-utilization": 0.8}
     r = recipe(base_data, args=args, footprint={"weights_gib": 16.0, "kv": GEOMETRY})
     assert not found(check(r, ctx()), "vram", "warning")
     [info] = found(check(r, ctx()), "vram", "info")
-    assert "full-length sequences fit at once" in info.message and "max-num-seqs 22" in info.message
+    assert "1 full-length request fit at once" in info.message and "max-num-seqs 22" in info.message
 
 
 def test_shipped_recipes_render_without_warnings_on_their_card() -> None:

@@ -55,7 +55,7 @@ KV_KEYS = (
     "sliding_head_dim",
     "sliding_window",
 )
-FOOTPRINT_KEYS = ("weights_gib", "kv")
+FOOTPRINT_KEYS = ("weights_gib", "kv", "draft_kv")
 MAX_COUNT = 1 << 31  # a layer, head or window count past this is a mistake, not a model
 MAX_GB = 1 << 20  # a card's memory or a checkpoint's weights, in GB / GiB
 # sliding_attention_backend: the backends a model's sliding-window layers can be given apart from its other layers
@@ -107,13 +107,6 @@ class KvGeometry:
     sliding_head_dim: int = 0
     sliding_window: int = 0
 
-    def bytes_per_sequence(self, tokens: int, dtype_bytes: int) -> int:
-        """K and V for one sequence of ``tokens`` tokens; sliding layers keep at most the window."""
-        full = self.full_layers * self.full_kv_heads * self.full_head_dim * tokens
-        window = min(tokens, self.sliding_window) if self.sliding_window else tokens
-        sliding = self.sliding_layers * self.sliding_kv_heads * self.sliding_head_dim * window
-        return 2 * dtype_bytes * (full + sliding)
-
 
 @dataclass(frozen=True, kw_only=True)
 class Footprint:
@@ -121,6 +114,7 @@ class Footprint:
 
     weights_gib: float
     kv: KvGeometry | None = None
+    draft_kv: KvGeometry | None = None  # the drafter's own KV-holding layers (none: it holds none, or unknown)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,6 +170,7 @@ class Recipe:
             else {
                 "weights_gib": self.footprint.weights_gib,
                 "kv": None if self.footprint.kv is None else vars(self.footprint.kv).copy(),
+                "draft_kv": None if self.footprint.draft_kv is None else vars(self.footprint.draft_kv).copy(),
             },
             "downloads": dict(self.downloads),
             "notes": self.notes,
@@ -366,6 +361,7 @@ def parse_recipe(data: dict[str, Any], where: str, *, source: Path | None = None
         footprint = Footprint(
             weights_gib=_number(fp.get("weights_gib"), f"{where}.footprint.weights_gib", low=0, high=MAX_GB),
             kv=_kv(fp.get("kv"), f"{where}.footprint.kv"),
+            draft_kv=_kv(fp.get("draft_kv"), f"{where}.footprint.draft_kv"),
         )
     speculative = data.get("speculative")
     if speculative is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from g4build.recipes.draft_groups import rule_draft_groups
 from g4build.recipes.env_names import rule_env_allowed, rule_env_names
-from g4build.recipes.fa_kv_dtype import fp8_kv_refused, rule_fa_kv_dtype
+from g4build.recipes.fa_kv_dtype import rule_fa_kv_dtype
 from g4build.recipes.findings import (
     FA2_MAX_HEAD_DIM,
     CheckContext,
@@ -17,21 +17,20 @@ from g4build.recipes.findings import (
     Rule,
     Severity,
     WheelInfo,
+    int_arg,
     is_gemma4,
 )
 from g4build.recipes.flashinfer import FlashInferInfo, fixed_paths, off_switches
-from g4build.recipes.model import MAX_COUNT, KvGeometry, Recipe
+from g4build.recipes.model import MAX_COUNT, Recipe
 from g4build.recipes.moe_backend import rule_moe_backend
 from g4build.recipes.prefix_cache import rule_prefix_cache
 from g4build.recipes.sliding_fa import rule_sliding_fa
+from g4build.recipes.vram import rule_vram
 from g4build.series.model import Series, unmet_requirements
 
 __all__ = ["RULES", "CheckContext", "Finding", "Rule", "Severity", "WheelInfo", "check", "errors"]
 
 MAX_SPEC_TOKENS = 16  # DFlash drafters verify blocks of 16 (15 drafted); MTP uses a handful
-RUNTIME_OVERHEAD_GIB = 1.5  # CUDA context, activations, CUDA graphs: a rough allowance
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
-GIB = 1024**3
 
 
 def _is_modelopt_nvfp4(recipe: Recipe, ctx: CheckContext) -> bool:
@@ -213,15 +212,6 @@ def rule_spec_tokens(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
 COUNT_OPTIONS = ("max-model-len", "max-num-seqs", "max-num-batched-tokens")  # what the rules compute with
 
 
-def _int_arg(recipe: Recipe, option: str) -> int | None:
-    """A whole-number option in range (1 to ``MAX_COUNT``); None when unset, not whole, or out of range (which
-    ``rule_counts`` refuses): no estimate is made from a negative or absurd count."""
-    value = recipe.args.get(option)
-    if not isinstance(value, int) or isinstance(value, bool):
-        return None
-    return value if 1 <= value <= MAX_COUNT else None
-
-
 def rule_counts(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     out = []
     for option in COUNT_OPTIONS:
@@ -234,8 +224,8 @@ def rule_counts(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
 
 
 def rule_batched_tokens(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
-    max_len = _int_arg(recipe, "max-model-len")
-    batched = _int_arg(recipe, "max-num-batched-tokens")
+    max_len = int_arg(recipe, "max-model-len")
+    batched = int_arg(recipe, "max-num-batched-tokens")
     if max_len is None or batched is None or batched >= max_len:
         return []
     chunked = recipe.args.get("enable-chunked-prefill")
@@ -250,60 +240,6 @@ def rule_batched_tokens(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
                                 "default of chunked prefill on",
                         hint="say enable-chunked-prefill: true to be explicit")]
     return []
-
-
-def _memory(recipe: Recipe, ctx: CheckContext) -> tuple[float, KvGeometry | None, str] | None:
-    if ctx.target is not None:
-        weights = ctx.target.weights_bytes + (ctx.drafter.weights_bytes if ctx.drafter else 0)
-        return weights / GIB, ctx.target.kv, "the checkpoint files"
-    if recipe.footprint is not None:
-        return recipe.footprint.weights_gib, recipe.footprint.kv, "the recipe's footprint estimate"
-    return None
-
-
-def rule_vram(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
-    memory = _memory(recipe, ctx)
-    if memory is None:
-        return [Finding(rule="vram", severity="info", message="VRAM budget not checked: no footprint in the "
-                        "recipe and no --model-dir", hint="pass --model-dir to measure the checkpoint")]
-    weights, kv, basis = memory
-    util = recipe.args.get("gpu-memory-utilization", DEFAULT_GPU_MEMORY_UTILIZATION)
-    if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1:
-        return [Finding(rule="vram", severity="error",
-                        message=f"gpu-memory-utilization must be a number in (0, 1], found {util!r}")]
-    budget = util * recipe.hardware.vram_gb
-    fixed = weights + RUNTIME_OVERHEAD_GIB
-    head = f"budget {util:g} x {recipe.hardware.vram_gb:g} GiB = {budget:.1f} GiB; weights {weights:.1f} GiB ({basis})"
-    fp8 = "" if fp8_kv_refused(recipe) else ", use --kv-cache-dtype fp8"  # FA2 refuses an fp8 KV cache
-    fix = f"lower max-model-len / max-num-seqs{fp8}, or raise gpu-memory-utilization"
-    if fixed > budget:
-        return [Finding(rule="vram", severity="warning",
-                        message=f"{head} + {RUNTIME_OVERHEAD_GIB} GiB runtime do not fit: expect an out-of-memory",
-                        hint="raise gpu-memory-utilization or use a card with more memory")]
-    max_len = _int_arg(recipe, "max-model-len")
-    if kv is None or max_len is None:
-        return [Finding(rule="vram", severity="info", message=f"{head}: KV cache not estimated (no KV geometry "
-                        "or max-model-len)")]
-    dtype = recipe.args.get("kv-cache-dtype")
-    per_seq = kv.bytes_per_sequence(max_len, 1 if str(dtype or "").startswith("fp8") else 2) / GIB
-    free = budget - fixed
-    if per_seq > free:
-        return [Finding(rule="vram", severity="warning",
-                        message=f"{head}; one sequence of max-model-len {max_len} needs {per_seq:.1f} GiB of KV "
-                                f"cache but {free:.1f} GiB are left: vLLM will refuse to start", hint=fix)]
-    seqs = _int_arg(recipe, "max-num-seqs")
-    if seqs is not None and per_seq * seqs > free:
-        # max-num-seqs bounds concurrency, max-model-len one request: vLLM admits requests while KV blocks last,
-        # so a card that holds fewer full-length sequences than max-num-seqs still serves (the users' 32 GB setup
-        # does, with 22 x 131072): worth knowing, not a fault; a warning is for a start vLLM refuses
-        fit = int(free // per_seq)
-        return [Finding(rule="vram", severity="info",
-                        message=f"{head}; KV cache for max-num-seqs {seqs} x max-model-len {max_len} needs "
-                                f"{per_seq * seqs:.1f} GiB, {free:.1f} GiB are left: {fit} full-length "
-                                "sequences fit at once, shorter ones share the rest (vLLM queues or preempts "
-                                "what does not fit)", hint=fix)]
-    return [Finding(rule="vram", severity="info", message=f"{head}; KV cache {per_seq:.2f} GiB per full-length "
-                    f"sequence fits in the {free:.1f} GiB left")]
 
 
 def flashinfer_presence(ctx: CheckContext) -> FlashInferInfo:

@@ -1,0 +1,40 @@
+"""Mutations of vLLM's KV sizing as recipe check does it (kv_need.py) and the VRAM rule that uses it: each term
+that makes vLLM's 11.45 GiB (the sliding window's prefill chunk, the window's extra block, unified pages, padded
+groups, the DFlash drafter's layers as full attention), the longest context, and the rule's two verdicts."""
+
+from run_mutations import PKG, Mutation
+
+KV = f"{PKG}/recipes/kv_need.py"
+VRAM = f"{PKG}/recipes/vram.py"
+TESTS = ("tests/unit/recipes/test_kv_need.py",)
+
+MUTATIONS: tuple[Mutation, ...] = (
+    Mutation("kv-chunk", KV, "min(kind.window - 1 + max_num_batched_tokens, max_model_len)",
+             "min(kind.window - 1, max_model_len)", TESTS,
+             "sliding layers hold their window only, not the prefill chunk beside it (2.7 GiB where vLLM needs 11.45)"),
+    Mutation("kv-extra-block", KV, "max_model_len), per_block) + 1", "max_model_len), per_block)", TESTS,
+             "a window that starts mid-block is given no extra block"),
+    Mutation("kv-page", KV, "page = max(k.token_bytes(dtype_bytes) for k in kinds) * block_size",
+             "page = min(k.token_bytes(dtype_bytes) for k in kinds) * block_size", TESTS,
+             "pages unified to the smallest layer's, not the largest's"),
+    Mutation("kv-groups", KV, "blocks += _cdiv(kind.count, group_size) * held",
+             "blocks += kind.count // group_size * held", TESTS,
+             "the last group of a kind is not padded"),
+    Mutation("kv-spread", KV, "    if max(k.count for k in kinds) < group_size * GROUP_SPREAD:",
+             "    if False:", TESTS,
+             "kinds of near-equal counts (12 sliding + 13 full) get the smaller group size"),
+    Mutation("kv-drafter-full", KV, "window = 0 if as_full or not geometry.sliding_window else geometry.sliding_window",
+             "window = 0 if not geometry.sliding_window else geometry.sliding_window", TESTS,
+             "the DFlash drafter's sliding layers keep their window where the series allocates them as full"),
+    Mutation("kv-longest", KV, "        if fits(mid):", "        if fits(mid + 1):", TESTS,
+             "the longest context is one short of vLLM's estimate"),
+    Mutation("vram-drafter", VRAM, "    return layer_kinds(kv, draft if recipe.method else None,",
+             "    return layer_kinds(kv, None,", TESTS,
+             "the drafter's layers are left out of what vLLM needs"),
+    Mutation("vram-certain", VRAM, "                         if need > budget - weights else",
+             "                         if False else", TESTS,
+             "a start no runtime memory could allow is only called likely to fail"),
+    Mutation("vram-pin", VRAM, "    return recipe.method == \"dflash\" and pin in DFLASH_SLIDING_AS_FULL_PINS",
+             "    return recipe.method == \"dflash\"", TESTS,
+             "a pin whose series keeps the DFlash drafter's windows is sized as if it allocated them as full"),
+)
