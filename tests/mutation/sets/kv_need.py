@@ -1,6 +1,7 @@
 """Mutations of vLLM's KV sizing as recipe check does it (kv_need.py) and the VRAM rule that uses it: each term
 that makes vLLM's 11.45 GiB (the sliding window's prefill chunk, the window's extra block, unified pages, padded
-groups, the DFlash drafter's layers as full attention), the longest context, and the rule's two verdicts."""
+groups, the DFlash drafter's layers as full attention), the one-type path, the longest context, vLLM serve's
+default prefill chunk, the MTP assistant's shared cache, and the rule's two verdicts."""
 
 from run_mutations import PKG, Mutation
 
@@ -17,12 +18,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("kv-page", KV, "page = max(k.token_bytes(dtype_bytes) for k in kinds) * block_size",
              "page = min(k.token_bytes(dtype_bytes) for k in kinds) * block_size", TESTS,
              "pages unified to the smallest layer's, not the largest's"),
-    Mutation("kv-groups", KV, "blocks += _cdiv(kind.count, group_size) * held",
-             "blocks += kind.count // group_size * held", TESTS,
+    Mutation("kv-groups", KV, "blocks += _cdiv(kind.count, group_size) * _held(",
+             "blocks += kind.count // group_size * _held(", TESTS,
              "the last group of a kind is not padded"),
     Mutation("kv-spread", KV, "    if max(k.count for k in kinds) < group_size * GROUP_SPREAD:",
              "    if False:", TESTS,
              "kinds of near-equal counts (12 sliding + 13 full) get the smaller group size"),
+    Mutation("kv-uniform", KV, "    if len({k.window for k in kinds}) == 1:", "    if False:", TESTS,
+             "one attention type is unified and padded, where vLLM keeps each layer's own page"),
     Mutation("kv-drafter-full", KV, "window = 0 if as_full or not geometry.sliding_window else geometry.sliding_window",
              "window = 0 if not geometry.sliding_window else geometry.sliding_window", TESTS,
              "the DFlash drafter's sliding layers keep their window where the series allocates them as full"),
@@ -37,4 +40,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("vram-pin", VRAM, "    return recipe.method == \"dflash\" and pin in DFLASH_SLIDING_AS_FULL_PINS",
              "    return recipe.method == \"dflash\"", TESTS,
              "a pin whose series keeps the DFlash drafter's windows is sized as if it allocated them as full"),
+    Mutation("vram-default-batched", VRAM,
+             "    default = SERVE_BATCHED_LARGE if recipe.hardware.vram_gb >= LARGE_GPU_GIB else SERVE_BATCHED_SMALL",
+             "    default = max_len", TESTS,
+             "an unset max-num-batched-tokens is counted as max-model-len, not vLLM serve's default"),
+    Mutation("vram-mtp-shares", VRAM, 'and recipe.method != "mtp" else None', "else None", TESTS,
+             "an MTP assistant checkpoint's layers are counted, though it reads the target's cache"),
 )

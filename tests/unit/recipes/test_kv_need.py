@@ -105,10 +105,11 @@ def test_sliding_layers_hold_the_window_plus_a_prefill_chunk() -> None:
 
 def test_smaller_pages_hold_more_tokens_per_block() -> None:
     big = LayerKind(kv_heads=8, head_dim=256, window=0, count=1)  # 8 KiB a token: 16 a block
-    small = LayerKind(kv_heads=2, head_dim=512, window=0, count=1)  # 4 KiB a token: 32 a block, same page
+    small = LayerKind(kv_heads=2, head_dim=512, window=8, count=1)  # 4 KiB a token: 32 a block, same page
     page = 8192 * 16
+    # the full layer: 33 tokens in 3 blocks; the sliding one: 8 - 1 + 8 tokens in 1 block of 32, plus 1
     assert need_bytes([big, small], 33, 8, 2) == page * (3 + 2)
-    odd = LayerKind(kv_heads=3, head_dim=100, window=0, count=1)
+    odd = LayerKind(kv_heads=3, head_dim=100, window=8, count=1)
     with pytest.raises(ValueError, match="not a whole number"):
         need_bytes([big, odd], 33, 8, 2)
 
@@ -222,3 +223,51 @@ def test_on_a_pin_that_keeps_the_drafters_windows_they_count_as_sliding() -> Non
                                  args={**recipe.args, "max-model-len": 131072, "max-num-batched-tokens": 32768})
     [finding] = [f for f in check(recipe, ctx(pin=load_pins().get("vllm-0.33.0"))) if f.rule == "vram"]
     assert "vLLM needs 9.98 GiB" in finding.message and "drafter's layers as full" not in finding.message
+
+
+def test_one_attention_type_is_neither_unified_nor_padded() -> None:
+    # all full attention, two shapes: each layer at its own page (vLLM's uniform-type path), no padding
+    a = LayerKind(kv_heads=8, head_dim=128, window=0, count=3)
+    b = LayerKind(kv_heads=2, head_dim=128, window=0, count=1)
+    assert need_bytes([a, b], 100, 8, 2) == (3 * 4096 + 1 * 1024) * 7 * 16
+
+
+def test_unset_batched_tokens_take_vllm_serves_default() -> None:
+    """vLLM 0.21.0's `vllm serve` default (engine/arg_utils.py): 2048 below 70 GiB, 8192 from it; without
+    chunked prefill at least max-model-len."""
+    def message(**args: object) -> str:
+        [(_, text, _)] = _vram("gemma4-26b-a4b-nvfp4-baseline", **args)  # type: ignore[arg-type]
+        return text
+
+    recipe = load_recipe("gemma4-26b-a4b-nvfp4-baseline")
+    unset = {k: v for k, v in recipe.args.items() if k != "max-num-batched-tokens"}
+    from g4build.recipes.rules import check
+
+    from .test_recipe_rules import ctx
+
+    def vram(r: object) -> str:
+        [f] = [f for f in check(r, ctx()) if f.rule == "vram"]  # type: ignore[arg-type]
+        return f.message
+
+    small = dataclasses.replace(recipe, args=unset)
+    assert "vLLM serve's default on a 32 GB card, 2048" in vram(small)
+    big = dataclasses.replace(recipe, args=unset, hardware=dataclasses.replace(recipe.hardware, vram_gb=96))
+    assert "vLLM serve's default on a 96 GB card, 8192" in vram(big)
+    off = dataclasses.replace(recipe, args={**unset, "enable-chunked-prefill": False})
+    assert "chunked prefill off: vLLM takes max-model-len" in vram(off) and "vLLM needs 27.50 GiB" in vram(off)
+    assert message()  # the shipped recipe sets it: nothing assumed
+    assert "unset" not in message()
+
+
+def test_an_mtp_assistant_checkpoint_holds_no_kv_of_its_own() -> None:
+    from g4build.recipes.rules import check
+
+    from .test_recipe_rules import checkpoint, ctx
+
+    rs = _real_size()
+    recipe = load_recipe("gemma4-26b-a4b-nvfp4-mtp")
+    recipe = dataclasses.replace(recipe, args={**recipe.args, "max-num-batched-tokens": 32768})
+    target = checkpoint(kv=kv_geometry(rs.text_config()), weights_bytes=16 * GIB)
+    assistant = checkpoint(kv=kv_geometry(rs.dflash_config()), weights_bytes=GIB // 2)  # any layers: not counted
+    [finding] = [f for f in check(recipe, ctx(target=target, drafter=assistant)) if f.rule == "vram"]
+    assert "vLLM needs 8.95 GiB" in finding.message

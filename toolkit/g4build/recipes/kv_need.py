@@ -70,11 +70,23 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _held(kind: LayerKind, per_block: int, max_model_len: int, max_num_batched_tokens: int) -> int:
+    """Blocks one layer of this kind holds for one request of max_model_len tokens."""
+    if kind.window:
+        return _cdiv(min(kind.window - 1 + max_num_batched_tokens, max_model_len), per_block) + 1
+    return _cdiv(max_model_len, per_block)
+
+
 def need_bytes(kinds: list[LayerKind], max_model_len: int, max_num_batched_tokens: int, dtype_bytes: int,
                block_size: int = BLOCK_SIZE) -> int:
     """Bytes of KV cache vLLM requires before it starts: one request of max_model_len tokens, every layer."""
     if not kinds:
         return 0
+    if len({k.window for k in kinds}) == 1:
+        # one attention type (all full, or all sliding with one window): one group of per-layer specs, each at
+        # its own page, nothing unified or padded (kv_cache_utils.py, the uniform-type path)
+        return sum(k.count * _held(k, block_size, max_model_len, max_num_batched_tokens)
+                   * k.token_bytes(dtype_bytes) * block_size for k in kinds)
     page = max(k.token_bytes(dtype_bytes) for k in kinds) * block_size
     group_size = min(k.count for k in kinds)
     if max(k.count for k in kinds) < group_size * GROUP_SPREAD:
@@ -85,11 +97,7 @@ def need_bytes(kinds: list[LayerKind], max_model_len: int, max_num_batched_token
         if per_block * kind.token_bytes(dtype_bytes) != page:
             raise ValueError(f"a page of {page} bytes is not a whole number of {kind.token_bytes(dtype_bytes)}-byte "
                              "tokens: vLLM cannot unify these layers' pages either")
-        if kind.window:
-            held = _cdiv(min(kind.window - 1 + max_num_batched_tokens, max_model_len), per_block) + 1
-        else:
-            held = _cdiv(max_model_len, per_block)
-        blocks += _cdiv(kind.count, group_size) * held
+        blocks += _cdiv(kind.count, group_size) * _held(kind, per_block, max_model_len, max_num_batched_tokens)
     return group_size * page * blocks
 
 

@@ -18,6 +18,7 @@ from g4build.recipes.model import KvGeometry, Recipe
 
 RUNTIME_OVERHEAD_GIB = 1.5  # CUDA context, activations, CUDA graphs: a floor (see the module's docstring)
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
+LARGE_GPU_GIB, SERVE_BATCHED_LARGE, SERVE_BATCHED_SMALL = 70, 8192, 2048  # vLLM serve's max-num-batched-tokens
 GIB = 1024**3
 
 
@@ -25,12 +26,28 @@ def _memory(recipe: Recipe, ctx: CheckContext) -> tuple[float, KvGeometry | None
     """Weights (GiB), the target's and the drafter's KV geometry, and where they came from."""
     if ctx.target is not None:
         weights = ctx.target.weights_bytes + (ctx.drafter.weights_bytes if ctx.drafter else 0)
-        draft = ctx.drafter.kv if ctx.drafter is not None else None
+        # Gemma 4's MTP assistant reads the target's cache whatever its config says (vLLM's Gemma4Proposer)
+        draft = ctx.drafter.kv if ctx.drafter is not None and recipe.method != "mtp" else None
         return weights / GIB, ctx.target.kv, draft, "the checkpoint files"
     if recipe.footprint is not None:
         fp = recipe.footprint
         return fp.weights_gib, fp.kv, fp.draft_kv, "the recipe's footprint estimate"
     return None
+
+
+def _batched_tokens(recipe: Recipe, max_len: int) -> tuple[int, str]:
+    """max-num-batched-tokens as vLLM will have it, and what was assumed when the recipe leaves it unset: vLLM
+    0.21.0's default for `vllm serve` (engine/arg_utils.py, get_batch_defaults), 8192 on a GPU of 70 GiB or more,
+    2048 below; without chunked prefill at least max-model-len."""
+    batched = int_arg(recipe, "max-num-batched-tokens")
+    if batched is not None:
+        return batched, ""
+    default = SERVE_BATCHED_LARGE if recipe.hardware.vram_gb >= LARGE_GPU_GIB else SERVE_BATCHED_SMALL
+    if recipe.args.get("enable-chunked-prefill") is False:
+        return max(max_len, default), ("; max-num-batched-tokens unset, chunked prefill off: vLLM takes "
+                                       "max-model-len")
+    return default, (f"; max-num-batched-tokens unset: vLLM serve's default on a {recipe.hardware.vram_gb:g} GB "
+                     f"card, {default}")
 
 
 def drafter_sliding_as_full(recipe: Recipe, ctx: CheckContext) -> bool:
@@ -67,18 +84,17 @@ def rule_vram(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     if kv is None or max_len is None:
         return [Finding(rule="vram", severity="info", message=f"{head}: KV cache not estimated (no KV geometry "
                         "or max-model-len)")]
-    batched = int_arg(recipe, "max-num-batched-tokens")
-    assumed = "" if batched is not None else " (max-num-batched-tokens unset: counted as max-model-len, the most)"
+    batched, assumed = _batched_tokens(recipe, max_len)
     dtype_bytes = 1 if str(recipe.args.get("kv-cache-dtype") or "").startswith("fp8") else 2
     kinds = _kinds(recipe, ctx, kv, draft)
     try:
-        need = need_bytes(kinds, max_len, batched or max_len, dtype_bytes) / GIB
+        need = need_bytes(kinds, max_len, batched, dtype_bytes) / GIB
     except ValueError as exc:
         return [Finding(rule="vram", severity="info", message=f"{head}: KV cache not estimated ({exc})")]
     free = budget - fixed
     held = ("its sliding layers hold window - 1 + max-num-batched-tokens tokens each"
-            + (", the drafter's layers as full attention" if drafter_sliding_as_full(recipe, ctx) and draft else "")
-            + assumed)
+            + (", the drafter's layers as full attention" if drafter_sliding_as_full(recipe, ctx) and draft else ""))
+    head += assumed
     if need > free:
         # beyond the budget less the weights, no runtime allowance could make it start; within it, the allowance
         # (a floor) decides, so the verdict is only likely
@@ -86,7 +102,7 @@ def rule_vram(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
                          if need > budget - weights else
                          (free, f"after a {RUNTIME_OVERHEAD_GIB} GiB runtime allowance: vLLM will likely refuse to "
                                 "start"))
-        longest = longest_context(kinds, int(free * GIB), max_len, batched or max_len, dtype_bytes)
+        longest = longest_context(kinds, int(free * GIB), max_len, batched, dtype_bytes)
         fix = (f"lower max-model-len to {longest} or less" if longest else "lower max-model-len") + \
             f" or max-num-batched-tokens{fp8}, or raise gpu-memory-utilization"
         return [Finding(rule="vram", severity="warning",
