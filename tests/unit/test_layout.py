@@ -14,6 +14,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pytest needs tomli below Python 3.11
@@ -200,11 +202,15 @@ def source_folders_named_build() -> list[str]:
     return [p for p in found if p not in ignored]
 
 
+# one worker runs both: the second makes a stray toolkit/g4build/build for a moment, which the first, run beside
+# it on another worker, would find (a failure seen on 2026-11-29)
+@pytest.mark.xdist_group("build-folders")
 def test_no_folder_named_build() -> None:
     found = source_folders_named_build()
     assert not found, f"folders named build (pytest skips them, and they read as build output): {found}"
 
 
+@pytest.mark.xdist_group("build-folders")
 def test_the_built_docs_site_is_ignored_not_a_build_folder() -> None:
     """`mkdocs build -f toolkit/mkdocs.yml` writes toolkit/site/routes/build/: git ignores it, so this test does
     too; the same folder outside an ignored place is still found."""
