@@ -112,7 +112,8 @@ def test_a_built_wheel_comes_back_in_parts_and_joins_on_a_fresh_machine(tmp_path
     assert (fresh / "work-sm90" / "wheels" / whl.name).read_bytes() == whl.read_bytes()
     # a part damaged on the way is refused before anything is staged from it
     bad = tmp_path / "call2" / "sm90" / "6" / "part"
-    bad.write_bytes(b"x" + bad.read_bytes()[1:])
+    data = bad.read_bytes()
+    bad.write_bytes(bytes([data[0] ^ 0xFF]) + data[1:])  # flipped: "x" over a random byte was "x" 1 time in 256
     refused = _session(tmp_path / "other", "unpack", str(tmp_path / "call2"))
     assert refused.returncode == 4 and "damaged in transfer" in refused.stderr
 
