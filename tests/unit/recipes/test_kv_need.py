@@ -9,15 +9,15 @@ its own numbers: the KV cache one request needs, what it had, and the longest co
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.unit.gpu_scripts.test_acceptance import _load
 
+from g4build.pins.model import load_pins
 from g4build.recipes import load_recipe
 from g4build.recipes.checkpoint import kv_geometry
 from g4build.recipes.kv_need import (
@@ -27,7 +27,10 @@ from g4build.recipes.kv_need import (
     longest_context,
     need_bytes,
 )
-from g4build.recipes.model import KvGeometry
+from g4build.recipes.model import KvGeometry, Recipe
+from g4build.recipes.rules import Finding, check
+
+from .test_recipe_rules import checkpoint, ctx
 
 ROOT = Path(__file__).resolve().parents[3]
 FOLD = ROOT / "tests" / "gpu" / "results" / "vllm-0.21.0-card-fit.json"
@@ -36,16 +39,7 @@ RECORDED_BATCHED = 32768  # the recipe's max-num-batched-tokens when the run ren
 
 
 def _real_size() -> ModuleType:
-    path = ROOT / "tests" / "gpu" / "e2e" / "real_size.py"
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec = importlib.util.spec_from_file_location("real_size_for_kv", path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(path.parent))
+    return _load("real_size")
 
 
 def _recorded() -> dict[str, float]:
@@ -152,76 +146,69 @@ def test_sliding_as_full_follows_the_series(pin: str) -> None:
     assert allocates_full == (pin in DFLASH_SLIDING_AS_FULL_PINS)
 
 
-def _vram(name: str, **args: int) -> list[tuple[str, str, str]]:
-    from g4build.recipes.rules import check
-
-    from .test_recipe_rules import ctx
-
+def _with(name: str, **changes: object) -> Recipe:
+    """A shipped recipe with some args changed (None: unset)."""
     recipe = load_recipe(name)
-    recipe = dataclasses.replace(recipe, args={**recipe.args, **args})
-    return [(f.severity, f.message, f.hint) for f in check(recipe, ctx()) if f.rule == "vram"]
+    args = {k: v for k, v in {**recipe.args, **changes}.items() if v is not None}
+    return dataclasses.replace(recipe, args=args)
+
+
+def _vram(recipe: Recipe, **context: object) -> Finding:
+    [finding] = [f for f in check(recipe, ctx(**context)) if f.rule == "vram"]
+    return finding
+
+
+RECORDED_ARGS = {"max-model-len": 131072, "max-num-batched-tokens": RECORDED_BATCHED}
 
 
 def test_the_rule_refuses_what_vllm_refused() -> None:
     """The recorded run's settings: vLLM did not start; the rule says it cannot, whatever the runtime takes."""
-    [(severity, message, hint)] = _vram("gemma4-26b-a4b-nvfp4-dflash", **{"max-model-len": 131072,
-                                                                          "max-num-batched-tokens": 32768})
-    assert severity == "warning" and "vLLM needs 11.45 GiB of KV cache" in message
-    assert "9.1 GiB are left even with no runtime memory at all: vLLM will refuse to start" in message
-    assert "the drafter's layers as full attention" in message and "lower max-model-len to 33184 or less" in hint
+    finding = _vram(_with("gemma4-26b-a4b-nvfp4-dflash", **RECORDED_ARGS))
+    assert finding.severity == "warning" and "vLLM needs 11.45 GiB of KV cache" in finding.message
+    assert "9.1 GiB are left even with no runtime memory at all: vLLM will refuse to start" in finding.message
+    assert "the drafter's layers as full attention" in finding.message
+    assert "lower max-model-len to 33184 or less" in finding.hint
     # the shipped settings fit
-    [(severity, message, _)] = _vram("gemma4-26b-a4b-nvfp4-dflash")
-    assert severity == "info" and "max-model-len 65536" in message
+    shipped = _vram(load_recipe("gemma4-26b-a4b-nvfp4-dflash"))
+    assert shipped.severity == "info" and "max-model-len 65536" in shipped.message
 
 
 def test_within_the_runtime_allowance_the_verdict_is_only_likely() -> None:
-    [(severity, message, _)] = _vram("gemma4-26b-a4b-nvfp4-baseline", **{"max-num-batched-tokens": 32768})
-    assert severity == "warning" and "vLLM needs 8.95 GiB" in message
-    assert "8.1 GiB are left after a 1.5 GiB runtime allowance: vLLM will likely refuse to start" in message
+    finding = _vram(_with("gemma4-26b-a4b-nvfp4-baseline", **{"max-num-batched-tokens": 32768}))
+    assert finding.severity == "warning" and "vLLM needs 8.95 GiB" in finding.message
+    assert "8.1 GiB are left after a 1.5 GiB runtime allowance: vLLM will likely refuse to start" in finding.message
 
 
 def test_a_recipe_without_a_drafter_counts_no_drafter_layers() -> None:
-    from g4build.recipes.rules import check
-
-    from .test_recipe_rules import ctx
-
-    recipe = load_recipe("gemma4-26b-a4b-nvfp4-dflash")
-    alone = dataclasses.replace(recipe, speculative=None, args={**recipe.args, "max-model-len": 131072,
-                                                                 "max-num-batched-tokens": 32768})
-    [finding] = [f for f in check(alone, ctx()) if f.rule == "vram"]
+    alone = dataclasses.replace(_with("gemma4-26b-a4b-nvfp4-dflash", **RECORDED_ARGS), speculative=None)
+    finding = _vram(alone)
     assert "vLLM needs 8.95 GiB" in finding.message and "drafter" not in finding.message
 
 
 def test_with_model_dirs_the_drafters_own_config_counts() -> None:
-    """--model-dir: the geometry comes from the checkpoints' configs, the drafter's included (an MTP assistant
-    whose layers all read the target's cache holds none)."""
-    from g4build.recipes.rules import check
-
-    from .test_recipe_rules import checkpoint, ctx
-
+    """--model-dir: the geometry comes from the checkpoints' configs, the drafter's included (a drafter whose
+    layers all read the target's cache holds none)."""
     rs = _real_size()
-    recipe = load_recipe("gemma4-26b-a4b-nvfp4-dflash")
-    recipe = dataclasses.replace(recipe, args={**recipe.args, "max-model-len": 131072, "max-num-batched-tokens": 32768})
+    recipe = _with("gemma4-26b-a4b-nvfp4-dflash", **RECORDED_ARGS)
     target = checkpoint(kv=kv_geometry(rs.text_config()), weights_bytes=16 * GIB)
     drafter = checkpoint(kv=kv_geometry(rs.dflash_config()), weights_bytes=GIB // 2)
-    [finding] = [f for f in check(recipe, ctx(target=target, drafter=drafter)) if f.rule == "vram"]
+    finding = _vram(recipe, target=target, drafter=drafter)
     assert "vLLM needs 11.45 GiB" in finding.message and "the checkpoint files" in finding.message
-    shared = {**rs.dflash_config(), "num_kv_shared_layers": 5}
-    mtp_like = checkpoint(kv=kv_geometry(shared), weights_bytes=GIB // 2)
-    [finding] = [f for f in check(recipe, ctx(target=target, drafter=mtp_like)) if f.rule == "vram"]
-    assert "vLLM needs 8.95 GiB" in finding.message
+    shared = checkpoint(kv=kv_geometry({**rs.dflash_config(), "num_kv_shared_layers": 5}), weights_bytes=GIB // 2)
+    assert "vLLM needs 8.95 GiB" in _vram(recipe, target=target, drafter=shared).message
+
+
+def test_an_mtp_assistant_checkpoint_holds_no_kv_of_its_own() -> None:
+    rs = _real_size()
+    recipe = _with("gemma4-26b-a4b-nvfp4-mtp", **{"max-num-batched-tokens": 32768})
+    target = checkpoint(kv=kv_geometry(rs.text_config()), weights_bytes=16 * GIB)
+    assistant = checkpoint(kv=kv_geometry(rs.dflash_config()), weights_bytes=GIB // 2)  # any layers: not counted
+    assert "vLLM needs 8.95 GiB" in _vram(recipe, target=target, drafter=assistant).message
 
 
 def test_on_a_pin_that_keeps_the_drafters_windows_they_count_as_sliding() -> None:
-    from g4build.pins.model import load_pins
-    from g4build.recipes.rules import check
-
-    from .test_recipe_rules import ctx
-
-    recipe = load_recipe("gemma4-26b-a4b-nvfp4-dflash")
-    recipe = dataclasses.replace(recipe, pin="vllm-0.33.0",
-                                 args={**recipe.args, "max-model-len": 131072, "max-num-batched-tokens": 32768})
-    [finding] = [f for f in check(recipe, ctx(pin=load_pins().get("vllm-0.33.0"))) if f.rule == "vram"]
+    recipe = dataclasses.replace(_with("gemma4-26b-a4b-nvfp4-dflash", **RECORDED_ARGS), pin="vllm-0.33.0")
+    finding = _vram(recipe, pin=load_pins().get("vllm-0.33.0"))
     assert "vLLM needs 9.98 GiB" in finding.message and "drafter's layers as full" not in finding.message
 
 
@@ -235,39 +222,11 @@ def test_one_attention_type_is_neither_unified_nor_padded() -> None:
 def test_unset_batched_tokens_take_vllm_serves_default() -> None:
     """vLLM 0.21.0's `vllm serve` default (engine/arg_utils.py): 2048 below 70 GiB, 8192 from it; without
     chunked prefill at least max-model-len."""
-    def message(**args: object) -> str:
-        [(_, text, _)] = _vram("gemma4-26b-a4b-nvfp4-baseline", **args)  # type: ignore[arg-type]
-        return text
-
-    recipe = load_recipe("gemma4-26b-a4b-nvfp4-baseline")
-    unset = {k: v for k, v in recipe.args.items() if k != "max-num-batched-tokens"}
-    from g4build.recipes.rules import check
-
-    from .test_recipe_rules import ctx
-
-    def vram(r: object) -> str:
-        [f] = [f for f in check(r, ctx()) if f.rule == "vram"]  # type: ignore[arg-type]
-        return f.message
-
-    small = dataclasses.replace(recipe, args=unset)
-    assert "vLLM serve's default on a 32 GB card, 2048" in vram(small)
-    big = dataclasses.replace(recipe, args=unset, hardware=dataclasses.replace(recipe.hardware, vram_gb=96))
-    assert "vLLM serve's default on a 96 GB card, 8192" in vram(big)
-    off = dataclasses.replace(recipe, args={**unset, "enable-chunked-prefill": False})
-    assert "chunked prefill off: vLLM takes max-model-len" in vram(off) and "vLLM needs 27.50 GiB" in vram(off)
-    assert message()  # the shipped recipe sets it: nothing assumed
-    assert "unset" not in message()
-
-
-def test_an_mtp_assistant_checkpoint_holds_no_kv_of_its_own() -> None:
-    from g4build.recipes.rules import check
-
-    from .test_recipe_rules import checkpoint, ctx
-
-    rs = _real_size()
-    recipe = load_recipe("gemma4-26b-a4b-nvfp4-mtp")
-    recipe = dataclasses.replace(recipe, args={**recipe.args, "max-num-batched-tokens": 32768})
-    target = checkpoint(kv=kv_geometry(rs.text_config()), weights_bytes=16 * GIB)
-    assistant = checkpoint(kv=kv_geometry(rs.dflash_config()), weights_bytes=GIB // 2)  # any layers: not counted
-    [finding] = [f for f in check(recipe, ctx(target=target, drafter=assistant)) if f.rule == "vram"]
-    assert "vLLM needs 8.95 GiB" in finding.message
+    small = _with("gemma4-26b-a4b-nvfp4-baseline", **{"max-num-batched-tokens": None})
+    assert "vLLM serve's default on a 32 GB card, 2048" in _vram(small).message
+    big = dataclasses.replace(small, hardware=dataclasses.replace(small.hardware, vram_gb=96))
+    assert "vLLM serve's default on a 96 GB card, 8192" in _vram(big).message
+    off = _vram(_with("gemma4-26b-a4b-nvfp4-baseline", **{"max-num-batched-tokens": None,
+                                                          "enable-chunked-prefill": False})).message
+    assert "chunked prefill off: vLLM takes max-model-len" in off and "vLLM needs 27.50 GiB" in off
+    assert "unset" not in _vram(load_recipe("gemma4-26b-a4b-nvfp4-baseline")).message  # set: nothing assumed

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from g4build.recipes.fa_kv_dtype import fp8_kv_refused
 from g4build.recipes.findings import CheckContext, Finding, int_arg
-from g4build.recipes.kv_need import DFLASH_SLIDING_AS_FULL_PINS, LayerKind, layer_kinds, longest_context, need_bytes
+from g4build.recipes.kv_need import DFLASH_SLIDING_AS_FULL_PINS, layer_kinds, longest_context, need_bytes
 from g4build.recipes.model import KvGeometry, Recipe
 
 RUNTIME_OVERHEAD_GIB = 1.5  # CUDA context, activations, CUDA graphs: a floor (see the module's docstring)
@@ -57,11 +57,6 @@ def drafter_sliding_as_full(recipe: Recipe, ctx: CheckContext) -> bool:
     return recipe.method == "dflash" and pin in DFLASH_SLIDING_AS_FULL_PINS
 
 
-def _kinds(recipe: Recipe, ctx: CheckContext, kv: KvGeometry, draft: KvGeometry | None) -> list[LayerKind]:
-    return layer_kinds(kv, draft if recipe.method else None,
-                       drafter_sliding_as_full=drafter_sliding_as_full(recipe, ctx))
-
-
 def rule_vram(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     memory = _memory(recipe, ctx)
     if memory is None:
@@ -86,14 +81,16 @@ def rule_vram(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
                         "or max-model-len)")]
     batched, assumed = _batched_tokens(recipe, max_len)
     dtype_bytes = 1 if str(recipe.args.get("kv-cache-dtype") or "").startswith("fp8") else 2
-    kinds = _kinds(recipe, ctx, kv, draft)
+    draft = draft if recipe.method else None  # a recipe without a drafter loads none
+    as_full = drafter_sliding_as_full(recipe, ctx) and draft is not None
+    kinds = layer_kinds(kv, draft, drafter_sliding_as_full=as_full)
     try:
         need = need_bytes(kinds, max_len, batched, dtype_bytes) / GIB
     except ValueError as exc:
         return [Finding(rule="vram", severity="info", message=f"{head}: KV cache not estimated ({exc})")]
     free = budget - fixed
     held = ("its sliding layers hold window - 1 + max-num-batched-tokens tokens each"
-            + (", the drafter's layers as full attention" if drafter_sliding_as_full(recipe, ctx) and draft else ""))
+            + (", the drafter's layers as full attention" if as_full else ""))
     head += assumed
     if need > free:
         # beyond the budget less the weights, no runtime allowance could make it start; within it, the allowance
