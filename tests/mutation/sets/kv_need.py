@@ -46,4 +46,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "an unset max-num-batched-tokens is counted as max-model-len, not vLLM serve's default"),
     Mutation("vram-mtp-shares", VRAM, 'and recipe.method != "mtp" else None', "else None", TESTS,
              "an MTP assistant checkpoint's layers are counted, though it reads the target's cache"),
+    Mutation("counts-human", f"{PKG}/recipes/counts.py",
+             "    if isinstance(value, str):\n        value = human_int(value)\n", "", TESTS,
+             "a count written as vLLM reads it ('32k') is taken for unset, sized at vLLM serve's default"),
 )

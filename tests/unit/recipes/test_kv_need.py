@@ -230,3 +230,13 @@ def test_unset_batched_tokens_take_vllm_serves_default() -> None:
                                                           "enable-chunked-prefill": False})).message
     assert "chunked prefill off: vLLM takes max-model-len" in off and "vLLM needs 27.50 GiB" in off
     assert "unset" not in _vram(load_recipe("gemma4-26b-a4b-nvfp4-baseline")).message  # set: nothing assumed
+
+
+def test_counts_written_with_vllms_suffixes_are_read_as_vllm_reads_them() -> None:
+    """'128k' / '32k' (what vLLM's human-readable parsers take, and --set keeps as text) are sized, not taken
+    for unset: 32k read as vLLM serve's default 2048 would hide most of the sliding layers' chunk."""
+    plain = _vram(_with("gemma4-26b-a4b-nvfp4-dflash", **{"max-model-len": 128000, "max-num-batched-tokens": 32000}))
+    human = _vram(_with("gemma4-26b-a4b-nvfp4-dflash", **{"max-model-len": "128k", "max-num-batched-tokens": "32k"}))
+    assert human.message == plain.message and "max-model-len 128000" in human.message
+    binary = _vram(_with("gemma4-26b-a4b-nvfp4-dflash", **{"max-model-len": "128K", "max-num-batched-tokens": "32K"}))
+    assert "vLLM needs 11.45 GiB" in binary.message  # 131072 / 32768, the recorded run's

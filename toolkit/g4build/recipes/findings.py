@@ -10,7 +10,7 @@ from g4build.pins.model import Pin
 from g4build.recipes.checkpoint import CheckpointInfo
 from g4build.recipes.env_policy import EnvPolicy
 from g4build.recipes.flashinfer import FlashInferInfo
-from g4build.recipes.model import MAX_COUNT, Recipe
+from g4build.recipes.model import Recipe
 from g4build.recipes.renamed_env import Renamed
 from g4build.series.model import Series
 
@@ -69,11 +69,3 @@ def is_gemma4(recipe: Recipe, ctx: CheckContext) -> bool:
     model = recipe.model.lower()
     return recipe.family == "gemma4" or "gemma-4" in model or "gemma4" in model
 
-
-def int_arg(recipe: Recipe, option: str) -> int | None:
-    """A whole-number option in range (1 to ``MAX_COUNT``); None when unset, not whole, or out of range (which
-    ``rule_counts`` refuses): no estimate is made from a negative or absurd count."""
-    value = recipe.args.get(option)
-    if not isinstance(value, int) or isinstance(value, bool):
-        return None
-    return value if 1 <= value <= MAX_COUNT else None

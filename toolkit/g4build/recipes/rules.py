@@ -7,6 +7,7 @@ Nothing here reads files or imports vLLM; the CLI gathers the context at the edg
 
 from __future__ import annotations
 
+from g4build.recipes.counts import int_arg
 from g4build.recipes.draft_groups import rule_draft_groups
 from g4build.recipes.env_names import rule_env_allowed, rule_env_names
 from g4build.recipes.fa_kv_dtype import rule_fa_kv_dtype
@@ -17,7 +18,6 @@ from g4build.recipes.findings import (
     Rule,
     Severity,
     WheelInfo,
-    int_arg,
     is_gemma4,
 )
 from g4build.recipes.flashinfer import FlashInferInfo, fixed_paths, off_switches

@@ -38,6 +38,7 @@ from g4build.errors import ConfigError, G4BuildError, UsageError
 from g4build.fsutil import write_atomic
 from g4build.pins.index import cache_root, sha256_file
 from g4build.pins.model import Pin, load_pins
+from g4build.recipes.counts import human_int
 from g4build.recipes.overrides import parse_override
 from g4build.recipes.vllm_choices import annotation_choices, literal_aliases, normalized, retyped_fields
 from g4build.util.safeload import read_json
@@ -309,25 +310,16 @@ def _suggest(name: str, known: Sequence[str]) -> str:
     return f"did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
-_HUMAN = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
-
-
 def _human_int(key: str, text: str, *, auto: bool, version: str) -> int:
     """The number vLLM reads from '128k' (decimal suffixes) or '2K' (binary, whole numbers only)."""
     if auto and text.strip().lower() == "auto":
         return -1
-    match = _HUMAN.fullmatch(text.strip())
-    if match is None or (match.group(2).isupper() and "." in match.group(1)):
+    value = human_int(text)
+    if value is None:
         example = "an integer, 'auto'" if auto else "an integer"
         raise UsageError(f"--set {key}={text!r}: expected {example} or a number with a k/m/g/t (x1000) or K/M/G/T "
                          f"(x1024) suffix, as vLLM {version} reads it; found {text!r}")
-    number, suffix = match.group(1), match.group(2)
-    # int ** int is typed Any (a negative power gives a float); these powers are positive
-    if suffix.isupper():
-        scale: int = 1024 ** ("KMGT".index(suffix) + 1)
-        return int(number) * scale
-    scale = 1000 ** ("kmgt".index(suffix) + 1)
-    return int(float(number) * scale)
+    return value
 
 
 def _check_choice(key: str, value: Any, rule: dict[str, Any], version: str) -> None:

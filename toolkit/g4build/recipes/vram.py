@@ -11,8 +11,9 @@ DFlash recipe's budget to them at max-num-batched-tokens 32768 (tests/gpu/result
 
 from __future__ import annotations
 
+from g4build.recipes.counts import int_arg
 from g4build.recipes.fa_kv_dtype import fp8_kv_refused
-from g4build.recipes.findings import CheckContext, Finding, int_arg
+from g4build.recipes.findings import CheckContext, Finding
 from g4build.recipes.kv_need import DFLASH_SLIDING_AS_FULL_PINS, layer_kinds, longest_context, need_bytes
 from g4build.recipes.model import KvGeometry, Recipe
 
