@@ -5,7 +5,8 @@ share scaled down to the card's, and step down until it does.
                          [--g4build "python3 -m g4build"] [--mtp-folder mtp|mtp-standin] [--set KEY=VALUE ...]
                          [--extra-gib 0] [--weights-stand-in] [--min-context 4096] [--limit 540] [--port 8012]
                          [--wheel WHL]
-  python card_fit.py fold RUN.json [RUN.json ...] --json OUT
+                         [--util U]
+  python card_fit.py fold RUN.json [RUN.json ...] [--superseded RUN.json ...] --json OUT
 
 run: `g4build recipe render NAME --shell bash` with the model paths set to real_size.py's folders (DIR), load_format
 dummy, the target's hf_overrides from DIR/meta.json, a port, and gpu-memory-utilization scaled so that vLLM's budget
@@ -20,7 +21,10 @@ memory, the error. If the shipped context and max-num-seqs do not start: context
 or below vLLM's own "estimated maximum model length" when it names one) down to --min-context, then max-num-seqs
 halves; the first that starts ends the run, as do --limit (seconds, all attempts together) and weights that alone
 exceed the budget.
-fold: one row per recipe x card: started at the shipped settings, the largest that started, vLLM's figures there.
+--util models a card run at another gpu-memory-utilization than the recipe's; it and every --set args.* are
+recorded as `changed` and name the run's row.
+fold: one row per recipe x card: started at the shipped settings, the largest that started, vLLM's figures there;
+runs of settings a recipe no longer ships under `superseded`.
 No torch here: the device's total is read by a child python (unless --total-bytes gives it).
 """
 
@@ -251,18 +255,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         here_w = bf16_weights_gib(args.models, folder)
         stand_in = {"bf16_weights_gib_counted": round(here_w, 2), "recipe_weights_gib": card_w}
         args.extra_gib += here_w - card_w
-    util = scaled_util(float(rargs.get("gpu-memory-utilization", 0.9)), args.card_gib, total, args.extra_gib)
+    # --util: the card's gpu-memory-utilization where it is not the recipe's (a card that needs more of its memory)
+    card_util = args.util if args.util is not None else float(rargs.get("gpu-memory-utilization", 0.9))
+    util = scaled_util(card_util, args.card_gib, total, args.extra_gib)
     sets = {"model": str(args.models / "target"), "speculative.model": str(args.models / folder),
             "args.load-format": "dummy", "args.port": str(args.port), "args.gpu-memory-utilization": str(util)}
     if meta.get("target_hf_overrides"):
         sets["args.hf-overrides"] = json.dumps(meta["target_hf_overrides"], separators=(",", ":"))
+    changed: dict[str, Any] = {} if args.util is None else {"gpu-memory-utilization": args.util}
     for item in args.set:
         key, _, value = item.partition("=")
+        if key == "args.gpu-memory-utilization":
+            raise SystemExit("--set args.gpu-memory-utilization: the run scales it to the card's share; give the "
+                             "card's utilization with --util")
         sets[key] = value
+        if key.startswith("args."):
+            changed[key[len("args."):]] = value
     res: dict[str, Any] = {
         "recipe": args.recipe, "card_gib": args.card_gib, "card": CARDS.get(int(args.card_gib)),
         "device_total_gib": round(total / GIB, 2), "recipe_util": rargs.get("gpu-memory-utilization"),
-        "extra_gib": round(args.extra_gib, 3), "stand_in": stand_in, "util": util,
+        "extra_gib": round(args.extra_gib, 3), "stand_in": stand_in, "util": util, "changed": changed,
         "budget_gib": round(util * total / GIB, 2),
         "shipped": {"context": int(rargs["max-model-len"]), "max_num_seqs": int(rargs["max-num-seqs"])},
         "drafter_folder": folder, "sets": sorted(k for k in sets if not k.startswith(("model", "speculative"))),
@@ -289,9 +301,13 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {
         "recipe": res["recipe"], "card_gib": res["card_gib"], "budget_gib": res["budget_gib"],
         "extra_gib": res.get("extra_gib", 0.0), "stand_in": res.get("stand_in"), "shipped": res["shipped"],
+        "changed": res.get("changed") or {},
         "started_at_shipped": first["started"],
         "fits": {"context": best["context"], "max_num_seqs": best["max_num_seqs"]} if best else None,
-        "shipped_error_kind": first["vllm"]["error_kind"], "shipped_error": first["vllm"]["error"],
+        # a started server may still log an error (vLLM logs one at start for a tokenizer without a chat template):
+        # the shipped settings' error is the one that stopped them
+        "shipped_error_kind": None if first["started"] else first["vllm"]["error_kind"],
+        "shipped_error": None if first["started"] else first["vllm"]["error"],
         "vllm_estimated_max_model_len": next((t["vllm"]["estimated_max_model_len"] for t in failed
                                               if t["vllm"]["estimated_max_model_len"]), None),
         "searched_to_end": bool(best) or not any(t.get("timed_out") for t in tries),
@@ -320,19 +336,35 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def fold(paths: list[Path]) -> dict[str, Any]:
+def row_key(row: dict[str, Any]) -> str:
+    """The card, and how the run's budget or settings differ from the card's with the recipe as shipped."""
+    key = f"{row['card_gib']:g}"
+    if row.get("stand_in"):
+        key += " stand-in"
+    elif row.get("extra_gib"):
+        key += f" +{row['extra_gib']:g} GiB"
+    if row.get("changed"):
+        key += " (" + ", ".join(f"{k} {v}" for k, v in sorted(row["changed"].items())) + ")"
+    return key
+
+
+def _table(paths: list[Path]) -> dict[str, dict[str, Any]]:
     rows = [summarize(json.loads(p.read_text())) for p in paths]
     table: dict[str, dict[str, Any]] = {}
     for row in sorted(rows, key=lambda r: (r["recipe"], r["card_gib"])):
-        key = f"{row['card_gib']:g}"  # a budget grown beyond the card's is a different row, named by how
-        if row.get("stand_in"):
-            key += " stand-in"
-        elif row.get("extra_gib"):
-            key += f" +{row['extra_gib']:g} GiB"
+        key = row_key(row)
         if key in table.get(row["recipe"], {}):
             raise SystemExit(f"two runs of {row['recipe']} at {key}: fold one of them")
         table.setdefault(row["recipe"], {})[key] = row
-    return {"runs": [p.name for p in paths], "table": table}
+    return table
+
+
+def fold(paths: list[Path], superseded: list[Path] | None = None) -> dict[str, Any]:
+    """The table of the recipes as they ship; runs of settings a recipe no longer ships go under superseded."""
+    out: dict[str, Any] = {"runs": [p.name for p in paths], "table": _table(paths)}
+    if superseded:
+        out["superseded"] = {"runs": [p.name for p in superseded], "table": _table(superseded)}
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -350,6 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--mtp-folder", default="mtp", choices=("mtp", "mtp-standin"))
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="one more recipe --set")
     r.add_argument("--extra-gib", type=float, default=0.0, help="added to the card's budget (recorded)")
+    r.add_argument("--util", type=float, help="the card's gpu-memory-utilization (default: the recipe's)")
     r.add_argument("--weights-stand-in", action="store_true",
                    help="add (bf16 weights counted from DIR - the recipe's footprint weights_gib) to the budget")
     r.add_argument("--min-context", type=int, default=4096)
@@ -359,6 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--total-bytes", type=int, help="the device's total memory (default: torch's mem_get_info)")
     f = sub.add_parser("fold", help="fold run JSONs into a recipe x card table")
     f.add_argument("runs", type=Path, nargs="+")
+    f.add_argument("--superseded", type=Path, nargs="*", default=[],
+                   help="runs of settings the recipes no longer ship (kept beside the table)")
     f.add_argument("--json", type=Path, required=True)
     return ap
 
@@ -366,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.cmd == "fold":
-        write(args.json, fold(args.runs))
+        write(args.json, fold(args.runs, args.superseded))
         return 0
     if args.card_gib <= 0 or args.min_context < 1:
         raise SystemExit("--card-gib must be above 0 and --min-context at least 1")

@@ -358,3 +358,45 @@ def test_a_render_that_fails_is_recorded(fit: ModuleType, models: Path, tmp_path
     (row,) = res["attempts"]
     assert row["vllm"]["error_kind"] == "render"
     assert row["vllm"]["error"].startswith("recipe render exited ")
+
+
+CARD_FIT_RUNS = ROOT / "tests" / "gpu" / "results" / "card-fit"
+
+
+def test_a_started_run_has_no_shipped_error_and_superseded_runs_fold_apart(fit: ModuleType, tmp_path: Path) -> None:
+    """The recorded runs: the DFlash recipe started at its shipped 65536 / 22, yet its server logged a chat-template
+    error after starting (the stand-in tokenizer has none): the row carries no shipped error. The run of the
+    settings it shipped before (131072, max-num-batched-tokens 32768) folds under superseded, with vLLM's refusal."""
+    new = CARD_FIT_RUNS / "fit-gemma4-26b-a4b-nvfp4-dflash-32-stand-in.json"
+    old = CARD_FIT_RUNS / "superseded-fit-gemma4-26b-a4b-nvfp4-dflash-32-stand-in-131072-b32768.json"
+    raw = json.loads(new.read_text())
+    assert raw["attempts"][0]["started"] and "chat template" in raw["attempts"][0]["vllm"]["error"]
+    row = fit.summarize(raw)
+    assert row["started_at_shipped"] and row["shipped_error"] is None and row["shipped_error_kind"] is None
+    folded = fit.fold([new], [old])
+    assert folded["table"]["gemma4-26b-a4b-nvfp4-dflash"]["32 stand-in"]["fits"] == {"context": 65536,
+                                                                                      "max_num_seqs": 22}
+    before = folded["superseded"]["table"]["gemma4-26b-a4b-nvfp4-dflash"]["32 stand-in"]
+    assert before["shipped_error_kind"] == "kv_too_small" and before["vllm_estimated_max_model_len"] == 5360
+    assert folded["superseded"]["runs"] == [old.name]
+    assert "superseded" not in fit.fold([new])
+    # what the fold wrote is what is recorded
+    recorded = json.loads((ROOT / "tests" / "gpu" / "results" / "vllm-0.21.0-card-fit.json").read_text())
+    runs = sorted(CARD_FIT_RUNS.glob("fit-*.json"))
+    assert fit.fold(runs, sorted(CARD_FIT_RUNS.glob("superseded-*.json"))) == recorded
+
+
+def test_a_card_run_at_its_own_utilization_is_recorded_and_named(fit: ModuleType, models: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # 24 GiB at 0.85 instead of the recipe's 0.80: 20.4 GiB of budget, the utilization passed scaled to it
+    _, res, argvs = _run(fit, tmp_path, models, 24, monkeypatch, "--util", "0.85",
+                         "--set", "args.max-num-batched-tokens=2048")
+    assert res["budget_gib"] == pytest.approx(20.4, abs=0.01) and res["recipe_util"] == 0.8
+    assert argvs[0][argvs[0].index("--gpu-memory-utilization") + 1] == str(res["util"])
+    assert argvs[0][argvs[0].index("--max-num-batched-tokens") + 1] == "2048"
+    assert res["changed"] == {"gpu-memory-utilization": 0.85, "max-num-batched-tokens": "2048"}
+    key = fit.row_key(res["summary"])
+    assert key == "24 (gpu-memory-utilization 0.85, max-num-batched-tokens 2048)"
+    # the run scales the utilization itself: a --set of it would undo the card's share
+    with pytest.raises(SystemExit, match="give the card's utilization with --util"):
+        _run(fit, tmp_path, models, 24, monkeypatch, "--set", "args.gpu-memory-utilization=0.9")

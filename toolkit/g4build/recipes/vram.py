@@ -1,12 +1,13 @@
-"""The VRAM rule: do the weights, a runtime allowance and the KV cache vLLM insists on fit the recipe's card?
+"""The VRAM rule: do the weights, vLLM's runtime memory and the KV cache vLLM insists on fit the recipe's card?
 
 The budget is ``gpu-memory-utilization x hardware.vram_gb``. The weights come from the checkpoint files
 (``--model-dir``) or the recipe's footprint estimate. The KV cache is what vLLM requires before it starts, one
 request of max-model-len over the target's and the drafter's layers, sized as vLLM sizes it (``kv_need.py``):
 when it does not fit vLLM refuses to start, and the rule names the longest context that would, as vLLM's own
-error does. ``RUNTIME_OVERHEAD_GIB`` (activations of a max-num-batched-tokens step, CUDA graphs, the CUDA context)
-is a floor, not a measurement: vLLM on an H200 with bf16 weights standing in for NVFP4 left 7.43 GiB of a 26B
-DFlash recipe's budget to them at max-num-batched-tokens 32768 (tests/gpu/results/vllm-0.21.0-card-fit.json).
+error does. The runtime memory (activations of a max-num-batched-tokens step, CUDA graphs, non-torch memory) is
+what vLLM's own profile took in the card-fit runs of the 26B-A4B recipes (``runtime_gib``), measured on an H200
+with bf16 weights standing in for NVFP4: on an SM120 card the GEMM and MoE kernels differ, and with them the
+activation peak.
 """
 
 from __future__ import annotations
@@ -14,12 +15,24 @@ from __future__ import annotations
 from g4build.recipes.counts import int_arg
 from g4build.recipes.fa_kv_dtype import fp8_kv_refused
 from g4build.recipes.findings import CheckContext, Finding
-from g4build.recipes.kv_need import DFLASH_SLIDING_AS_FULL_PINS, layer_kinds, longest_context, need_bytes
+from g4build.recipes.kv_need import (
+    DFLASH_SLIDING_AS_FULL_PINS,
+    LayerKind,
+    layer_kinds,
+    longest_context,
+    need_bytes,
+)
 from g4build.recipes.model import KvGeometry, Recipe
 
-RUNTIME_OVERHEAD_GIB = 1.5  # CUDA context, activations, CUDA graphs: a floor (see the module's docstring)
+# vLLM's profile of the 26B-A4B DFlash recipe (tests/gpu/results/vllm-0.21.0-card-fit.json, `overhead_gib`: the
+# budget less the weights loaded and the KV cache left): 3.71 GiB at max-num-batched-tokens 8192 and 7.43 GiB at
+# 32768 (the MTP recipe took 2.87 at 8192: its graphs are smaller). Linear between and beyond, never below what
+# the line gives at no tokens; CUDA_GRAPH_GIB of it is vLLM's CUDA graph estimate, which --enforce-eager drops.
+RUNTIME_MEASURED = ((8192, 3.71), (32768, 7.43))  # (max-num-batched-tokens, GiB)
+CUDA_GRAPH_GIB = 0.89
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
 LARGE_GPU_GIB, SERVE_BATCHED_LARGE, SERVE_BATCHED_SMALL = 70, 8192, 2048  # vLLM serve's max-num-batched-tokens
+MIN_SUGGESTED_CONTEXT = 4096  # a suggestion that leaves less than this is no suggestion
 GIB = 1024**3
 
 
@@ -58,6 +71,31 @@ def drafter_sliding_as_full(recipe: Recipe, ctx: CheckContext) -> bool:
     return recipe.method == "dflash" and pin in DFLASH_SLIDING_AS_FULL_PINS
 
 
+def runtime_gib(batched: int, eager: bool = False) -> float:
+    """vLLM's runtime memory at max-num-batched-tokens ``batched``, from the measured profile (RUNTIME_MEASURED)."""
+    (b0, g0), (b1, g1) = RUNTIME_MEASURED
+    slope = (g1 - g0) / (b1 - b0)
+    return max(g0 - slope * b0, g0 + slope * (batched - b0)) - (CUDA_GRAPH_GIB if eager else 0.0)
+
+
+def _suggest(kinds: list[LayerKind], weights: float, vram: float, util: float, batched: int, dtype_bytes: int,
+             eager: bool, max_len: int) -> str:
+    """The smallest gpu-memory-utilization, at the smallest max-num-batched-tokens (vLLM serve's own default under
+    70 GiB is 2048), that leaves room for a context of MIN_SUGGESTED_CONTEXT or more: '' when none does."""
+    for new_util in sorted({util, *(u for u in (0.85, 0.9, 0.95) if u > util)}):
+        for new_batched in sorted({batched, *(b for b in (4096, 2048) if b < batched)}):
+            free = new_util * vram - weights - runtime_gib(new_batched, eager)
+            if free <= 0:
+                continue
+            longest = longest_context(kinds, int(free * GIB), max_len, new_batched, dtype_bytes)
+            if longest >= MIN_SUGGESTED_CONTEXT:
+                changes = [f"{name} {value:g}" for name, value, old in (
+                    ("gpu-memory-utilization", new_util, util), ("max-num-batched-tokens", new_batched, batched))
+                    if value != old]
+                return f"with {' and '.join(changes)}, max-model-len up to {longest} fits"
+    return ""
+
+
 def rule_vram(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     memory = _memory(recipe, ctx)
     if memory is None:
@@ -68,23 +106,30 @@ def rule_vram(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1:
         return [Finding(rule="vram", severity="error",
                         message=f"gpu-memory-utilization must be a number in (0, 1], found {util!r}")]
-    budget = util * recipe.hardware.vram_gb
-    fixed = weights + RUNTIME_OVERHEAD_GIB
-    head = f"budget {util:g} x {recipe.hardware.vram_gb:g} GiB = {budget:.1f} GiB; weights {weights:.1f} GiB ({basis})"
-    fp8 = "" if fp8_kv_refused(recipe) else ", use --kv-cache-dtype fp8"  # FA2 refuses an fp8 KV cache
-    if fixed > budget:
-        return [Finding(rule="vram", severity="warning",
-                        message=f"{head} + {RUNTIME_OVERHEAD_GIB} GiB runtime do not fit: expect an out-of-memory",
-                        hint="raise gpu-memory-utilization or use a card with more memory")]
+    vram = recipe.hardware.vram_gb
+    budget = util * vram
     max_len = int_arg(recipe, "max-model-len")
-    if kv is None or max_len is None:
-        return [Finding(rule="vram", severity="info", message=f"{head}: KV cache not estimated (no KV geometry "
-                        "or max-model-len)")]
-    batched, assumed = _batched_tokens(recipe, max_len)
+    batched, assumed = _batched_tokens(recipe, max_len or 0)
+    eager = recipe.args.get("enforce-eager") is True
+    runtime = runtime_gib(batched, eager)
+    fixed = weights + runtime
+    head = (f"budget {util:g} x {vram:g} GiB = {budget:.1f} GiB; weights {weights:.1f} GiB ({basis}); runtime "
+            f"{runtime:.1f} GiB at max-num-batched-tokens {batched} (vLLM's profile of the 26B recipes)")
+    fp8 = "" if fp8_kv_refused(recipe) else ", use --kv-cache-dtype fp8"  # FA2 refuses an fp8 KV cache
     dtype_bytes = 1 if str(recipe.args.get("kv-cache-dtype") or "").startswith("fp8") else 2
     draft = draft if recipe.method else None  # a recipe without a drafter loads none
     as_full = drafter_sliding_as_full(recipe, ctx) and draft is not None
-    kinds = layer_kinds(kv, draft, drafter_sliding_as_full=as_full)
+    kinds = layer_kinds(kv, draft, drafter_sliding_as_full=as_full) if kv is not None else []
+    if fixed >= budget:
+        way = _suggest(kinds, weights, vram, util, batched, dtype_bytes, eager, max_len or 131072) if kinds else ""
+        return [Finding(rule="vram", severity="warning",
+                        message=f"{head}{assumed}: no memory is left for the KV cache, vLLM will refuse to start "
+                                "(\"No available memory for the cache blocks\")",
+                        hint=(way + "; " if way else "") + "lower max-num-batched-tokens, raise "
+                             "gpu-memory-utilization or use a card with more memory")]
+    if kv is None or max_len is None:
+        return [Finding(rule="vram", severity="info", message=f"{head}: KV cache not estimated (no KV geometry "
+                        "or max-model-len)")]
     try:
         need = need_bytes(kinds, max_len, batched, dtype_bytes) / GIB
     except ValueError as exc:
@@ -94,12 +139,11 @@ def rule_vram(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
             + (", the drafter's layers as full attention" if as_full else ""))
     head += assumed
     if need > free:
-        # beyond the budget less the weights, no runtime allowance could make it start; within it, the allowance
-        # (a floor) decides, so the verdict is only likely
+        # beyond the budget less the weights, no runtime could make it start; within it, the measured runtime
+        # decides, and it was measured on another GPU: the verdict is only likely
         left, verdict = ((budget - weights, "even with no runtime memory at all: vLLM will refuse to start")
                          if need > budget - weights else
-                         (free, f"after a {RUNTIME_OVERHEAD_GIB} GiB runtime allowance: vLLM will likely refuse to "
-                                "start"))
+                         (free, "after the runtime: vLLM will likely refuse to start"))
         longest = longest_context(kinds, int(free * GIB), max_len, batched, dtype_bytes)
         fix = (f"lower max-model-len to {longest} or less" if longest else "lower max-model-len") + \
             f" or max-num-batched-tokens{fp8}, or raise gpu-memory-utilization"

@@ -1,0 +1,129 @@
+"""The VRAM rule held to the card-fit runs (tests/gpu/results/vllm-0.21.0-card-fit.json): the recipes' launch
+scripts as rendered, with real_size.py's Gemma 4 26B-A4B shapes, in a card's share of an H200 (bf16 weights standing
+in for the recipe's NVFP4 ones: the budget grew by the difference). For every run, the recipe's own table and the
+superseded settings alike, the rule's verdict at the run's card and settings is vLLM's: no warning where vLLM
+started, a warning where it refused. The runtime the rule charges is what vLLM's profile took there, and the KV
+cache per request vLLM reported is kv_need.py's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from g4build.recipes import load_recipe
+from g4build.recipes.findings import Finding
+from g4build.recipes.kv_need import layer_kinds, need_bytes
+from g4build.recipes.rules import check
+from g4build.recipes.vram import CUDA_GRAPH_GIB, RUNTIME_MEASURED, runtime_gib
+
+from .test_recipe_rules import ctx
+
+ROOT = Path(__file__).resolve().parents[3]
+FOLD = json.loads((ROOT / "tests" / "gpu" / "results" / "vllm-0.21.0-card-fit.json").read_text(encoding="utf-8"))
+GIB = 1 << 30
+FIRST_RUN_BATCHED = 32768  # the superseded run rendered the recipe of that day, before attempts recorded it
+
+
+def _rows() -> list[tuple[str, str, dict[str, Any]]]:
+    out = []
+    for part in ("table", "superseded"):
+        table = FOLD["table"] if part == "table" else FOLD.get("superseded", {}).get("table", {})
+        for recipe, cards in table.items():
+            out += [(f"{part}:{recipe}:{key}", recipe, row) for key, row in cards.items()]
+    return out
+
+
+ROWS = _rows()
+
+
+def _batched(row: dict[str, Any]) -> int:
+    return int(row["at"].get("max_num_batched_tokens") or FIRST_RUN_BATCHED)
+
+
+def _as_run(recipe_name: str, row: dict[str, Any]) -> Any:
+    """The recipe as the run rendered it: the card's memory, the shipped context and max-num-seqs of that run,
+    its max-num-batched-tokens and whatever else it changed."""
+    recipe = load_recipe(recipe_name)
+    args = {**recipe.args, "max-model-len": row["shipped"]["context"], "max-num-seqs": row["shipped"]["max_num_seqs"],
+            "max-num-batched-tokens": _batched(row), **row.get("changed", {})}
+    return dataclasses.replace(recipe, args=args,
+                               hardware=dataclasses.replace(recipe.hardware, vram_gb=row["card_gib"]))
+
+
+def _vram(recipe: Any) -> Finding:
+    [finding] = [f for f in check(recipe, ctx()) if f.rule == "vram"]
+    return finding
+
+
+def test_there_are_runs_that_started_and_runs_that_did_not() -> None:
+    started = [row["started_at_shipped"] for _, _, row in ROWS]
+    assert True in started and False in started and len(ROWS) >= 4
+
+
+@pytest.mark.parametrize(("label", "recipe", "row"), ROWS, ids=[r[0] for r in ROWS])
+def test_the_rules_verdict_is_vllms(label: str, recipe: str, row: dict[str, Any]) -> None:
+    # the stand-in's budget is the card's plus what bf16 outweighs the recipe's weights by; vLLM loaded a little
+    # more than counted (stand_in_residual_gib), which a card's own weights would not carry
+    assert row["stand_in"] is not None and abs(row["at"]["stand_in_residual_gib"]) < 0.5
+    finding = _vram(_as_run(recipe, row))
+    assert (finding.severity != "warning") == row["started_at_shipped"], finding.message
+
+
+def test_the_shipped_recipes_are_the_ones_measured() -> None:
+    """The table's rows are the recipes as they ship now (else the fold belongs under superseded)."""
+    for _, recipe, row in ROWS:
+        if row in [r for cards in FOLD["table"].values() for r in cards.values()]:
+            shipped = load_recipe(recipe).args
+            assert (shipped["max-model-len"], shipped["max-num-seqs"], shipped["max-num-batched-tokens"]) == (
+                row["shipped"]["context"], row["shipped"]["max_num_seqs"], _batched(row))
+
+
+def test_the_runtime_is_what_vllms_profile_took() -> None:
+    measured = {(_batched(row), row["at"]["overhead_gib"]) for _, _, row in ROWS}
+    # the line runs through the DFlash recipe's two points (its graphs are the largest: 15 draft tokens a step)
+    for point in RUNTIME_MEASURED:
+        assert point in measured
+    # and charges at least what any run took at its max-num-batched-tokens
+    for batched, overhead in measured:
+        assert runtime_gib(batched) >= overhead - 0.005
+    graphs = {row["at"]["graph_estimate_gib"] for _, recipe, row in ROWS if "dflash" in recipe}
+    assert max(graphs) == CUDA_GRAPH_GIB
+    assert runtime_gib(8192, eager=True) == pytest.approx(3.71 - 0.89)
+    assert runtime_gib(2048) == pytest.approx(3.71 - 6144 * (7.43 - 3.71) / 24576)
+    assert runtime_gib(0) == pytest.approx(3.71 - 8192 * (7.43 - 3.71) / 24576)  # the line at no tokens
+
+
+@pytest.mark.parametrize(("label", "recipe", "row"), [r for r in ROWS if r[2]["at"].get("max_concurrency")],
+                         ids=[r[0] for r in ROWS if r[2]["at"].get("max_concurrency")])
+def test_kv_per_request_is_what_vllm_reported(label: str, recipe: str, row: dict[str, Any]) -> None:
+    """vLLM's available KV cache over its concurrency at the context (each printed at two decimals) is the KV
+    cache of one request: kv_need.py's figure, the drafter's layers included."""
+    fp = load_recipe(recipe).footprint
+    assert fp is not None and fp.kv is not None
+    as_full = "dflash" in recipe  # vllm-0.21.0: dflash-batched-verification allocates them as full attention
+    kinds = layer_kinds(fp.kv, fp.draft_kv if as_full else None, drafter_sliding_as_full=as_full)
+    need = need_bytes(kinds, row["at"]["context"], _batched(row), 2) / GIB
+    available, concurrency = row["at"]["available_kv_gib"], row["at"]["max_concurrency"]
+    assert (available - 0.005) / (concurrency + 0.005) <= need <= (available + 0.005) / (concurrency - 0.005)
+
+
+def test_a_card_too_small_for_the_runtime_gets_a_way_out() -> None:
+    """24 GB: the 16.5 GiB of weights and 3.7 GiB of runtime exceed 0.8 x 24 (vLLM: "No available memory for
+    the cache blocks" at every max-num-seqs); the hint names what would leave room, in the rule's own arithmetic."""
+    recipe = load_recipe("gemma4-26b-a4b-nvfp4-dflash")
+    small = dataclasses.replace(recipe, hardware=dataclasses.replace(recipe.hardware, vram_gb=24))
+    finding = _vram(small)
+    assert finding.severity == "warning" and "No available memory for the cache blocks" in finding.message
+    assert finding.hint is not None
+    assert "with gpu-memory-utilization 0.85 and max-num-batched-tokens 2048, max-model-len up to 13920 fits" \
+        in finding.hint
+    taken = dataclasses.replace(small, args={**small.args, "gpu-memory-utilization": 0.85,
+                                             "max-num-batched-tokens": 2048, "max-model-len": 13920})
+    assert _vram(taken).severity != "warning"
+    over = dataclasses.replace(taken, args={**taken.args, "max-model-len": 13921 + 16})
+    assert _vram(over).severity == "warning"
