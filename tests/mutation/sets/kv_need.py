@@ -1,13 +1,14 @@
 """Mutations of vLLM's KV sizing as recipe check does it (kv_need.py) and the VRAM rule that uses it: each term
 that makes vLLM's 11.45 GiB (the sliding window's prefill chunk, the window's extra block, unified pages, padded
 groups, the DFlash drafter's layers as full attention), the one-type path, the longest context, vLLM serve's
-default prefill chunk, the MTP assistant's shared cache, and the rule's two verdicts."""
+default prefill chunk, the MTP assistant's shared cache, the rule's two verdicts, and the runtime it charges (the line
+through vLLM's measured profile, CUDA graphs off for eager, the card too small for it and the way out it names)."""
 
 from run_mutations import PKG, Mutation
 
 KV = f"{PKG}/recipes/kv_need.py"
 VRAM = f"{PKG}/recipes/vram.py"
-TESTS = ("tests/unit/recipes/test_kv_need.py",)
+TESTS = ("tests/unit/recipes/test_kv_need.py", "tests/unit/recipes/test_vram_measured.py")
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation("kv-chunk", KV, "min(kind.window - 1 + max_num_batched_tokens, max_model_len)",
@@ -49,4 +50,16 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("counts-human", f"{PKG}/recipes/counts.py",
              "    if isinstance(value, str):\n        value = human_int(value)\n", "", TESTS,
              "a count written as vLLM reads it ('32k') is taken for unset, sized at vLLM serve's default"),
+    Mutation("vram-runtime-flat", VRAM, "g0 + slope * (batched - b0)", "g0", TESTS,
+             "the runtime stays at 8192 tokens' figure whatever the prefill chunk (7.43 GiB measured at 32768)"),
+    Mutation("vram-runtime-eager", VRAM, "(CUDA_GRAPH_GIB if eager else 0.0)", "0.0", TESTS,
+             "an eager recipe is charged the CUDA graphs it never captures"),
+    Mutation("vram-eager-read", VRAM, 'eager = recipe.args.get("enforce-eager") is True', "eager = False", TESTS,
+             "a recipe's enforce-eager is not read"),
+    Mutation("vram-no-kv-room", VRAM, "    if fixed >= budget:", "    if weights >= budget:", TESTS,
+             "weights and runtime over the budget pass as long as the weights alone fit (24 GB: vLLM refused)"),
+    Mutation("vram-suggest-order", VRAM,
+             "for new_batched in sorted({batched, *(b for b in (4096, 2048) if b < batched)}):",
+             "for new_batched in sorted({batched, *(b for b in (4096, 2048) if b < batched)}, reverse=True):", TESTS,
+             "the way out keeps the larger prefill chunk and names a shorter context or more of the card"),
 )

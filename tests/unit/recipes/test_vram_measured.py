@@ -127,3 +127,19 @@ def test_a_card_too_small_for_the_runtime_gets_a_way_out() -> None:
     assert _vram(taken).severity != "warning"
     over = dataclasses.replace(taken, args={**taken.args, "max-model-len": 13921 + 16})
     assert _vram(over).severity == "warning"
+
+
+def test_an_eager_recipe_is_not_charged_cuda_graphs() -> None:
+    recipe = load_recipe("gemma4-26b-a4b-nvfp4-dflash")
+    eager = dataclasses.replace(recipe, args={**recipe.args, "enforce-eager": True})
+    assert "runtime 3.7 GiB at max-num-batched-tokens 8192" in _vram(recipe).message
+    assert "runtime 2.8 GiB at max-num-batched-tokens 8192" in _vram(eager).message
+
+
+def test_the_way_out_prefers_the_smaller_prefill_chunk() -> None:
+    """MTP on 24 GB: at 0.90 the 8192-token chunk would leave room for 4,224 tokens of context, the 2048 one (vLLM
+    serve's own default under 70 GiB) for 64,512: the hint names the second."""
+    recipe = load_recipe("gemma4-26b-a4b-nvfp4-mtp")
+    small = dataclasses.replace(recipe, hardware=dataclasses.replace(recipe.hardware, vram_gb=24))
+    hint = _vram(small).hint or ""
+    assert "with gpu-memory-utilization 0.9 and max-num-batched-tokens 2048, max-model-len up to 64512 fits" in hint
