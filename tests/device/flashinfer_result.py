@@ -101,7 +101,9 @@ def _sampler_run(run: dict[str, Any]) -> dict[str, Any]:
     return {"vllm": run.get("versions", {}).get("vllm"), "ok": run.get("ok"),
             "VLLM_USE_FLASHINFER_SAMPLER": run.get("env", {}).get("VLLM_USE_FLASHINFER_SAMPLER"),
             "requests": len(sampler.get("ids", [])), "tokens": sum(len(t) for t in sampler.get("greedy", [])),
-            "greedy_equal_top_k1": sampler.get("equal"), "sampling_so_mapped": sampler.get("flashinfer_sampling_so")}
+            "greedy_equal_top_k1": sampler.get("equal"), "sampling_so_mapped": sampler.get("flashinfer_sampling_so"),
+            # vLLM's calls of flashinfer_sample during each phase's requests (None: a run before they were counted)
+            "flashinfer_sample_calls": sampler.get("flashinfer_sample_calls"), "seeded": sampler.get("seeded", True)}
 
 
 def served(plain_run: dict[str, Any], fi_run: dict[str, Any], compiled: list[str],
@@ -120,6 +122,11 @@ def served(plain_run: dict[str, Any], fi_run: dict[str, Any], compiled: list[str
         "nothing_compiled": not compiled,
         "top_k1_equals_greedy": fi["greedy_equal_top_k1"] is True,
         "tokens_equal_to_vllms_sampler": all(same.values()),
+        # a mapped library is not a sampled request: vLLM's warm-up calls FlashInfer once, and seeded requests are
+        # sampled natively; FlashInfer must have been called during the top_k=1 requests, and never without the flag
+        "flashinfer_sampled_the_requests": fi["seeded"] is False
+        and bool((fi["flashinfer_sample_calls"] or {}).get("top_k1"))
+        and plain["flashinfer_sample_calls"] is not None and not any(plain["flashinfer_sample_calls"].values()),
     }
     section = {
         "command": "wheel_runs_session.sh flashinfer .device/fi (run_e2e.sh acc:target:sampler, then again with "
@@ -127,6 +134,13 @@ def served(plain_run: dict[str, Any], fi_run: dict[str, Any], compiled: list[str
         "jit_cache": {"file": jit_cache.name, "sha256": hashlib.sha256(jit_cache.read_bytes()).hexdigest()},
         "vllms_sampler": plain, "flashinfer_sampler": fi, "compiled_during_flashinfer_run": compiled,
         "equal_to_vllms_sampler": same, "checks": checks,
+        "finding": None if checks["flashinfer_sampled_the_requests"] else (
+            "FlashInfer did not sample these requests: they carried a seed (the runs predate the call count), and "
+            "vLLM 0.21.0 samples a request with its own generator natively (topk_topp_sampler.py forward_cuda); "
+            "sampling.so was loaded by vLLM's warm-up sampler run, which has no per-request generators. Both "
+            "runs' tokens came from vLLM's own sampler."
+            if fi["seeded"] or fi["flashinfer_sample_calls"] is None else
+            "FlashInfer was not called during the top_k=1 requests, or was called without the flag"),
         "cannot_show": "top_k=1 leaves a sampler one token to pick, so any sampler that returns the argmax passes; "
                        "that the draws follow the distribution is the direct probe's top_k5 check "
                        "(sampler_without_jit). The tiny model's vocabulary is small.",

@@ -189,18 +189,37 @@ def phase_main(llm: Any, ctr: Counters, logprobs: bool) -> dict[str, Any]:
 def phase_sampler(llm: Any) -> dict[str, Any]:
     """vLLM's top-k/top-p sampler on 24 text prompts: greedy (temperature 0 never reaches the sampler) against
     temperature 1 with top_k=1, top_p=0.9, which must give the same tokens through whichever sampler vLLM took
-    (FlashInfer's with VLLM_USE_FLASHINFER_SAMPLER=1); and which sampling library this process mapped."""
+    (FlashInfer's with VLLM_USE_FLASHINFER_SAMPLER=1); which sampling library this process mapped; and how often
+    vLLM called FlashInfer's sampler for each (the engine core runs in this process). No seed: vLLM 0.21.0 samples
+    a request with its own generator natively, never through FlashInfer (topk_topp_sampler.py forward_cuda)."""
     from vllm import SamplingParams
+    from vllm.v1.sample.ops import topk_topp_sampler as tts
+
+    calls = {"n": 0}
+    original = tts.flashinfer_sample
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        return original(*args, **kwargs)
 
     reqs = tiny_lang.eval_prompts()[:24]
     prompts = [er.to_vllm_prompt(r) for r in reqs]
     runs: dict[str, list[list[int]]] = {}
-    for name, kw in (("greedy", {"temperature": 0.0}), ("top_k1", {"temperature": 1.0, "top_k": 1, "top_p": 0.9})):
-        params = SamplingParams(max_tokens=32, ignore_eos=True, seed=0, **kw)
-        runs[name] = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
+    sampled: dict[str, int] = {}
+    tts.flashinfer_sample = counted  # forward_cuda looks the name up at each call
+    try:
+        for name, kw in (("greedy", {"temperature": 0.0}),
+                         ("top_k1", {"temperature": 1.0, "top_k": 1, "top_p": 0.9})):
+            params = SamplingParams(max_tokens=32, ignore_eos=True, **kw)
+            calls["n"] = 0
+            runs[name] = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
+            sampled[name] = calls["n"]
+    finally:
+        tts.flashinfer_sample = original
     maps = Path("/proc/self/maps").read_text().splitlines()
     libs = sorted({line.split()[-1] for line in maps if line.endswith("/sampling.so")})
     return {"ids": [r["id"] for r in reqs], **runs, "equal": runs["greedy"] == runs["top_k1"],
+            "flashinfer_sample_calls": sampled, "seeded": False,
             "flashinfer_sampling_so": libs, "flashinfer_sampler_env": os.environ.get("VLLM_USE_FLASHINFER_SAMPLER")}
 
 

@@ -1,7 +1,8 @@
 """tests/device/flashinfer_result.py served: vLLM serving on FlashInfer's sampler from the jit-cache, read from the
 two runs the device brought back (tests/device/results/flashinfer-served/, the runs as they came, session paths
-as $G4S). The recorded result is what the fold makes of them, and each way the runs could fail to show the issue's
-point turns its own check false."""
+as $G4S). The recorded result is what the fold makes of them: those runs did not show the point (their requests carried
+a seed, which vLLM 0.21.0 samples natively), and the fold says so. Each way a run can fail to show it turns its own
+check false, from runs that counted vLLM's calls of FlashInfer's sampler as phase_sampler now does."""
 
 from __future__ import annotations
 
@@ -40,12 +41,24 @@ def test_the_recorded_section_is_the_fold_of_the_recorded_runs(tmp_path: Path) -
     plain, fi = _runs()
     section, ok = _module().served(plain, fi, [], wheel)
     recorded = json.loads(RESULT.read_text(encoding="utf-8"))
-    assert ok and recorded["checks"]["served_sampler_from_aot_no_compile"] is True
     for key in ("vllms_sampler", "flashinfer_sampler", "compiled_during_flashinfer_run", "equal_to_vllms_sampler",
-                "checks"):
+                "checks", "finding"):
         assert section[key] == recorded["served"][key], key
     assert section["jit_cache"]["file"] == recorded["served"]["jit_cache"]["file"]
     assert recorded["served"]["flashinfer_sampler"]["tokens"] == 768  # 24 requests x 32 tokens, each run
+    # the library was mapped and the tokens agree, yet FlashInfer sampled none of the requests: not shown
+    assert not ok and recorded["checks"]["served_sampler_from_aot_no_compile"] is False
+    assert [k for k, v in section["checks"].items() if not v] == ["flashinfer_sampled_the_requests"]
+    assert "carried a seed" in section["finding"]
+
+
+def _counted(plain: dict[str, Any], fi: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The recorded runs as phase_sampler now writes them: no seed, vLLM's calls of flashinfer_sample counted
+    (none for greedy requests, which never reach the sampler; one a step for top_k=1)."""
+    plain, fi = copy.deepcopy(plain), copy.deepcopy(fi)
+    plain["sampler"].update(flashinfer_sample_calls={"greedy": 0, "top_k1": 0}, seeded=False)
+    fi["sampler"].update(flashinfer_sample_calls={"greedy": 0, "top_k1": 32}, seeded=False)
+    return plain, fi
 
 
 def _spoil(run: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
@@ -77,11 +90,17 @@ def _flip_first_token(run: dict[str, Any], key: str) -> dict[str, Any]:
     ("fi", lambda r: _flip_first_token(r, "top_k1"), "tokens_equal_to_vllms_sampler"),
     ("fi", lambda r: _flip_first_token(r, "greedy"), "tokens_equal_to_vllms_sampler"),
     ("plain", lambda r: _spoil(r, "ok", False), "both_runs_ok"),
+    ("fi", lambda r: _spoil(r, "sampler.flashinfer_sample_calls", {"greedy": 0, "top_k1": 0}),
+     "flashinfer_sampled_the_requests"),
+    ("fi", lambda r: _spoil(r, "sampler.seeded", True), "flashinfer_sampled_the_requests"),
+    ("plain", lambda r: _spoil(r, "sampler.flashinfer_sample_calls", {"greedy": 0, "top_k1": 3}),
+     "flashinfer_sampled_the_requests"),
 ])
 def test_each_way_to_miss_the_point_fails_its_check(tmp_path: Path, which: str, spoil: Any, check: str) -> None:
     wheel = tmp_path / "w.whl"
     wheel.write_bytes(b"x")
-    plain, fi = _runs()
+    plain, fi = _counted(*_runs())
+    assert _module().served(plain, fi, [], wheel)[1]  # the counted runs pass
     if which == "fi":
         fi = spoil(fi)
     else:
@@ -98,8 +117,11 @@ def test_a_library_compiled_during_the_run_fails_and_the_cli_says_so(tmp_path: P
     compiled.write_text("/root/g4s/fi-ws/.cache/flashinfer/0.6.8.post1/90a/cached_ops/sampling/sampling.so\n")
     wheel = tmp_path / "w.whl"
     wheel.write_bytes(b"x")
+    plain, fi = _counted(*_runs())
+    (tmp_path / "plain.json").write_text(json.dumps(plain), encoding="utf-8")
+    (tmp_path / "fi.json").write_text(json.dumps(fi), encoding="utf-8")
     proc = subprocess.run([sys.executable, str(DEVICE / "flashinfer_result.py"), "served",
-                           "--plain", str(RUNS / "target-sampler.json"), "--fi", str(RUNS / "target-sampler-fi.json"),
+                           "--plain", str(tmp_path / "plain.json"), "--fi", str(tmp_path / "fi.json"),
                            "--compiled", str(compiled), "--jit-cache", str(wheel), "--into", str(into)],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 1, proc.stderr

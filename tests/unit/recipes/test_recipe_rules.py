@@ -313,7 +313,8 @@ GEOMETRY = {"full_layers": 5, "full_kv_heads": 2, "full_head_dim": 512, "sliding
 @pytest.mark.parametrize(
     ("weights", "args", "needle"),
     [
-        (40.0, {"max-model-len": 8192}, "no memory is left for the KV cache"),
+        (40.0, {"max-model-len": 8192}, "the weights alone exceed the budget"),
+        (27.0, {"max-model-len": 8192}, "no memory is left for the KV cache"),
         (16.0, {"max-model-len": 1_000_000, "max-num-seqs": 1}, "refuse to start"),
     ],
 )

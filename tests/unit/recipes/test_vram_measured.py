@@ -143,3 +143,24 @@ def test_the_way_out_prefers_the_smaller_prefill_chunk() -> None:
     small = dataclasses.replace(recipe, hardware=dataclasses.replace(recipe.hardware, vram_gb=24))
     hint = _vram(small).hint or ""
     assert "with gpu-memory-utilization 0.9 and max-num-batched-tokens 2048, max-model-len up to 64512 fits" in hint
+
+
+def test_weights_over_the_budget_are_an_out_of_memory_while_loading() -> None:
+    recipe = load_recipe("gemma4-31b-dflash")
+    small = dataclasses.replace(recipe, hardware=dataclasses.replace(recipe.hardware, vram_gb=24))
+    finding = _vram(small)
+    assert finding.severity == "warning" and "the weights alone exceed the budget" in finding.message
+    assert "max-num-batched-tokens" not in (finding.hint or "")
+
+
+def test_without_chunked_prefill_the_way_out_keeps_the_prefill_at_max_model_len() -> None:
+    """vLLM 0.21.0 refuses max-num-batched-tokens below max-model-len when chunked prefill is off
+    (config/scheduler.py): the hint may only raise the utilization."""
+    recipe = load_recipe("gemma4-26b-a4b-nvfp4-mtp")
+    args = {k: v for k, v in recipe.args.items() if k != "max-num-batched-tokens"}
+    off = dataclasses.replace(recipe, args={**args, "enable-chunked-prefill": False, "max-model-len": 8192},
+                              hardware=dataclasses.replace(recipe.hardware, vram_gb=24))
+    finding = _vram(off)
+    assert finding.severity == "warning"
+    assert "max-num-batched-tokens 2048" not in (finding.hint or "")
+    assert "max-num-batched-tokens 4096" not in (finding.hint or "")

@@ -79,11 +79,13 @@ def runtime_gib(batched: int, eager: bool = False) -> float:
 
 
 def _suggest(kinds: list[LayerKind], weights: float, vram: float, util: float, batched: int, dtype_bytes: int,
-             eager: bool, max_len: int) -> str:
+             eager: bool, max_len: int, chunked: bool) -> str:
     """The smallest gpu-memory-utilization, at the smallest max-num-batched-tokens (vLLM serve's own default under
-    70 GiB is 2048), that leaves room for a context of MIN_SUGGESTED_CONTEXT or more: '' when none does."""
+    70 GiB is 2048), that leaves room for a context of MIN_SUGGESTED_CONTEXT or more: '' when none does. Without
+    chunked prefill vLLM wants max-num-batched-tokens of at least max-model-len: only the utilization moves."""
+    smaller = (4096, 2048) if chunked else ()
     for new_util in sorted({util, *(u for u in (0.85, 0.9, 0.95) if u > util)}):
-        for new_batched in sorted({batched, *(b for b in (4096, 2048) if b < batched)}):
+        for new_batched in sorted({batched, *(b for b in smaller if b < batched)}):
             free = new_util * vram - weights - runtime_gib(new_batched, eager)
             if free <= 0:
                 continue
@@ -120,8 +122,14 @@ def rule_vram(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     draft = draft if recipe.method else None  # a recipe without a drafter loads none
     as_full = drafter_sliding_as_full(recipe, ctx) and draft is not None
     kinds = layer_kinds(kv, draft, drafter_sliding_as_full=as_full) if kv is not None else []
+    if weights >= budget:
+        return [Finding(rule="vram", severity="warning",
+                        message=f"{head}: the weights alone exceed the budget: expect an out-of-memory while loading",
+                        hint="raise gpu-memory-utilization, use a smaller quantization or a card with more memory")]
     if fixed >= budget:
-        way = _suggest(kinds, weights, vram, util, batched, dtype_bytes, eager, max_len or 131072) if kinds else ""
+        chunked = recipe.args.get("enable-chunked-prefill") is not False
+        way = (_suggest(kinds, weights, vram, util, batched, dtype_bytes, eager, max_len or 131072, chunked)
+               if kinds else "")
         return [Finding(rule="vram", severity="warning",
                         message=f"{head}{assumed}: no memory is left for the KV cache, vLLM will refuse to start "
                                 "(\"No available memory for the cache blocks\")",
