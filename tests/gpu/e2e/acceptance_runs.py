@@ -189,7 +189,8 @@ def phase_main(llm: Any, ctr: Counters, logprobs: bool) -> dict[str, Any]:
 def phase_sampler(llm: Any) -> dict[str, Any]:
     """vLLM's top-k/top-p sampler on 24 text prompts: greedy (temperature 0 never reaches the sampler) against
     temperature 1 with top_k=1, top_p=0.9, which must give the same tokens through whichever sampler vLLM took
-    (FlashInfer's with VLLM_USE_FLASHINFER_SAMPLER=1); which sampling library this process mapped; and how often
+    (FlashInfer's with VLLM_USE_FLASHINFER_SAMPLER=1); top_k=5 draws and their ranks among the logits; which
+    sampling library this process mapped; and how often
     vLLM called FlashInfer's sampler for each (the engine core runs in this process). No seed: vLLM 0.21.0 samples
     a request with its own generator natively, never through FlashInfer (topk_topp_sampler.py forward_cuda)."""
     from vllm import SamplingParams
@@ -206,20 +207,29 @@ def phase_sampler(llm: Any) -> dict[str, Any]:
     prompts = [er.to_vllm_prompt(r) for r in reqs]
     runs: dict[str, list[list[int]]] = {}
     sampled: dict[str, int] = {}
+    ranks: list[list[int]] = []
     tts.flashinfer_sample = counted  # forward_cuda looks the name up at each call
     try:
+        # top_k=5 with logprobs: a real draw (an argmax would pass top_k=1), each token's rank among the raw
+        # logits (vLLM's logprobs are taken before top-k), which must be 5 or better
         for name, kw in (("greedy", {"temperature": 0.0}),
-                         ("top_k1", {"temperature": 1.0, "top_k": 1, "top_p": 0.9})):
+                         ("top_k1", {"temperature": 1.0, "top_k": 1, "top_p": 0.9}),
+                         ("top_k5", {"temperature": 1.0, "top_k": 5, "logprobs": 5})):
             params = SamplingParams(max_tokens=32, ignore_eos=True, **kw)
             calls["n"] = 0
-            runs[name] = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
+            outs = llm.generate(prompts, params, use_tqdm=False)
+            runs[name] = [list(o.outputs[0].token_ids) for o in outs]
             sampled[name] = calls["n"]
+            if name == "top_k5":
+                ranks = [[getattr(lp.get(t), "rank", None) for t, lp in zip(o.outputs[0].token_ids,
+                                                                           o.outputs[0].logprobs or [], strict=False)]
+                         for o in outs]
     finally:
         tts.flashinfer_sample = original
     maps = Path("/proc/self/maps").read_text().splitlines()
     libs = sorted({line.split()[-1] for line in maps if line.endswith("/sampling.so")})
     return {"ids": [r["id"] for r in reqs], **runs, "equal": runs["greedy"] == runs["top_k1"],
-            "flashinfer_sample_calls": sampled, "seeded": False,
+            "flashinfer_sample_calls": sampled, "seeded": False, "top_k5_ranks": ranks,
             "flashinfer_sampling_so": libs, "flashinfer_sampler_env": os.environ.get("VLLM_USE_FLASHINFER_SAMPLER")}
 
 

@@ -48,7 +48,8 @@ def test_the_recorded_section_is_the_fold_of_the_recorded_runs(tmp_path: Path) -
     assert recorded["served"]["flashinfer_sampler"]["tokens"] == 768  # 24 requests x 32 tokens, each run
     # the library was mapped and the tokens agree, yet FlashInfer sampled none of the requests: not shown
     assert not ok and recorded["checks"]["served_sampler_from_aot_no_compile"] is False
-    assert [k for k, v in section["checks"].items() if not v] == ["flashinfer_sampled_the_requests"]
+    assert [k for k, v in section["checks"].items() if not v] == ["flashinfer_sampled_the_requests",
+                                                                   "top_k5_draws_in_the_top_5"]
     assert "carried a seed" in section["finding"]
 
 
@@ -56,8 +57,11 @@ def _counted(plain: dict[str, Any], fi: dict[str, Any]) -> tuple[dict[str, Any],
     """The recorded runs as phase_sampler now writes them: no seed, vLLM's calls of flashinfer_sample counted
     (none for greedy requests, which never reach the sampler; one a step for top_k=1)."""
     plain, fi = copy.deepcopy(plain), copy.deepcopy(fi)
-    plain["sampler"].update(flashinfer_sample_calls={"greedy": 0, "top_k1": 0}, seeded=False)
-    fi["sampler"].update(flashinfer_sample_calls={"greedy": 0, "top_k1": 32}, seeded=False)
+    draws = [[1] * 30 + [2, 4] for _ in range(24)]  # ranks of 32 top_k=5 draws a request
+    plain["sampler"].update(flashinfer_sample_calls={"greedy": 0, "top_k1": 0, "top_k5": 0}, seeded=False,
+                            top_k5_ranks=draws)
+    fi["sampler"].update(flashinfer_sample_calls={"greedy": 0, "top_k1": 32, "top_k5": 32}, seeded=False,
+                         top_k5_ranks=draws)
     return plain, fi
 
 
@@ -93,8 +97,16 @@ def _flip_first_token(run: dict[str, Any], key: str) -> dict[str, Any]:
     ("fi", lambda r: _spoil(r, "sampler.flashinfer_sample_calls", {"greedy": 0, "top_k1": 0}),
      "flashinfer_sampled_the_requests"),
     ("fi", lambda r: _spoil(r, "sampler.seeded", True), "flashinfer_sampled_the_requests"),
-    ("plain", lambda r: _spoil(r, "sampler.flashinfer_sample_calls", {"greedy": 0, "top_k1": 3}),
+    ("plain", lambda r: _spoil(r, "sampler.flashinfer_sample_calls", {"greedy": 0, "top_k1": 3, "top_k5": 0}),
      "flashinfer_sampled_the_requests"),
+    ("fi", lambda r: _spoil(r, "sampler.flashinfer_sample_calls", {"greedy": 0, "top_k1": 32, "top_k5": 0}),
+     "flashinfer_sampled_the_requests"),
+    ("fi", lambda r: _spoil(r, "sampler.top_k5_ranks", [[1] * 32 for _ in range(24)]), "top_k5_draws_in_the_top_5"),
+    ("fi", lambda r: _spoil(r, "sampler.top_k5_ranks", [[1] * 31 + [6] for _ in range(24)]),
+     "top_k5_draws_in_the_top_5"),
+    ("fi", lambda r: _spoil(r, "sampler.top_k5_ranks", []), "top_k5_draws_in_the_top_5"),
+    ("fi", lambda r: _spoil(r, "sampler.top_k5_ranks", [[1] * 30 + [2, None] for _ in range(24)]),
+     "top_k5_draws_in_the_top_5"),
 ])
 def test_each_way_to_miss_the_point_fails_its_check(tmp_path: Path, which: str, spoil: Any, check: str) -> None:
     wheel = tmp_path / "w.whl"
@@ -130,3 +142,62 @@ def test_a_library_compiled_during_the_run_fails_and_the_cli_says_so(tmp_path: P
     assert written["checks"] == {"scoped_modules_only": True, "served_sampler_from_aot_no_compile": False}
     assert written["served"]["compiled_during_flashinfer_run"] == [
         "$WORK/fi-ws/.cache/flashinfer/0.6.8.post1/90a/cached_ops/sampling/sampling.so"]
+
+
+class _Logprob:
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+
+def test_phase_sampler_counts_vllms_calls_per_phase_and_sends_no_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """acceptance_runs.phase_sampler against a stand-in for vLLM's engine (no GPU here) shaped like vLLM 0.21.0's
+    sampler: forward_cuda looks `flashinfer_sample` up in topk_topp_sampler at each call and takes the native path
+    for greedy requests and for requests with a seed (their own generator). The phase counts the calls per phase,
+    puts the original function back, sends no seed, and reads the top_k=5 draws' ranks."""
+    import types
+
+    from .test_acceptance import _load
+
+    tts = types.ModuleType("vllm.v1.sample.ops.topk_topp_sampler")
+
+    def flashinfer_sample(*args: Any) -> str:
+        return "sampled"
+
+    tts.flashinfer_sample = flashinfer_sample  # type: ignore[attr-defined]
+    vllm = types.ModuleType("vllm")
+
+    class SamplingParams:
+        def __init__(self, **kw: Any) -> None:
+            self.kw = kw
+
+    vllm.SamplingParams = SamplingParams  # type: ignore[attr-defined]
+    for name, mod in {"vllm": vllm, "vllm.v1": types.ModuleType("vllm.v1"),
+                      "vllm.v1.sample": types.ModuleType("vllm.v1.sample"),
+                      "vllm.v1.sample.ops": types.ModuleType("vllm.v1.sample.ops"),
+                      "vllm.v1.sample.ops.topk_topp_sampler": tts}.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    sys.modules["vllm.v1.sample.ops"].topk_topp_sampler = tts  # type: ignore[attr-defined]
+    seen: list[dict[str, Any]] = []
+
+    class Llm:
+        def generate(self, prompts: list[Any], params: SamplingParams, use_tqdm: bool) -> list[Any]:
+            seen.append(params.kw)
+            outs = []
+            for _ in prompts:
+                tokens = [7, 8, 9]
+                for _step in tokens:  # one sampler call a step when FlashInfer's path applies
+                    if params.kw["temperature"] > 0 and "seed" not in params.kw:
+                        sys.modules["vllm.v1.sample.ops.topk_topp_sampler"].flashinfer_sample()
+                logprobs = ([{t: _Logprob(1 + i % 2)} for i, t in enumerate(tokens)] if params.kw.get("logprobs")
+                            else None)
+                outs.append(types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=tokens,
+                                                                                 logprobs=logprobs)]))
+            return outs
+
+    runs = _load("acceptance_runs")
+    out = runs.phase_sampler(Llm())
+    assert all("seed" not in kw for kw in seen) and [kw["temperature"] for kw in seen] == [0.0, 1.0, 1.0]
+    assert out["flashinfer_sample_calls"] == {"greedy": 0, "top_k1": 72, "top_k5": 72}  # 24 requests x 3 steps
+    assert out["seeded"] is False and out["equal"] is True
+    assert out["top_k5_ranks"] == [[1, 2, 1]] * 24
+    assert tts.flashinfer_sample is flashinfer_sample  # put back
