@@ -164,3 +164,16 @@ def test_without_chunked_prefill_the_way_out_keeps_the_prefill_at_max_model_len(
     assert finding.severity == "warning"
     assert "max-num-batched-tokens 2048" not in (finding.hint or "")
     assert "max-num-batched-tokens 4096" not in (finding.hint or "")
+
+
+def test_a_geometry_vllm_cannot_unify_gets_no_way_out_and_no_crash() -> None:
+    """A footprint whose pages are no whole multiple of one another (3 heads of 100 beside 8 of 256): kv_need
+    raises for it; on a card with no room the rule still warns, without naming a context it cannot compute."""
+    recipe = load_recipe("gemma4-26b-a4b-nvfp4-dflash")
+    assert recipe.footprint is not None and recipe.footprint.kv is not None
+    odd = dataclasses.replace(recipe.footprint, kv=dataclasses.replace(recipe.footprint.kv, full_kv_heads=3,
+                                                                       full_head_dim=100), draft_kv=None)
+    small = dataclasses.replace(recipe, footprint=odd, hardware=dataclasses.replace(recipe.hardware, vram_gb=24))
+    finding = _vram(small)
+    assert finding.severity == "warning" and "No available memory for the cache blocks" in finding.message
+    assert "max-model-len up to" not in (finding.hint or "")

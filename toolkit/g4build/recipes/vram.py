@@ -89,7 +89,10 @@ def _suggest(kinds: list[LayerKind], weights: float, vram: float, util: float, b
             free = new_util * vram - weights - runtime_gib(new_batched, eager)
             if free <= 0:
                 continue
-            longest = longest_context(kinds, int(free * GIB), max_len, new_batched, dtype_bytes)
+            try:
+                longest = longest_context(kinds, int(free * GIB), max_len, new_batched, dtype_bytes)
+            except ValueError:  # pages vLLM could not unify: no figure to name
+                return ""
             if longest >= MIN_SUGGESTED_CONTEXT:
                 changes = [f"{name} {value:g}" for name, value, old in (
                     ("gpu-memory-utilization", new_util, util), ("max-num-batched-tokens", new_batched, batched))
