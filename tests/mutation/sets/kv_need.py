@@ -59,7 +59,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("vram-no-kv-room", VRAM, "    if fixed >= budget:", "    if weights >= budget:", TESTS,
              "weights and runtime over the budget pass as long as the weights alone fit (24 GB: vLLM refused)"),
     Mutation("vram-suggest-order", VRAM,
-             "for new_batched in sorted({batched, *(b for b in (4096, 2048) if b < batched)}):",
-             "for new_batched in sorted({batched, *(b for b in (4096, 2048) if b < batched)}, reverse=True):", TESTS,
+             "for new_batched in sorted({batched, *(b for b in smaller if b < batched)}):",
+             "for new_batched in sorted({batched, *(b for b in smaller if b < batched)}, reverse=True):", TESTS,
              "the way out keeps the larger prefill chunk and names a shorter context or more of the card"),
+    Mutation("vram-chunked-off", VRAM, "    smaller = (4096, 2048) if chunked else ()", "    smaller = (4096, 2048)",
+             TESTS, "without chunked prefill the way out names a chunk under max-model-len, which vLLM refuses"),
 )
