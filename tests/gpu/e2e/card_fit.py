@@ -256,13 +256,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stand_in = {"bf16_weights_gib_counted": round(here_w, 2), "recipe_weights_gib": card_w}
         args.extra_gib += here_w - card_w
     # --util: the card's gpu-memory-utilization where it is not the recipe's (a card that needs more of its memory)
-    card_util = args.util if args.util is not None else float(rargs.get("gpu-memory-utilization", 0.9))
+    recipe_util = float(rargs.get("gpu-memory-utilization", 0.9))
+    card_util = args.util if args.util is not None else recipe_util
     util = scaled_util(card_util, args.card_gib, total, args.extra_gib)
     sets = {"model": str(args.models / "target"), "speculative.model": str(args.models / folder),
             "args.load-format": "dummy", "args.port": str(args.port), "args.gpu-memory-utilization": str(util)}
     if meta.get("target_hf_overrides"):
         sets["args.hf-overrides"] = json.dumps(meta["target_hf_overrides"], separators=(",", ":"))
-    changed: dict[str, Any] = {} if args.util is None else {"gpu-memory-utilization": args.util}
+    # what the run changes of the recipe names its row: a --util equal to the recipe's changes nothing
+    changed: dict[str, Any] = {} if args.util in (None, recipe_util) else {"gpu-memory-utilization": args.util}
     for item in args.set:
         key, _, value = item.partition("=")
         if key == "args.gpu-memory-utilization":

@@ -397,6 +397,9 @@ def test_a_card_run_at_its_own_utilization_is_recorded_and_named(fit: ModuleType
     assert res["changed"] == {"gpu-memory-utilization": 0.85, "max-num-batched-tokens": "2048"}
     key = fit.row_key(res["summary"])
     assert key == "24 (gpu-memory-utilization 0.85, max-num-batched-tokens 2048)"
+    # the recipe's own utilization given as --util changes nothing: the row is the card's
+    _, same, _ = _run(fit, tmp_path, models, 24, monkeypatch, "--util", "0.8")
+    assert same["changed"] == {} and fit.row_key(same["summary"]) == "24"
     # the run scales the utilization itself: a --set of it would undo the card's share
     with pytest.raises(SystemExit, match="give the card's utilization with --util"):
         _run(fit, tmp_path, models, 24, monkeypatch, "--set", "args.gpu-memory-utilization=0.9")

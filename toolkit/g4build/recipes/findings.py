@@ -68,4 +68,3 @@ def is_gemma4(recipe: Recipe, ctx: CheckContext) -> bool:
         return ctx.target.is_gemma4
     model = recipe.model.lower()
     return recipe.family == "gemma4" or "gemma-4" in model or "gemma4" in model
-
