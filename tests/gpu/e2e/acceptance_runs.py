@@ -186,6 +186,16 @@ def phase_main(llm: Any, ctr: Counters, logprobs: bool) -> dict[str, Any]:
     return out
 
 
+def _fifth_margin(token: int, logprobs: dict[int, Any] | None) -> float | None:
+    """The drawn token's logprob less the fifth largest among those vLLM returned (the top 5 and the drawn one);
+    None when vLLM returned fewer than five or not the drawn token."""
+    entry = (logprobs or {}).get(token)
+    values = sorted((e.logprob for e in (logprobs or {}).values()), reverse=True)
+    if entry is None or len(values) < 5:
+        return None
+    return float(entry.logprob - values[4])
+
+
 def phase_sampler(llm: Any) -> dict[str, Any]:
     """vLLM's top-k/top-p sampler on 24 text prompts: greedy (temperature 0 never reaches the sampler) against
     temperature 1 with top_k=1, top_p=0.9, which must give the same tokens through whichever sampler vLLM took
@@ -208,10 +218,13 @@ def phase_sampler(llm: Any) -> dict[str, Any]:
     runs: dict[str, list[list[int]]] = {}
     sampled: dict[str, int] = {}
     ranks: list[list[int]] = []
+    margins: list[list[float | None]] = []
     tts.flashinfer_sample = counted  # forward_cuda looks the name up at each call
     try:
         # top_k=5 with logprobs: a real draw (an argmax would pass top_k=1), each token's rank among the raw
-        # logits (vLLM's logprobs are taken before top-k), which must be 5 or better
+        # logits (vLLM's logprobs are taken before top-k) and its logprob less the fifth largest: vLLM's rank
+        # counts every token at least as likely, so a draw tied with the fifth reads as rank 6; the margin is >= 0
+        # exactly when the draw is in the top 5, ties included
         for name, kw in (("greedy", {"temperature": 0.0}),
                          ("top_k1", {"temperature": 1.0, "top_k": 1, "top_p": 0.9}),
                          ("top_k5", {"temperature": 1.0, "top_k": 5, "logprobs": 5})):
@@ -221,15 +234,16 @@ def phase_sampler(llm: Any) -> dict[str, Any]:
             runs[name] = [list(o.outputs[0].token_ids) for o in outs]
             sampled[name] = calls["n"]
             if name == "top_k5":
-                ranks = [[getattr(lp.get(t), "rank", None) for t, lp in zip(o.outputs[0].token_ids,
-                                                                           o.outputs[0].logprobs or [], strict=False)]
-                         for o in outs]
+                pairs = [list(zip(o.outputs[0].token_ids, o.outputs[0].logprobs or [], strict=False)) for o in outs]
+                ranks = [[getattr(lp.get(t), "rank", None) for t, lp in row] for row in pairs]
+                margins = [[_fifth_margin(t, lp) for t, lp in row] for row in pairs]
     finally:
         tts.flashinfer_sample = original
     maps = Path("/proc/self/maps").read_text().splitlines()
     libs = sorted({line.split()[-1] for line in maps if line.endswith("/sampling.so")})
     return {"ids": [r["id"] for r in reqs], **runs, "equal": runs["greedy"] == runs["top_k1"],
             "flashinfer_sample_calls": sampled, "seeded": False, "top_k5_ranks": ranks,
+            "top_k5_margins": margins,
             "flashinfer_sampling_so": libs, "flashinfer_sampler_env": os.environ.get("VLLM_USE_FLASHINFER_SAMPLER")}
 
 

@@ -1,8 +1,8 @@
 """tests/device/flashinfer_result.py served: vLLM serving on FlashInfer's sampler from the jit-cache, read from the
 two runs the device brought back (tests/device/results/flashinfer-served/, the runs as they came, session paths
-as $G4S). The recorded result is what the fold makes of them: those runs did not show the point (their requests carried
-a seed, which vLLM 0.21.0 samples natively), and the fold says so. Each way a run can fail to show it turns its own
-check false, from runs that counted vLLM's calls of FlashInfer's sampler as phase_sampler now does."""
+as $G4S). The recorded result is what the fold makes of them: FlashInfer sampled the requests from the jit-cache with
+nothing compiled. The first runs (seeded/) did not show it (their requests carried a seed, which vLLM 0.21.0 samples
+natively), and their fold says so. Each way a run can fail to show the point turns its own check false."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ import pytest
 DEVICE = Path(__file__).resolve().parents[2] / "device"
 RUNS = DEVICE / "results" / "flashinfer-served"
 RESULT = DEVICE / "results" / "flashinfer-sm120.json"
+KEYS = ("vllms_sampler", "flashinfer_sampler", "compiled_during_flashinfer_run", "equal_to_vllms_sampler", "checks",
+        "undecided", "undecided_why", "finding")
 
 
 def _module() -> ModuleType:
@@ -30,38 +32,57 @@ def _module() -> ModuleType:
     return mod
 
 
-def _runs() -> tuple[dict[str, Any], dict[str, Any]]:
-    return (json.loads((RUNS / "target-sampler.json").read_text(encoding="utf-8")),
-            json.loads((RUNS / "target-sampler-fi.json").read_text(encoding="utf-8")))
+def _runs(where: Path = RUNS) -> tuple[dict[str, Any], dict[str, Any]]:
+    return (json.loads((where / "target-sampler.json").read_text(encoding="utf-8")),
+            json.loads((where / "target-sampler-fi.json").read_text(encoding="utf-8")))
+
+
+def _wheel(tmp_path: Path) -> Path:
+    wheel = tmp_path / "flashinfer_jit_cache-0.6.8.post1+g4jit.576efc38e072-cp39-abi3-linux_x86_64.whl"
+    wheel.write_bytes(b"stand-in bytes")
+    return wheel
 
 
 def test_the_recorded_section_is_the_fold_of_the_recorded_runs(tmp_path: Path) -> None:
-    wheel = tmp_path / "flashinfer_jit_cache-0.6.8.post1+g4jit.576efc38e072-cp39-abi3-linux_x86_64.whl"
-    wheel.write_bytes(b"stand-in bytes")
-    plain, fi = _runs()
-    section, ok = _module().served(plain, fi, [], wheel)
+    section, ok = _module().served(*_runs(), [], _wheel(tmp_path))
     recorded = json.loads(RESULT.read_text(encoding="utf-8"))
-    for key in ("vllms_sampler", "flashinfer_sampler", "compiled_during_flashinfer_run", "equal_to_vllms_sampler",
-                "checks", "finding"):
+    for key in KEYS:
         assert section[key] == recorded["served"][key], key
     assert section["jit_cache"]["file"] == recorded["served"]["jit_cache"]["file"]
-    assert recorded["served"]["flashinfer_sampler"]["tokens"] == 768  # 24 requests x 32 tokens, each run
+    fi, plain = recorded["served"]["flashinfer_sampler"], recorded["served"]["vllms_sampler"]
+    assert fi["tokens"] == plain["tokens"] == 768  # 24 requests x 32 tokens, each run
+    # FlashInfer sampled the top_k=1 and top_k=5 requests, from the jit-cache, with nothing compiled
+    assert fi["flashinfer_sample_calls"]["top_k1"] > 0 and fi["flashinfer_sample_calls"]["top_k5"] > 0
+    assert not any(plain["flashinfer_sample_calls"].values()) and fi["seeded"] is False
+    assert ok and recorded["checks"]["served_sampler_from_aot_no_compile"] is True
+    # these runs recorded ranks alone; a rank 6 is read as a tie (vLLM's own sampler drew one too): undecided
+    assert [k for k, v in section["checks"].items() if v is not True] == ["top_k5_draws_in_the_top_5"]
+    assert section["checks"]["top_k5_draws_in_the_top_5"] is None and section["undecided"] == [
+        "top_k5_draws_in_the_top_5"]
+    assert fi["top_k5"]["worst_rank"] == plain["top_k5"]["worst_rank"] == 6
+    assert "rank 6 in the same run" in section["undecided_why"]["top_k5_draws_in_the_top_5"]
+    assert section["finding"] is None
+
+
+def test_the_seeded_first_runs_fold_to_their_finding(tmp_path: Path) -> None:
+    section, ok = _module().served(*_runs(RUNS / "seeded"), [], _wheel(tmp_path))
+    recorded = json.loads(RESULT.read_text(encoding="utf-8"))["served_seeded"]
+    for key in KEYS:
+        assert section[key] == recorded[key], key
     # the library was mapped and the tokens agree, yet FlashInfer sampled none of the requests: not shown
-    assert not ok and recorded["checks"]["served_sampler_from_aot_no_compile"] is False
-    assert [k for k, v in section["checks"].items() if not v] == ["flashinfer_sampled_the_requests",
-                                                                   "top_k5_draws_in_the_top_5"]
-    assert "carried a seed" in section["finding"]
+    assert not ok and [k for k, v in section["checks"].items() if not v] == [
+        "flashinfer_sampled_the_requests", "top_k5_not_all_argmax", "top_k5_draws_in_the_top_5"]
+    assert "carried a seed" in section["finding"] and "seeded/" in recorded["superseded"]
 
 
 def _counted(plain: dict[str, Any], fi: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The recorded runs as phase_sampler now writes them: no seed, vLLM's calls of flashinfer_sample counted
-    (none for greedy requests, which never reach the sampler; one a step for top_k=1)."""
+    """The recorded runs as phase_sampler now writes them: each top_k=5 draw's rank and its logprob less the fifth
+    largest (a margin >= 0: in the top 5, ties included)."""
     plain, fi = copy.deepcopy(plain), copy.deepcopy(fi)
     draws = [[1] * 30 + [2, 4] for _ in range(24)]  # ranks of 32 top_k=5 draws a request
-    plain["sampler"].update(flashinfer_sample_calls={"greedy": 0, "top_k1": 0, "top_k5": 0}, seeded=False,
-                            top_k5_ranks=draws)
-    fi["sampler"].update(flashinfer_sample_calls={"greedy": 0, "top_k1": 32, "top_k5": 32}, seeded=False,
-                         top_k5_ranks=draws)
+    margins = [[3.0] * 30 + [1.0, 0.25] for _ in range(24)]
+    for run in (plain, fi):
+        run["sampler"].update(top_k5_ranks=draws, top_k5_margins=margins)
     return plain, fi
 
 
@@ -101,10 +122,13 @@ def _flip_first_token(run: dict[str, Any], key: str) -> dict[str, Any]:
      "flashinfer_sampled_the_requests"),
     ("fi", lambda r: _spoil(r, "sampler.flashinfer_sample_calls", {"greedy": 0, "top_k1": 32, "top_k5": 0}),
      "flashinfer_sampled_the_requests"),
-    ("fi", lambda r: _spoil(r, "sampler.top_k5_ranks", [[1] * 32 for _ in range(24)]), "top_k5_draws_in_the_top_5"),
-    ("fi", lambda r: _spoil(r, "sampler.top_k5_ranks", [[1] * 31 + [6] for _ in range(24)]),
+    ("fi", lambda r: _spoil(r, "sampler.top_k5_ranks", [[1] * 32 for _ in range(24)]), "top_k5_not_all_argmax"),
+    ("fi", lambda r: _spoil(r, "sampler.top_k5_margins", [[3.0] * 31 + [-0.5] for _ in range(24)]),
      "top_k5_draws_in_the_top_5"),
-    ("fi", lambda r: _spoil(r, "sampler.top_k5_ranks", []), "top_k5_draws_in_the_top_5"),
+    ("fi", lambda r: _spoil(r, "sampler.top_k5_margins", [[3.0] * 31 + [None] for _ in range(24)]),
+     "top_k5_draws_in_the_top_5"),
+    ("fi", lambda r: _spoil(r, "sampler.top_k5_margins", [[3.0] * 31 for _ in range(24)]),
+     "top_k5_draws_in_the_top_5"),
     ("fi", lambda r: _spoil(r, "sampler.top_k5_ranks", [[1] * 30 + [2, None] for _ in range(24)]),
      "top_k5_draws_in_the_top_5"),
 ])
@@ -112,7 +136,8 @@ def test_each_way_to_miss_the_point_fails_its_check(tmp_path: Path, which: str, 
     wheel = tmp_path / "w.whl"
     wheel.write_bytes(b"x")
     plain, fi = _counted(*_runs())
-    assert _module().served(plain, fi, [], wheel)[1]  # the counted runs pass
+    section, ok = _module().served(plain, fi, [], wheel)
+    assert ok and all(v is True for v in section["checks"].values())  # the runs with margins pass, decided
     if which == "fi":
         fi = spoil(fi)
     else:
@@ -120,6 +145,29 @@ def test_each_way_to_miss_the_point_fails_its_check(tmp_path: Path, which: str, 
     section, ok = _module().served(plain, fi, [], wheel)
     assert not ok and section["checks"][check] is False
     assert [k for k, v in section["checks"].items() if not v] == [check]
+
+
+def test_a_rank_over_5_is_a_tie_with_margins_and_undecided_without(tmp_path: Path) -> None:
+    """vLLM's rank counts every token at least as likely, so a draw tied with the fifth reads as rank 6: with its
+    margin 0 it is in the top 5; with ranks alone it is undecided, which neither passes nor fails the section; no
+    draws at all fail both top_k=5 checks."""
+    plain, fi = _counted(*_runs())
+    tie = _spoil(_spoil(fi, "sampler.top_k5_ranks", [[1] * 31 + [6] for _ in range(24)]),
+                 "sampler.top_k5_margins", [[3.0] * 31 + [0.0] for _ in range(24)])
+    section, ok = _module().served(plain, tie, [], _wheel(tmp_path))
+    assert ok and section["checks"]["top_k5_draws_in_the_top_5"] is True and not section["undecided"]
+    assert section["flashinfer_sampler"]["top_k5"]["rank_over_5_tied_with_fifth"] == 24
+    bare = copy.deepcopy(tie)
+    del bare["sampler"]["top_k5_margins"]
+    section, ok = _module().served(plain, bare, [], _wheel(tmp_path))
+    assert ok and section["checks"]["top_k5_draws_in_the_top_5"] is None
+    assert section["undecided"] == ["top_k5_draws_in_the_top_5"]
+    section, ok = _module().served(plain, _spoil(bare, "sampler.top_k5_ranks", [[1] * 30 + [2, 5]] * 24), [],
+                                   _wheel(tmp_path))
+    assert ok and section["checks"]["top_k5_draws_in_the_top_5"] is True  # every rank 5 or better decides
+    section, ok = _module().served(plain, _spoil(fi, "sampler.top_k5_ranks", []), [], _wheel(tmp_path))
+    assert not ok and [k for k, v in section["checks"].items() if not v] == ["top_k5_not_all_argmax",
+                                                                             "top_k5_draws_in_the_top_5"]
 
 
 def test_a_library_compiled_during_the_run_fails_and_the_cli_says_so(tmp_path: Path) -> None:
@@ -145,8 +193,8 @@ def test_a_library_compiled_during_the_run_fails_and_the_cli_says_so(tmp_path: P
 
 
 class _Logprob:
-    def __init__(self, rank: int) -> None:
-        self.rank = rank
+    def __init__(self, rank: int, logprob: float) -> None:
+        self.rank, self.logprob = rank, logprob
 
 
 def test_phase_sampler_counts_vllms_calls_per_phase_and_sends_no_seed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -184,12 +232,15 @@ def test_phase_sampler_counts_vllms_calls_per_phase_and_sends_no_seed(monkeypatc
             seen.append(params.kw)
             outs = []
             for _ in prompts:
-                tokens = [7, 8, 9]
+                tokens = [100, 8, 9]
                 for _step in tokens:  # one sampler call a step when FlashInfer's path applies
                     if params.kw["temperature"] > 0 and "seed" not in params.kw:
                         sys.modules["vllm.v1.sample.ops.topk_topp_sampler"].flashinfer_sample()
-                logprobs = ([{t: _Logprob(1 + i % 2)} for i, t in enumerate(tokens)] if params.kw.get("logprobs")
-                            else None)
+                # vLLM returns the top 5 and the drawn token: the argmax, a draw tied with the fifth (which vLLM
+                # ranks 6), a draw outside the top 5
+                top = {100 + j: _Logprob(j + 1, -float(j)) for j in range(5)}
+                logprobs = ([top, {**top, 8: _Logprob(6, -4.0)},
+                             {**top, 9: _Logprob(7, -4.5)}] if params.kw.get("logprobs") else None)
                 outs.append(types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=tokens,
                                                                                  logprobs=logprobs)]))
             return outs
@@ -199,5 +250,6 @@ def test_phase_sampler_counts_vllms_calls_per_phase_and_sends_no_seed(monkeypatc
     assert all("seed" not in kw for kw in seen) and [kw["temperature"] for kw in seen] == [0.0, 1.0, 1.0]
     assert out["flashinfer_sample_calls"] == {"greedy": 0, "top_k1": 72, "top_k5": 72}  # 24 requests x 3 steps
     assert out["seeded"] is False and out["equal"] is True
-    assert out["top_k5_ranks"] == [[1, 2, 1]] * 24
+    assert out["top_k5_ranks"] == [[1, 6, 7]] * 24
+    assert out["top_k5_margins"] == [[4.0, 0.0, -0.5]] * 24
     assert tts.flashinfer_sample is flashinfer_sample  # put back
