@@ -284,8 +284,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     deadline = t0 + args.limit
     counter = iter(range(1, 100))
+    start = args.context or res["shipped"]["context"]
+    if start != res["shipped"]["context"]:
+        changed["max-model-len"] = start
     res["attempts"] = search(
-        res["shipped"]["context"], res["shipped"]["max_num_seqs"],
+        start, res["shipped"]["max_num_seqs"],
         lambda c, s: one_attempt(args, sets, next(counter), c, s, deadline, res["budget_gib"]),
         min_context=args.min_context, time_left=lambda: time.perf_counter() < deadline)
     res["summary"] = summarize(res)
@@ -385,6 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="one more recipe --set")
     r.add_argument("--extra-gib", type=float, default=0.0, help="added to the card's budget (recorded)")
     r.add_argument("--util", type=float, help="the card's gpu-memory-utilization (default: the recipe's)")
+    r.add_argument("--context", type=int, help="the first attempt's max-model-len (default: the recipe's; recorded "
+                                               "in `changed`), e.g. the context a way out names")
     r.add_argument("--weights-stand-in", action="store_true",
                    help="add (bf16 weights counted from DIR - the recipe's footprint weights_gib) to the budget")
     r.add_argument("--min-context", type=int, default=4096)

@@ -41,7 +41,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("vram-pin", VRAM, "    return recipe.method == \"dflash\" and pin in DFLASH_SLIDING_AS_FULL_PINS",
              "    return recipe.method == \"dflash\"", TESTS,
              "a pin whose series keeps the DFlash drafter's windows is sized as if it allocated them as full"),
-    Mutation("vram-default-batched", VRAM,
+    Mutation("vram-default-batched", f"{PKG}/recipes/mm_batched.py",
              "    default = SERVE_BATCHED_LARGE if recipe.hardware.vram_gb >= LARGE_GPU_GIB else SERVE_BATCHED_SMALL",
              "    default = max_len", TESTS,
              "an unset max-num-batched-tokens is counted as max-model-len, not vLLM serve's default"),

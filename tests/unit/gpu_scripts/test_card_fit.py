@@ -390,13 +390,19 @@ def test_a_card_run_at_its_own_utilization_is_recorded_and_named(fit: ModuleType
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # 24 GiB at 0.85 instead of the recipe's 0.80: 20.4 GiB of budget, the utilization passed scaled to it
     _, res, argvs = _run(fit, tmp_path, models, 24, monkeypatch, "--util", "0.85",
-                         "--set", "args.max-num-batched-tokens=2048")
+                         "--set", "args.max-num-batched-tokens=2496")
     assert res["budget_gib"] == pytest.approx(20.4, abs=0.01) and res["recipe_util"] == 0.8
     assert argvs[0][argvs[0].index("--gpu-memory-utilization") + 1] == str(res["util"])
-    assert argvs[0][argvs[0].index("--max-num-batched-tokens") + 1] == "2048"
-    assert res["changed"] == {"gpu-memory-utilization": 0.85, "max-num-batched-tokens": "2048"}
+    assert argvs[0][argvs[0].index("--max-num-batched-tokens") + 1] == "2496"
+    assert res["changed"] == {"gpu-memory-utilization": 0.85, "max-num-batched-tokens": "2496"}
     key = fit.row_key(res["summary"])
-    assert key == "24 (gpu-memory-utilization 0.85, max-num-batched-tokens 2048)"
+    assert key == "24 (gpu-memory-utilization 0.85, max-num-batched-tokens 2496)"
+    # a way out's context: the first attempt renders it, and the row names it
+    _, ctx_res, ctx_argvs = _run(fit, tmp_path, models, 24, monkeypatch, "--util", "0.85", "--context", "9888",
+                                 "--set", "args.max-num-batched-tokens=2496")
+    assert ctx_argvs[0][ctx_argvs[0].index("--max-model-len") + 1] == "9888"
+    assert ctx_res["changed"]["max-model-len"] == 9888 and ctx_res["shipped"]["context"] == 65536
+    assert "max-model-len 9888" in fit.row_key(ctx_res["summary"])
     # the recipe's own utilization given as --util changes nothing: the row is the card's
     _, same, _ = _run(fit, tmp_path, models, 24, monkeypatch, "--util", "0.8")
     assert same["changed"] == {} and fit.row_key(same["summary"]) == "24"

@@ -60,6 +60,13 @@ def _vram(recipe: Any) -> Finding:
     return finding
 
 
+MM_REFUSAL = "Chunked MM input disabled"  # vLLM's refusal before any memory is asked (mm_batched.py)
+
+
+def _refused_for_mm(row: dict[str, Any]) -> bool:
+    return not row["started_at_shipped"] and MM_REFUSAL in (row.get("shipped_error") or "")
+
+
 def test_there_are_runs_that_started_and_runs_that_did_not() -> None:
     started = [row["started_at_shipped"] for _, _, row in ROWS]
     assert True in started and False in started and len(ROWS) >= 4
@@ -67,6 +74,17 @@ def test_there_are_runs_that_started_and_runs_that_did_not() -> None:
 
 @pytest.mark.parametrize(("label", "recipe", "row"), ROWS, ids=[r[0] for r in ROWS])
 def test_the_rules_verdict_is_vllms(label: str, recipe: str, row: dict[str, Any]) -> None:
+    """Where vLLM started, no rule says it will not; where it refused for memory, the VRAM rule warns; where it
+    refused a multimodal item longer than max-num-batched-tokens (before loading anything), mm-batched says so in
+    vLLM's own words."""
+    findings = check(_as_run(recipe, row), ctx())
+    mm = [f for f in findings if f.rule == "mm-batched"]
+    if _refused_for_mm(row):
+        assert [f.severity for f in mm] == ["error"]
+        quoted = mm[0].message.split('("', 1)[1].rsplit('")', 1)[0]
+        assert quoted in row["shipped_error"], (quoted, row["shipped_error"])
+        return
+    assert not mm, mm
     # the stand-in's budget is the card's plus what bf16 outweighs the recipe's weights by; vLLM loaded a little
     # more than counted (stand_in_residual_gib), which a card's own weights would not carry
     assert row["stand_in"] is not None and abs(row["at"]["stand_in_residual_gib"]) < 0.5
@@ -79,19 +97,22 @@ def test_the_shipped_recipes_are_the_ones_measured() -> None:
     for recipe, cards in FOLD["table"].items():
         shipped = load_recipe(recipe).args
         for row in cards.values():
-            assert (shipped["max-model-len"], shipped["max-num-seqs"], shipped["max-num-batched-tokens"]) == (
+            # a row run with changed settings (a way out tried) is the shipped recipe with those changes
+            batched = int(row.get("changed", {}).get("max-num-batched-tokens", shipped["max-num-batched-tokens"]))
+            assert (shipped["max-model-len"], shipped["max-num-seqs"], batched) == (
                 row["shipped"]["context"], row["shipped"]["max_num_seqs"], _batched(row))
 
 
 def test_the_runtime_is_what_vllms_profile_took() -> None:
-    measured = {(_batched(row), row["at"]["overhead_gib"]) for _, _, row in ROWS}
+    measured = {(_batched(row), row["at"]["overhead_gib"]) for _, _, row in ROWS if not _refused_for_mm(row)}
     # the line runs through the DFlash recipe's two points (its graphs are the largest: 15 draft tokens a step)
     for point in RUNTIME_MEASURED:
         assert point in measured
     # and charges at least what any run took at its max-num-batched-tokens
     for batched, overhead in measured:
         assert runtime_gib(batched) >= overhead - 0.005
-    graphs = {row["at"]["graph_estimate_gib"] for _, recipe, row in ROWS if "dflash" in recipe}
+    graphs = {row["at"]["graph_estimate_gib"] for _, recipe, row in ROWS if "dflash" in recipe
+              and not _refused_for_mm(row)}
     assert max(graphs) == CUDA_GRAPH_GIB
     assert runtime_gib(8192, eager=True) == pytest.approx(3.71 - 0.89)
     assert runtime_gib(2048) == pytest.approx(3.71 - 6144 * (7.43 - 3.71) / 24576)
@@ -120,12 +141,14 @@ def test_a_card_too_small_for_the_runtime_gets_a_way_out() -> None:
     finding = _vram(small)
     assert finding.severity == "warning" and "No available memory for the cache blocks" in finding.message
     assert finding.hint is not None
-    assert "with gpu-memory-utilization 0.85 and max-num-batched-tokens 2048, max-model-len up to 13920 fits" \
+    # not 2048: vLLM refused it (the way-out runs: Gemma 4's 2,496-token video item must fit one step)
+    assert "with gpu-memory-utilization 0.85 and max-num-batched-tokens 2496, max-model-len up to 9888 fits" \
         in finding.hint
     taken = dataclasses.replace(small, args={**small.args, "gpu-memory-utilization": 0.85,
-                                             "max-num-batched-tokens": 2048, "max-model-len": 13920})
+                                             "max-num-batched-tokens": 2496, "max-model-len": 9888})
     assert _vram(taken).severity != "warning"
-    over = dataclasses.replace(taken, args={**taken.args, "max-model-len": 13921 + 16})
+    assert not [f for f in check(taken, ctx()) if f.severity == "error"]
+    over = dataclasses.replace(taken, args={**taken.args, "max-model-len": 9889 + 16})
     assert _vram(over).severity == "warning"
 
 
@@ -137,12 +160,15 @@ def test_an_eager_recipe_is_not_charged_cuda_graphs() -> None:
 
 
 def test_the_way_out_prefers_the_smaller_prefill_chunk() -> None:
-    """MTP on 24 GB: at 0.90 the 8192-token chunk would leave room for 4,224 tokens of context, the 2048 one (vLLM
-    serve's own default under 70 GiB) for 64,512: the hint names the second."""
+    """MTP on 24 GB: at 0.90 the 8192-token chunk would leave room for 4,224 tokens of context, the 2496 one (the
+    least vLLM starts Gemma 4 with, its video item) for 56,480: the hint names the second. Without video
+    (limit-mm-per-prompt) the floor is an image's 280 tokens, and the hint goes down to vLLM serve's 2048."""
     recipe = load_recipe("gemma4-26b-a4b-nvfp4-mtp")
     small = dataclasses.replace(recipe, hardware=dataclasses.replace(recipe.hardware, vram_gb=24))
     hint = _vram(small).hint or ""
-    assert "with gpu-memory-utilization 0.9 and max-num-batched-tokens 2048, max-model-len up to 64512 fits" in hint
+    assert "with gpu-memory-utilization 0.9 and max-num-batched-tokens 2496, max-model-len up to 56480 fits" in hint
+    no_video = dataclasses.replace(small, args={**small.args, "limit-mm-per-prompt": {"video": 0}})
+    assert "and max-num-batched-tokens 2048, max-model-len up to 64512 fits" in (_vram(no_video).hint or "")
 
 
 def test_weights_over_the_budget_are_an_out_of_memory_while_loading() -> None:

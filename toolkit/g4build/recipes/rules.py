@@ -21,6 +21,7 @@ from g4build.recipes.findings import (
     is_gemma4,
 )
 from g4build.recipes.flashinfer import FlashInferInfo, fixed_paths, off_switches
+from g4build.recipes.mm_batched import rule_mm_batched
 from g4build.recipes.model import MAX_COUNT, Recipe
 from g4build.recipes.moe_backend import rule_moe_backend
 from g4build.recipes.prefix_cache import rule_prefix_cache
@@ -303,6 +304,7 @@ RULES: tuple[Rule, ...] = (
     rule_spec_tokens,
     rule_counts,
     rule_batched_tokens,
+    rule_mm_batched,
     rule_flashinfer,
     rule_env_allowed,
     rule_env_names,

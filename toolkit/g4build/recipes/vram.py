@@ -22,6 +22,7 @@ from g4build.recipes.kv_need import (
     longest_context,
     need_bytes,
 )
+from g4build.recipes.mm_batched import mm_floor, serve_batched_tokens
 from g4build.recipes.model import KvGeometry, Recipe
 
 # vLLM's profile of the 26B-A4B DFlash recipe (tests/gpu/results/vllm-0.21.0-card-fit.json, `overhead_gib`: the
@@ -31,7 +32,6 @@ from g4build.recipes.model import KvGeometry, Recipe
 RUNTIME_MEASURED = ((8192, 3.71), (32768, 7.43))  # (max-num-batched-tokens, GiB)
 CUDA_GRAPH_GIB = 0.89
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
-LARGE_GPU_GIB, SERVE_BATCHED_LARGE, SERVE_BATCHED_SMALL = 70, 8192, 2048  # vLLM serve's max-num-batched-tokens
 MIN_SUGGESTED_CONTEXT = 4096  # a suggestion that leaves less than this is no suggestion
 GIB = 1024**3
 
@@ -49,21 +49,6 @@ def _memory(recipe: Recipe, ctx: CheckContext) -> tuple[float, KvGeometry | None
     return None
 
 
-def _batched_tokens(recipe: Recipe, max_len: int) -> tuple[int, str]:
-    """max-num-batched-tokens as vLLM will have it, and what was assumed when the recipe leaves it unset: vLLM
-    0.21.0's default for `vllm serve` (engine/arg_utils.py, get_batch_defaults), 8192 on a GPU of 70 GiB or more,
-    2048 below; without chunked prefill at least max-model-len."""
-    batched = int_arg(recipe, "max-num-batched-tokens")
-    if batched is not None:
-        return batched, ""
-    default = SERVE_BATCHED_LARGE if recipe.hardware.vram_gb >= LARGE_GPU_GIB else SERVE_BATCHED_SMALL
-    if recipe.args.get("enable-chunked-prefill") is False:
-        return max(max_len, default), ("; max-num-batched-tokens unset, chunked prefill off: vLLM takes "
-                                       "max-model-len")
-    return default, (f"; max-num-batched-tokens unset: vLLM serve's default on a {recipe.hardware.vram_gb:g} GB "
-                     f"card, {default}")
-
-
 def drafter_sliding_as_full(recipe: Recipe, ctx: CheckContext) -> bool:
     """Whether the drafter's sliding layers are allocated as full attention (DFlash on the pins whose
     dflash-batched-verification does so)."""
@@ -79,11 +64,12 @@ def runtime_gib(batched: int, eager: bool = False) -> float:
 
 
 def _suggest(kinds: list[LayerKind], weights: float, vram: float, util: float, batched: int, dtype_bytes: int,
-             eager: bool, max_len: int, chunked: bool) -> str:
+             eager: bool, max_len: int, chunked: bool, floor: int = 0) -> str:
     """The smallest gpu-memory-utilization, at the smallest max-num-batched-tokens (vLLM serve's own default under
-    70 GiB is 2048), that leaves room for a context of MIN_SUGGESTED_CONTEXT or more: '' when none does. Without
-    chunked prefill vLLM wants max-num-batched-tokens of at least max-model-len: only the utilization moves."""
-    smaller = (4096, 2048) if chunked else ()
+    70 GiB is 2048; never below ``floor``, the largest multimodal item vLLM takes in one step), that leaves room for
+    a context of MIN_SUGGESTED_CONTEXT or more: '' when none does. Without chunked prefill vLLM wants
+    max-num-batched-tokens of at least max-model-len: only the utilization moves."""
+    smaller = tuple(b for b in {max(b, floor) for b in (4096, 2048)} if b < batched) if chunked else ()
     for new_util in sorted({util, *(u for u in (0.85, 0.9, 0.95) if u > util)}):
         for new_batched in sorted({batched, *(b for b in smaller if b < batched)}):
             free = new_util * vram - weights - runtime_gib(new_batched, eager)
@@ -114,7 +100,7 @@ def rule_vram(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     vram = recipe.hardware.vram_gb
     budget = util * vram
     max_len = int_arg(recipe, "max-model-len")
-    batched, assumed = _batched_tokens(recipe, max_len or 0)
+    batched, assumed = serve_batched_tokens(recipe, ctx, max_len or 0)
     eager = recipe.args.get("enforce-eager") is True
     runtime = runtime_gib(batched, eager)
     fixed = weights + runtime
@@ -131,8 +117,9 @@ def rule_vram(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
                         hint="raise gpu-memory-utilization, use a smaller quantization or a card with more memory")]
     if fixed >= budget:
         chunked = recipe.args.get("enable-chunked-prefill") is not False
-        way = (_suggest(kinds, weights, vram, util, batched, dtype_bytes, eager, max_len or 131072, chunked)
-               if kinds else "")
+        floor = mm_floor(recipe, ctx)
+        way = (_suggest(kinds, weights, vram, util, batched, dtype_bytes, eager, max_len or 131072, chunked,
+                        floor[0] if floor else 0) if kinds else "")
         return [Finding(rule="vram", severity="warning",
                         message=f"{head}{assumed}: no memory is left for the KV cache, vLLM will refuse to start "
                                 "(\"No available memory for the cache blocks\")",
