@@ -108,9 +108,12 @@ def search(context: int, seqs: int, attempt: Callable[[int, int], dict[str, Any]
     return tries
 
 
-def recipe_values(recipe: str, g4build: list[str]) -> dict[str, Any]:
-    """The recipe's own args and speculative method, as `g4build recipe show --json` gives them."""
-    proc = subprocess.run([*g4build, "recipe", "show", recipe, "--json"], capture_output=True, text=True, timeout=120)
+def recipe_values(recipe: str, g4build: list[str], card_gib: float | None = None) -> dict[str, Any]:
+    """The recipe's own args and speculative method, as `g4build recipe show --json` gives them (for a card: with
+    the row of its cards table that hardware.vram_gb picks, as a user's render for that card has them)."""
+    card = ["--set", f"hardware.vram_gb={card_gib:g}"] if card_gib is not None else []
+    proc = subprocess.run([*g4build, "recipe", "show", recipe, *card, "--json"], capture_output=True, text=True,
+                          timeout=120)
     if proc.returncode != 0:
         raise RuntimeError(f"recipe show exited {proc.returncode}: {proc.stderr[-1000:]}")
     doc: dict[str, Any] = json.loads(proc.stdout)
@@ -236,7 +239,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     args.work.mkdir(parents=True, exist_ok=True)
     g4 = shlex.split(args.g4build)
-    recipe = recipe_values(args.recipe, g4)
+    recipe = recipe_values(args.recipe, g4, args.card_gib)
     rargs, spec = recipe.get("args") or {}, recipe.get("speculative") or {}
     method = spec.get("method")
     folder = args.mtp_folder if method == "mtp" else DRAFTERS.get(str(method))
@@ -260,7 +263,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     card_util = args.util if args.util is not None else recipe_util
     util = scaled_util(card_util, args.card_gib, total, args.extra_gib)
     sets = {"model": str(args.models / "target"), "speculative.model": str(args.models / folder),
-            "args.load-format": "dummy", "args.port": str(args.port), "args.gpu-memory-utilization": str(util)}
+            "args.load-format": "dummy", "args.port": str(args.port), "args.gpu-memory-utilization": str(util),
+            "hardware.vram_gb": f"{args.card_gib:g}"}  # the card's row of the recipe's cards table, if it has one
     if meta.get("target_hf_overrides"):
         sets["args.hf-overrides"] = json.dumps(meta["target_hf_overrides"], separators=(",", ":"))
     # what the run changes of the recipe names its row: a --util equal to the recipe's changes nothing
@@ -274,9 +278,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if key.startswith("args."):
             changed[key[len("args."):]] = value
     res: dict[str, Any] = {
-        "recipe": args.recipe, "card_gib": args.card_gib, "card": CARDS.get(int(args.card_gib)),
+        "recipe": recipe.get("name") or args.recipe, "card_gib": args.card_gib,
+        "card": CARDS.get(int(args.card_gib)),
         "device_total_gib": round(total / GIB, 2), "recipe_util": rargs.get("gpu-memory-utilization"),
         "extra_gib": round(args.extra_gib, 3), "stand_in": stand_in, "util": util, "changed": changed,
+        "card_util": card_util, "card_row": recipe.get("card") or None,
         "budget_gib": round(util * total / GIB, 2),
         "shipped": {"context": int(rargs["max-model-len"]), "max_num_seqs": int(rargs["max-num-seqs"])},
         "drafter_folder": folder, "sets": sorted(k for k in sets if not k.startswith(("model", "speculative"))),
@@ -307,6 +313,11 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
         "recipe": res["recipe"], "card_gib": res["card_gib"], "budget_gib": res["budget_gib"],
         "extra_gib": res.get("extra_gib", 0.0), "stand_in": res.get("stand_in"), "shipped": res["shipped"],
         "changed": res.get("changed") or {},
+        # the card's gpu-memory-utilization the budget was scaled from (runs before it was recorded: --util, else
+        # the recipe's), and the cards-table row the render applied
+        "card_util": res.get("card_util", (res.get("changed") or {}).get("gpu-memory-utilization",
+                                                                          res.get("recipe_util"))),
+        "card_row": res.get("card_row"),
         "started_at_shipped": first["started"],
         "fits": {"context": best["context"], "max_num_seqs": best["max_num_seqs"]} if best else None,
         # a started server may still log an error (vLLM logs one at start for a tokenizer without a chat template):

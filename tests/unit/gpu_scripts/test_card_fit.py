@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import yaml
 
 from .test_acceptance import _load
 
@@ -184,8 +185,19 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def _without_cards(tmp: Path) -> str:
+    """The DFlash recipe as written before its cards table: these runs' arithmetic is the 32 GB settings' on each
+    card (the table's row for 24 GB is test_a_card_with_a_row_runs_the_row's)."""
+    data = yaml.safe_load((ROOT / "recipes" / "gemma4-26b-a4b-nvfp4-dflash.yaml").read_text(encoding="utf-8"))
+    data.pop("cards")
+    path = tmp / "gemma4-26b-a4b-nvfp4-dflash.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return str(path)
+
+
 def _run(fit: ModuleType, tmp: Path, models: Path, card: int, monkeypatch: pytest.MonkeyPatch,
-         *extra: str, weights_gib: float = 12.0) -> tuple[int, dict[str, Any], list[list[str]]]:
+         *extra: str, weights_gib: float = 12.0, recipe: str | None = None) -> tuple[int, dict[str, Any],
+                                                                                   list[list[str]]]:
     bindir = tmp / "fakebin"
     bindir.mkdir(exist_ok=True)
     smi = bindir / "nvidia-smi"
@@ -199,7 +211,7 @@ def _run(fit: ModuleType, tmp: Path, models: Path, card: int, monkeypatch: pytes
     monkeypatch.setenv("FAKE_KV_BYTES_PER_TOKEN", str(225_280))  # size_model's bytes per token in the window
     monkeypatch.setenv("PYTHONPATH", str(ROOT / "toolkit"))
     out = tmp / f"card-{card}.json"
-    rc = fit.main(["run", "--recipe", "gemma4-26b-a4b-nvfp4-dflash", "--card-gib", str(card), "--models",
+    rc = fit.main(["run", "--recipe", recipe or _without_cards(tmp), "--card-gib", str(card), "--models",
                    str(models), "--json", str(out), "--total-bytes", str(140 * GIB), "--port", str(_free_port()),
                    "--vllm-command", f"{sys.executable} {FAKE}", "--limit", "240", *extra])
     argvs = [json.loads(ln) for ln in calls.read_text().splitlines()] if calls.exists() else []
@@ -409,3 +421,18 @@ def test_a_card_run_at_its_own_utilization_is_recorded_and_named(fit: ModuleType
     # the run scales the utilization itself: a --set of it would undo the card's share
     with pytest.raises(SystemExit, match="give the card's utilization with --util"):
         _run(fit, tmp_path, models, 24, monkeypatch, "--set", "args.gpu-memory-utilization=0.9")
+
+
+def test_a_card_with_a_row_runs_the_row(fit: ModuleType, models: Path, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recipe as shipped on a 24 GB card: its cards table's row is what the run renders and records, as a user's
+    `recipe render --set hardware.vram_gb=24` has it."""
+    rc, res, argvs = _run(fit, tmp_path, models, 24, monkeypatch, recipe="gemma4-26b-a4b-nvfp4-dflash")
+    assert rc == 0 and res["recipe"] == "gemma4-26b-a4b-nvfp4-dflash"
+    assert res["shipped"] == {"context": 32768, "max_num_seqs": 22} and res["card_util"] == 0.9
+    assert "24 GB card" in res["card_row"] and res["changed"] == {}
+    assert res["budget_gib"] == pytest.approx(0.9 * 24, abs=0.02)  # the share is rounded down
+    argv = argvs[0]
+    assert argv[argv.index("--max-model-len") + 1] == "32768"
+    assert argv[argv.index("--max-num-batched-tokens") + 1] == "2496"
+    assert fit.summarize(res)["card_util"] == 0.9 and fit.row_key(fit.summarize(res)) == "24"

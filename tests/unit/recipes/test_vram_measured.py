@@ -50,7 +50,8 @@ def _as_run(recipe_name: str, row: dict[str, Any]) -> Any:
     its max-num-batched-tokens and whatever else it changed."""
     recipe = load_recipe(recipe_name)
     args = {**recipe.args, "max-model-len": row["shipped"]["context"], "max-num-seqs": row["shipped"]["max_num_seqs"],
-            "max-num-batched-tokens": _batched(row), **row.get("changed", {})}
+            "max-num-batched-tokens": _batched(row), "gpu-memory-utilization": row["card_util"],
+            **row.get("changed", {})}
     return dataclasses.replace(recipe, args=args,
                                hardware=dataclasses.replace(recipe.hardware, vram_gb=row["card_gib"]))
 
@@ -95,8 +96,11 @@ def test_the_rules_verdict_is_vllms(label: str, recipe: str, row: dict[str, Any]
 def test_the_shipped_recipes_are_the_ones_measured() -> None:
     """The table's rows are the recipes as they ship now (else the fold belongs under superseded)."""
     for recipe, cards in FOLD["table"].items():
-        shipped = load_recipe(recipe).args
         for row in cards.values():
+            # as a user renders it for that card: the row of the recipe's cards table, if it has one
+            shipped = load_recipe(recipe, [f"hardware.vram_gb={row['card_gib']:g}"]).args
+            assert row["card_util"] == row.get("changed", {}).get("gpu-memory-utilization",
+                                                                  shipped["gpu-memory-utilization"])
             # a row run with changed settings (a way out tried) is the shipped recipe with those changes
             batched = int(row.get("changed", {}).get("max-num-batched-tokens", shipped["max-num-batched-tokens"]))
             assert (shipped["max-model-len"], shipped["max-num-seqs"], batched) == (

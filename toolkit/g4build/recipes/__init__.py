@@ -17,6 +17,7 @@ from pathlib import Path
 
 from g4build.errors import ConfigError, RecipeError, UsageError
 from g4build.pins.model import Pin
+from g4build.recipes.cards import card_for, parse_cards, with_card_args
 from g4build.recipes.context import gather_context
 from g4build.recipes.env_names import fit_env_to_pin
 from g4build.recipes.findings import WheelInfo
@@ -51,14 +52,22 @@ __all__ = [
 
 
 def load_recipe(name_or_path: str, sets: Sequence[str] = (), *, root: Path | None = None) -> Recipe:
+    """The recipe after --set, with the row of its cards table for hardware.vram_gb applied under the --set."""
     data, path = load_recipe_data(name_or_path, root)
-    if not sets:
-        return parse_recipe(data, str(path), source=path)
-    parse_recipe(data, str(path), source=path)  # the file itself must be valid before --set is blamed
-    try:
-        return parse_recipe(apply_overrides(data, sets), f"{path} (after --set)", source=path)
-    except ConfigError as exc:
-        raise UsageError(exc.message, hint=exc.hint or "check the --set values") from exc
+    recipe = parse_recipe(data, str(path), source=path)  # the file itself must be valid before --set is blamed
+    cards = parse_cards(data.get("cards"), f"{path}.cards")
+    if sets:
+        try:
+            recipe = parse_recipe(apply_overrides(data, sets), f"{path} (after --set)", source=path)
+        except ConfigError as exc:
+            raise UsageError(exc.message, hint=exc.hint or "check the --set values") from exc
+    card = card_for(cards, recipe.hardware.vram_gb)
+    if card is None:
+        return recipe
+    # the card's args over the file's, then the user's --set over both (already checked above)
+    carded = parse_recipe(apply_overrides(with_card_args(data, card), sets), f"{path} (cards.{card.vram_gb:g})",
+                          source=path)
+    return dataclasses.replace(carded, card=card.describe())
 
 
 def check_recipe(recipe: Recipe, ctx: CheckContext) -> tuple[Finding, ...]:

@@ -8,6 +8,7 @@ never interpreted by a shell, only quoted.
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ TOP_LEVEL_KEYS = (
     "downloads",
     "notes",
     "pin_notes",
+    "cards",  # settings per card (cards.py): applied by load_recipe, which validates them
 )
 CHECKPOINT_KEYS = ("quant_method", "quant_algo")
 HARDWARE_KEYS = ("vram_gb", "arch")
@@ -140,6 +142,8 @@ class Recipe:
     downloads: dict[str, str] = field(default_factory=dict)
     # Notes that hold for one pin only (pin name -> text): a script rendered for another pin leaves them out
     pin_notes: dict[str, str] = field(default_factory=dict)
+    # The row of the cards table applied for hardware.vram_gb, described (cards.py); "" when none applied
+    card: str = ""
     source: Path | None = field(default=None, compare=False)
 
     @property
@@ -175,13 +179,15 @@ class Recipe:
             "downloads": dict(self.downloads),
             "notes": self.notes,
             "pin_notes": dict(self.pin_notes),
+            "card": self.card,
         }
 
     @property
     def notes_for_pin(self) -> str:
         """``notes`` with the note for this recipe's pin, if it has one, after them."""
         extra = self.pin_notes.get(self.pin or "", "")
-        return "\n".join(part.rstrip("\n") for part in (self.notes, extra) if part.strip())
+        card = textwrap.fill(self.card, width=110, break_on_hyphens=False)  # one line in findings, wrapped here
+        return "\n".join(part.rstrip("\n") for part in (self.notes, extra, card) if part.strip())
 
 
 def _check_keys(raw: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
@@ -430,3 +436,6 @@ def load_recipe_data(name_or_path: str, root: Path | None = None) -> tuple[dict[
         raise ConfigError(f"{path}.name: expected '{path.stem}' (the file's name), found {found!r}",
                           hint=f"{rename}set `name: {path.stem}` in {path.name}")
     return data, path
+
+
+parse_args, parse_text = _args, _text  # for cards.py, whose rows are args and text as the recipe's are

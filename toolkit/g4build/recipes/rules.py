@@ -7,6 +7,7 @@ Nothing here reads files or imports vLLM; the CLI gathers the context at the edg
 
 from __future__ import annotations
 
+from g4build.recipes.cards import rule_card
 from g4build.recipes.counts import int_arg
 from g4build.recipes.draft_groups import rule_draft_groups
 from g4build.recipes.env_names import rule_env_allowed, rule_env_names
@@ -294,6 +295,7 @@ def rule_mm_processor_cache(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
 
 
 RULES: tuple[Rule, ...] = (
+    rule_card,
     rule_pin,
     rule_quantization,
     rule_moe_backend,
