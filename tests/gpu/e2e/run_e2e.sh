@@ -45,6 +45,9 @@
 #   fit:RECIPE:CARD_GIB  RECIPE's launch script as rendered, in CARD_GIB's share of this GPU, stepping context and
 #                  max-num-seqs down until it starts (card_fit.py; real_size.py's folders in $stage/real; results
 #                  $stage/acc/fit-RECIPE-CARD[-$G4E2E_FIT_LABEL].json; more card_fit.py arguments in G4E2E_FIT_ARGS)
+#   cost:VARIANT   step costs of real_size.py's 26B-A4B shapes with random weights, VARIANT target, dflash-K or
+#                  mtp-K (step_costs.py run; results $stage/acc/cost-VARIANT[-$G4E2E_COST_LABEL].json; more
+#                  step_costs.py arguments in G4E2E_COST_ARGS, e.g. --mtp-folder mtp-standin); fold them here
 #   serve:RECIPE:DRAFTER  render RECIPE's bash launch script with `g4build recipe render`, run it, talk to the
 #                  `vllm serve` it starts (serve_route.py; results in $stage/acc/serve-DRAFTER.json)
 #
@@ -443,6 +446,22 @@ fit_run() {  # RECIPE CARD_GIB: RECIPE's launch script in the card's share of th
   tail -4 "$stage/logs/$name.log"
 }
 
+cost_run() {  # VARIANT: step costs of the real-size target, alone or with a drafter (step_costs.py, issue 52)
+  local variant=$1 rc=0 kv name=cost-$1${G4E2E_COST_LABEL:+-$G4E2E_COST_LABEL}
+  [ -d "$stage/patched" ] || { echo "cost: overlaid wheel not installed (run prepare first)"; return 7; }
+  [ -f "$stage/real/meta.json" ] || "$py" "$here/real_size.py" "$stage/real" || return 7
+  mkdir -p "$stage/acc" "$stage/logs"
+  local -a extra=()
+  for kv in ${G4E2E_COST_ARGS:-}; do extra+=("$kv"); done  # e.g. --mtp-folder mtp-standin --concurrency 1,8
+  say "step costs: $variant"
+  PYTHONPATH=$(runpath patched "$here") timeout -k 20 "$run_limit" "$py" "$here/step_costs.py" run \
+    --variant "$variant" --models "$stage/real" --json "$stage/acc/$name.json" "${extra[@]}" \
+    > "$stage/logs/$name.log" 2>&1 || rc=$?
+  say "step costs $name exited $rc"
+  [ -z "${OUT:-}" ] || cp "$stage/acc/$name.json" "$OUT"/ 2>/dev/null || true
+  tail -4 "$stage/logs/$name.log"
+}
+
 rendered_retention() {  # the --prefix-cache-retention-interval `g4build recipe render` writes for $pin's drafter
   # recipes (DFlash's; MTP's must agree): the value the acceptance runs then use, so they run what users get
   local recipe value first=
@@ -523,6 +542,7 @@ for s in "$@"; do
     serve-deps) step_serve_deps || { echo "step serve-deps failed ($?)"; status=1; } ;;
     serve:*:*) v=${s#serve:}; serve_run "${v%%:*}" "${v#*:}" ;;
     fit:*:*) v=${s#fit:}; fit_run "${v%%:*}" "${v#*:}" ;;
+    cost:*) cost_run "${s#cost:}" ;;
     acc:*:*) v=${s#acc:}; acc_run "${v%%:*}" "${v#*:}" ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac
