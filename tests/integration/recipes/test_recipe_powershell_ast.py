@@ -119,6 +119,20 @@ def test_every_recipe_parses_and_both_arrays_agree(tmp_path: Path, name: str) ->
     assert windows_split(ps_legacy_command_line(ps.array("$vllmArgsLegacy"))) == standard
 
 
+@pytest.mark.parametrize("name", ["gemma4-26b-a4b-nvfp4-dflash", "gemma4-26b-a4b-nvfp4-mtp"])
+def test_a_card_rows_script_parses_and_passes_the_rows_settings(tmp_path: Path, name: str) -> None:
+    """`--set hardware.vram_gb=24` renders the recipe's 24 GB row: the arrays carry its settings, and the row's note
+    (an apostrophe, parentheses, semicolons) sits in the header's comments without breaking the grammar."""
+    ps = render_ps(tmp_path, name, "--set", "hardware.vram_gb=24")
+    assert not ps.root.has_error and ps.errors() == []
+    argv = ps.array("$vllmArgs")
+    for option, value in (("--max-model-len", "32768"), ("--max-num-batched-tokens", "2496"),
+                          ("--gpu-memory-utilization", "0.9")):
+        assert argv[argv.index(option) + 1] == value
+    assert windows_split(ps_legacy_command_line(ps.array("$vllmArgsLegacy"))) == argv
+    assert "settings for a 24 GB card" in ps.root.text.decode()
+
+
 HOSTILE = [
     "two words", "it's", 'say "hi"', "$env:PATH $(Remove-Item x) `n @(1)", "a; Remove-Item -Recurse C:\\; b",
     "line1\nline2\r\nline3", "ünïcödé ✓ 日本語", "x\u2019; Write-Host pwned; \u2019y \u2018a\u2018 \u201ab\u201b",
