@@ -111,9 +111,10 @@ def _draws(ranks: list[list[int | None]] | None,
            margins: list[list[float | None]] | None = None) -> dict[str, Any] | None:
     """top_k=5 draws: how many, the worst rank among the logits (a draw vLLM gave no rank counts as the worst),
     how many were not the argmax, and, where the run recorded each draw's logprob less the fifth largest, how many
-    fell outside the top 5 and how many sat tied with the fifth. vLLM's rank counts every token at least as likely
-    (ops/logprobs.py: `x >= value`), so a draw tied with the fifth reads as rank 6: a rank alone decides only when
-    it is 5 or better."""
+    fell outside the top 5 and how many sat tied with the fifth. vLLM gives a draw that torch.topk returned its
+    position there (1-5), and any other its count of tokens at least as likely (ops/logprobs.py: `x >= value`), so
+    a draw tied with the fifth that topk left out reads as 6 or worse: a rank alone decides only when it is 5 or
+    better."""
     flat = [r for row in ranks or [] for r in row]
     if not flat:
         return None
@@ -131,19 +132,25 @@ def _draws(ranks: list[list[int | None]] | None,
     return out
 
 
-def _in_top_5(draws: dict[str, Any] | None) -> bool | None:
+def _in_top_5(draws: dict[str, Any] | None, baseline: dict[str, Any] | None = None) -> bool | None:
     """Every top_k=5 draw in the top 5: decided by the margins where recorded, else by the ranks when every rank is
-    5 or better; None (undecided) when only ranks were recorded and some read 6 or worse (a tie, or a draw outside)."""
+    5 or better. With ranks alone and some over 5, None (undecided) only where vLLM's own sampler in the same run
+    drew as far down (whose top-k keeps no token below the fifth logit, so its rank over 5 is a tie); worse
+    than that is a draw outside the top 5: False."""
     if draws is None or draws["without_rank"]:
         return False
     if draws["margins_recorded"]:
         return not draws["without_margin"] and not draws["outside_top_5"]
-    return True if draws["worst_rank"] <= 5 else None
+    if draws["worst_rank"] <= 5:
+        return True
+    own = (baseline or {}).get("worst_rank")
+    return None if own is not None and own > 5 and draws["worst_rank"] <= own else False
 
 
 def _why_undecided(plain_draws: dict[str, Any] | None) -> str:
     why = ("the run recorded ranks alone, and vLLM's rank counts every token at least as likely (ops/logprobs.py "
-           "`x >= value`): a draw tied with the fifth reads as rank 6.")
+           "`x >= value`) unless torch.topk returned it: a draw tied with the fifth that topk left out reads as 6 "
+           "or worse.")
     worst = (plain_draws or {}).get("worst_rank")
     if worst is not None and worst > 5:
         why += (f" vLLM's own sampler, whose top-k keeps no token below the k-th logit, drew rank {worst} in the "
@@ -175,7 +182,7 @@ def served(plain_run: dict[str, Any], fi_run: dict[str, Any], compiled: list[str
         and plain["flashinfer_sample_calls"] is not None and not any(plain["flashinfer_sample_calls"].values()),
         # top_k=1 cannot tell a sampler from an argmax: top_k=5 draws are not all the argmax, and stay in the top 5
         "top_k5_not_all_argmax": fi["top_k5"] is not None and fi["top_k5"]["not_argmax"] > 0,
-        "top_k5_draws_in_the_top_5": _in_top_5(fi["top_k5"]),
+        "top_k5_draws_in_the_top_5": _in_top_5(fi["top_k5"], plain["top_k5"]),
     }
     undecided = [k for k, v in checks.items() if v is None]
     section = {
@@ -193,9 +200,10 @@ def served(plain_run: dict[str, Any], fi_run: dict[str, Any], compiled: list[str
             "runs' tokens came from vLLM's own sampler."
             if fi["seeded"] or fi["flashinfer_sample_calls"] is None else
             "FlashInfer was not called during the top_k=1 requests, or was called without the flag"),
-        "cannot_show": "that the draws follow the distribution's proportions (top_k=5 shows they stay in the top 5 "
-                       "and are not all the argmax; the direct probe, sampler_without_jit, the same). The tiny "
-                       "model's vocabulary is small.",
+        "cannot_show": "that the draws follow the distribution's proportions (top_k=5 shows they are not all the "
+                       "argmax" + (", and that they stay in the top 5" if checks["top_k5_draws_in_the_top_5"]
+                                   else "; whether they stay in the top 5 is undecided here") +
+                       "; the direct probe, sampler_without_jit, the same). The tiny model's vocabulary is small.",
     }
     # an undecided check does not pass the section, nor fail it: it is named under `undecided`
     return section, all(v is not False for v in checks.values()) and all(

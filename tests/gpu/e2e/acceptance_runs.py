@@ -223,8 +223,8 @@ def phase_sampler(llm: Any) -> dict[str, Any]:
     try:
         # top_k=5 with logprobs: a real draw (an argmax would pass top_k=1), each token's rank among the raw
         # logits (vLLM's logprobs are taken before top-k) and its logprob less the fifth largest: vLLM's rank
-        # counts every token at least as likely, so a draw tied with the fifth reads as rank 6; the margin is >= 0
-        # exactly when the draw is in the top 5, ties included
+        # counts every token at least as likely where topk left the draw out, so a tie with the fifth reads as 6
+        # or worse; the margin is >= 0 exactly when the draw is in the top 5, ties included
         for name, kw in (("greedy", {"temperature": 0.0}),
                          ("top_k1", {"temperature": 1.0, "top_k": 1, "top_p": 0.9}),
                          ("top_k5", {"temperature": 1.0, "top_k": 5, "logprobs": 5})):

@@ -108,10 +108,13 @@ def search(context: int, seqs: int, attempt: Callable[[int, int], dict[str, Any]
     return tries
 
 
-def recipe_values(recipe: str, g4build: list[str], card_gib: float | None = None) -> dict[str, Any]:
+def recipe_values(recipe: str, g4build: list[str], card_gib: float | None = None,
+                  sets: list[str] | None = None) -> dict[str, Any]:
     """The recipe's own args and speculative method, as `g4build recipe show --json` gives them (for a card: with
-    the row of its cards table that hardware.vram_gb picks, as a user's render for that card has them)."""
-    card = ["--set", f"hardware.vram_gb={card_gib:g}"] if card_gib is not None else []
+    the row of its cards table that hardware.vram_gb picks, as a user's render for that card has them; ``sets``:
+    the run's --set items other than args.*, such as the pin, which the render gets too)."""
+    card = [w for item in sets or [] if not item.startswith("args.") for w in ("--set", item)]
+    card += ["--set", f"hardware.vram_gb={card_gib:g}"] if card_gib is not None else []
     proc = subprocess.run([*g4build, "recipe", "show", recipe, *card, "--json"], capture_output=True, text=True,
                           timeout=120)
     if proc.returncode != 0:
@@ -239,7 +242,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     args.work.mkdir(parents=True, exist_ok=True)
     g4 = shlex.split(args.g4build)
-    recipe = recipe_values(args.recipe, g4, args.card_gib)
+    recipe = recipe_values(args.recipe, g4, args.card_gib, args.set)
     rargs, spec = recipe.get("args") or {}, recipe.get("speculative") or {}
     method = spec.get("method")
     folder = args.mtp_folder if method == "mtp" else DRAFTERS.get(str(method))

@@ -460,6 +460,7 @@ cost_run() {  # VARIANT: step costs of the real-size target, alone or with a dra
   say "step costs $name exited $rc"
   [ -z "${OUT:-}" ] || cp "$stage/acc/$name.json" "$OUT"/ 2>/dev/null || true
   tail -4 "$stage/logs/$name.log"
+  return "$rc"
 }
 
 rendered_retention() {  # the --prefix-cache-retention-interval `g4build recipe render` writes for $pin's drafter
@@ -542,7 +543,7 @@ for s in "$@"; do
     serve-deps) step_serve_deps || { echo "step serve-deps failed ($?)"; status=1; } ;;
     serve:*:*) v=${s#serve:}; serve_run "${v%%:*}" "${v#*:}" ;;
     fit:*:*) v=${s#fit:}; fit_run "${v%%:*}" "${v#*:}" ;;
-    cost:*) cost_run "${s#cost:}" ;;
+    cost:*) cost_run "${s#cost:}" || { echo "step $s failed ($?)"; status=1; } ;;
     acc:*:*) v=${s#acc:}; acc_run "${v%%:*}" "${v#*:}" ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac

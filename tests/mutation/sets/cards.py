@@ -16,8 +16,8 @@ MUTATIONS: tuple[Mutation, ...] = (
       "with_card_args(apply_overrides(data, sets), card)", TESTS, "the row overrides the user's --set args"),
     M("cards-no-basis", CARDS, "        if not basis.strip():", "        if False:", TESTS,
       "a row that says nothing of what its numbers rest on is taken"),
-    M("cards-not-said", INIT, "    return dataclasses.replace(carded, card=card.describe())", "    return carded",
-      TESTS, "the row is applied silently: no card line in check, no note in the script"),
+    M("cards-not-said", INIT, "    return dataclasses.replace(carded, card=card.describe(carded.args))",
+      "    return carded", TESTS, "the row is applied silently: no card line in check, no note in the script"),
     M("cards-bool-gb", CARDS, "if isinstance(gb, bool) or not isinstance(gb, (int, float))",
       "if not isinstance(gb, (int, float))", TESTS, "true is taken as a 1 GB card"),
 )

@@ -206,6 +206,7 @@ def test_the_sampler_runs_are_named_apart_and_find_flashinfer_only_when_asked(tm
 def test_a_step_cost_run_without_the_overlaid_wheel_names_what_is_missing(tmp_path: Path) -> None:
     proc = _step(tmp_path, "cost:dflash-8", pin="vllm-0.21.0")
     assert "cost: overlaid wheel not installed (run prepare first)" in proc.stdout
+    assert proc.returncode == 1 and "step cost:dflash-8 failed (7)" in proc.stdout  # a failed run fails the call
     assert not (tmp_path / "stage" / "acc" / "cost-dflash-8.json").exists()
     unknown = _step(tmp_path, "costs:dflash-8", pin="vllm-0.21.0")
     assert unknown.returncode == 2 and "unknown step costs:dflash-8" in unknown.stdout

@@ -160,8 +160,18 @@ def test_a_rank_over_5_is_a_tie_with_margins_and_undecided_without(tmp_path: Pat
     bare = copy.deepcopy(tie)
     del bare["sampler"]["top_k5_margins"]
     section, ok = _module().served(plain, bare, [], _wheel(tmp_path))
+    # ranks alone, and vLLM's own sampler drew no rank over 5 in that run: the 6 is not explained by a tie
+    assert not ok and section["checks"]["top_k5_draws_in_the_top_5"] is False
+    # with ranks alone, a rank worse than vLLM's own sampler drew in the same run is no tie: a draw outside
+    bare_plain = copy.deepcopy(plain)
+    del bare_plain["sampler"]["top_k5_margins"]
+    bare_plain["sampler"]["top_k5_ranks"] = [[1] * 31 + [6] for _ in range(24)]
+    section, ok = _module().served(bare_plain, bare, [], _wheel(tmp_path))
     assert ok and section["checks"]["top_k5_draws_in_the_top_5"] is None
-    assert section["undecided"] == ["top_k5_draws_in_the_top_5"]
+    assert "whether they stay in the top 5 is undecided" in section["cannot_show"]
+    far = _spoil(bare, "sampler.top_k5_ranks", [[1] * 31 + [40] for _ in range(24)])
+    section, ok = _module().served(bare_plain, far, [], _wheel(tmp_path))
+    assert not ok and section["checks"]["top_k5_draws_in_the_top_5"] is False
     section, ok = _module().served(plain, _spoil(bare, "sampler.top_k5_ranks", [[1] * 30 + [2, 5]] * 24), [],
                                    _wheel(tmp_path))
     assert ok and section["checks"]["top_k5_draws_in_the_top_5"] is True  # every rank 5 or better decides

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.support.trees import sdist_tree
+from tests.unit.recipes.test_recipe_rules import checkpoint
 
 from g4build.pins.model import load_pins
 from g4build.recipes import load_recipe
@@ -127,3 +129,79 @@ def test_the_figures_are_each_pins_own(pin: str) -> None:
 def test_every_pin_is_decided() -> None:
     """A new pin must say whether its vLLM serve raises the default (test_the_figures_are_each_pins_own reads it)."""
     assert set(PINS) == set(ALL_PINS.pins)
+
+
+def test_a_checkpoint_read_decides_whether_items_are_whole() -> None:
+    """With --model-dir the checkpoint says it: a multimodal Gemma 4 whose image tokens attend both ways gets the
+    floor; Gemma4ForCausalLM (text only) and one without use_bidirectional_attention "vision" do not (vLLM's
+    is_mm_prefix_lm, model_arch_config_convertor.py)."""
+    recipe = _recipe(**{"max-num-batched-tokens": 2048})
+    pin = ALL_PINS.get(recipe.pin)
+    mm = checkpoint(mm_prefix=True)
+    assert [f.rule for f in check(recipe, ctx(pin=pin, target=mm)) if f.severity == "error"] == ["mm-batched"]
+    for text_only in (checkpoint(mm_prefix=False), checkpoint(architectures=("Gemma4ForCausalLM",),
+                                                              model_type="gemma4_text")):
+        assert not [f for f in check(recipe, ctx(pin=pin, target=text_only)) if f.rule == "mm-batched"]
+
+
+def test_read_checkpoint_sees_the_bidirectional_vision_attention(tmp_path: Path) -> None:
+    import json
+
+    from g4build.recipes.checkpoint import read_checkpoint
+
+    def folder(name: str, config: dict[str, Any]) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        return d
+
+    text = {"model_type": "gemma4_text", "use_bidirectional_attention": "vision"}
+    mm = {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "text_config": text,
+          "vision_config": {"default_output_length": 280}}
+    assert read_checkpoint(folder("mm", mm)).mm_prefix is True
+    assert read_checkpoint(folder("causal", {**text, "architectures": ["Gemma4ForCausalLM"]})).mm_prefix is False
+    plain = {**mm, "text_config": {**text, "use_bidirectional_attention": None}}
+    assert read_checkpoint(folder("plain", plain)).mm_prefix is False
+    odd = {**mm, "architectures": "Gemma4ForConditionalGeneration"}  # not a list: no architectures, no floor
+    assert read_checkpoint(folder("odd", odd)).mm_prefix is False
+
+
+@pytest.mark.parametrize(("pin", "args", "refused"), [
+    # chunked prefill off and max-model-len unset: vLLM takes the model's maximum context, far above any item
+    ("vllm-0.21.0", {"enable-chunked-prefill": False, "max-model-len": None}, False),
+    # off with a short context: 0.21.0 takes max(2048, 2048); 0.26.0+ raise it to the item after that max
+    ("vllm-0.21.0", {"enable-chunked-prefill": False, "max-model-len": 2048}, True),
+    ("vllm-0.26.0", {"enable-chunked-prefill": False, "max-model-len": 2048}, False),
+    ("vllm-0.33.0", {"enable-chunked-prefill": False, "max-model-len": 2048}, False),
+    # performance-mode throughput doubles serve's default: 4096 clears the video item on 0.21.0
+    ("vllm-0.21.0", {"performance-mode": "throughput"}, False),
+    # the clamp to max-num-seqs x max-model-len comes last, on every pin
+    ("vllm-0.26.0", {"max-num-seqs": 1, "max-model-len": 2048}, True),
+    ("vllm-0.26.0", {"max-num-seqs": 2, "max-model-len": 2048}, False),
+])
+def test_an_unset_value_follows_arg_utils_order(pin: str, args: dict[str, Any], refused: bool) -> None:
+    recipe = _recipe(24, pin, **{"max-num-batched-tokens": None, **args})
+    assert bool(_mm(recipe)) is refused
+
+
+def test_embeddings_keep_every_modality_in_the_budget() -> None:
+    """With enable-mm-embeds vLLM budgets a modality limited to 0 too (encoder_budget.py, embed_only_modalities):
+    video 0 or language-model-only no longer lower the floor, and the hint does not offer them."""
+    for extra in ({"limit-mm-per-prompt": {"video": 0}}, {"language-model-only": True}):
+        [f] = _mm(_recipe(**{"max-num-batched-tokens": 2048, "enable-mm-embeds": True, **extra}))
+        assert "2496" in f.message and "limit-mm-per-prompt" not in (f.hint or "")
+
+
+def test_max_soft_tokens_under_images_kwargs_is_read() -> None:
+    nested = _recipe(**{"limit-mm-per-prompt": {"video": 0},
+                        "mm-processor-kwargs": {"images_kwargs": {"max_soft_tokens": 1120}}})
+    assert mm_floor(nested, _ctx(nested)) == (1120, "image")
+
+
+def test_a_recipe_already_below_the_floor_is_shown_the_way_out_from_the_floor() -> None:
+    """On a card with no room, the VRAM rule's way out never names the refused value the recipe holds, and stops
+    advising a smaller prefill chunk at the floor."""
+    recipe = _recipe(22, **{"max-num-batched-tokens": 2048})
+    vram = next(f for f in check(recipe, _ctx(recipe)) if f.rule == "vram")
+    named = [int(b) for b in re.findall(r"max-num-batched-tokens (\d+),", vram.hint or "")]
+    assert named == [2496] and "lower max-num-batched-tokens" not in (vram.hint or "")

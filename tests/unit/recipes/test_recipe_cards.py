@@ -46,6 +46,11 @@ def test_the_row_passes_recipe_check(name: str) -> None:
 def test_the_users_set_wins_over_the_row_and_the_script_says_which_row() -> None:
     recipe = load_recipe(SHIPPED[0], ["hardware.vram_gb=24", "args.max-model-len=16384"])
     assert recipe.args["max-model-len"] == 16384 and recipe.args["max-num-batched-tokens"] == 2496
+    # the row is said as it applies: what the --set replaced is named beside it
+    assert "max-model-len 32768 (your --set: 16384)" in recipe.card
+    assert "max-num-batched-tokens 2496," in recipe.card
+    gone = load_recipe(SHIPPED[0], ["hardware.vram_gb=24", "args.max-num-batched-tokens=null"])
+    assert "max-num-batched-tokens 2496 (your --set: unset)" in gone.card
     script = render(recipe, "bash")
     notes = " ".join(line.lstrip("# ") for line in script.splitlines() if line.startswith("#"))
     assert "settings for a 24 GB card (the recipe's cards table)" in notes
@@ -83,3 +88,10 @@ def test_a_malformed_table_is_refused_with_its_place(tmp_path: Path, cards: obje
 
 def test_an_empty_table_is_no_rows(tmp_path: Path) -> None:
     assert load_recipe(_recipe_with(tmp_path, None), ["hardware.vram_gb=24"]).card == ""
+
+
+@pytest.mark.parametrize("item", ["cards=null", "cards.24.args.max-model-len=8192", "cards={}"])
+def test_the_table_is_not_set_from_the_command_line(item: str) -> None:
+    """A --set of the table itself would be read nowhere (the row comes from the file): it is refused."""
+    with pytest.raises(UsageError, match="the cards table is the recipe's"):
+        load_recipe(SHIPPED[0], [item])

@@ -56,6 +56,11 @@ def load_recipe(name_or_path: str, sets: Sequence[str] = (), *, root: Path | Non
     data, path = load_recipe_data(name_or_path, root)
     recipe = parse_recipe(data, str(path), source=path)  # the file itself must be valid before --set is blamed
     cards = parse_cards(data.get("cards"), f"{path}.cards")
+    tabled = [item for item in sets if item.partition("=")[0].split(".")[0].strip() == "cards"]
+    if tabled:
+        raise UsageError(f"--set {tabled[0].partition('=')[0]}: the cards table is the recipe's, expected a "
+                         "--set of hardware.vram_gb (which picks a row) or of args.*",
+                         hint="set args.* for your card; they win over its row")
     if sets:
         try:
             recipe = parse_recipe(apply_overrides(data, sets), f"{path} (after --set)", source=path)
@@ -67,7 +72,7 @@ def load_recipe(name_or_path: str, sets: Sequence[str] = (), *, root: Path | Non
     # the card's args over the file's, then the user's --set over both (already checked above)
     carded = parse_recipe(apply_overrides(with_card_args(data, card), sets), f"{path} (cards.{card.vram_gb:g})",
                           source=path)
-    return dataclasses.replace(carded, card=card.describe())
+    return dataclasses.replace(carded, card=card.describe(carded.args))
 
 
 def check_recipe(recipe: Recipe, ctx: CheckContext) -> tuple[Finding, ...]:

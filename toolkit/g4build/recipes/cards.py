@@ -30,8 +30,13 @@ class Card:
     args: dict[str, ArgValue]
     basis: str
 
-    def describe(self) -> str:
-        changes = ", ".join(f"{k} {v}" for k, v in self.args.items())
+    def describe(self, final: dict[str, ArgValue] | None = None) -> str:
+        """The row, with what a --set replaced named beside it (``final``: the args in effect)."""
+        def one(key: str, value: ArgValue) -> str:
+            now = value if final is None else final.get(key)
+            shown = "unset" if now is None else now
+            return f"{key} {value}" if now == value else f"{key} {value} (your --set: {shown})"
+        changes = ", ".join(one(k, v) for k, v in self.args.items())
         return f"settings for a {self.vram_gb:g} GB card (the recipe's cards table): {changes}; {self.basis}"
 
 

@@ -43,6 +43,9 @@ class CheckpointInfo:
     global_head_dim: int | None
     kv: KvGeometry | None
     weights_bytes: int
+    # a multimodal checkpoint whose image tokens attend both ways (text_config.use_bidirectional_attention "vision",
+    # vLLM's is_mm_prefix_lm): vLLM then takes a multimodal item in one step (mm_batched.py)
+    mm_prefix: bool = False
 
     @property
     def is_gemma4(self) -> bool:
@@ -63,6 +66,7 @@ class CheckpointInfo:
             "global_head_dim": self.global_head_dim,
             "kv": None if self.kv is None else vars(self.kv).copy(),
             "weights_bytes": self.weights_bytes,
+            "mm_prefix": self.mm_prefix,
         }
 
 
@@ -161,12 +165,13 @@ def read_checkpoint(folder: Path) -> CheckpointInfo:
     if not isinstance(text, dict):
         text = {}
     merged = {**config, **text}  # text_config wins for the language model's geometry
-    architectures = config.get("architectures") or []
+    raw_archs = config.get("architectures") or []
+    architectures = tuple(str(a) for a in raw_archs) if isinstance(raw_archs, list) else ()
     method, algo = _quantization(config, folder)
     weights = sum(p.stat().st_size for p in folder.iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
     return CheckpointInfo(
         path=str(folder),
-        architectures=tuple(str(a) for a in architectures) if isinstance(architectures, list) else (),
+        architectures=architectures,
         model_type=str(config.get("model_type") or ""),
         quant_method=method,
         quant_algo=algo,
@@ -174,4 +179,7 @@ def read_checkpoint(folder: Path) -> CheckpointInfo:
         global_head_dim=geometry_int(merged, "global_head_dim", str(config_path)),
         kv=kv_geometry(merged, str(config_path)),
         weights_bytes=weights,
+        mm_prefix=isinstance(config.get("vision_config"), dict)
+        and merged.get("use_bidirectional_attention") == "vision"
+        and any(a.endswith("ForConditionalGeneration") for a in architectures),
     )

@@ -50,7 +50,11 @@ def _option(recipe: Recipe, name: str) -> dict[str, Any] | None:
 
 
 def _image_tokens(recipe: Recipe) -> int:
-    soft = (_option(recipe, "mm-processor-kwargs") or {}).get("max_soft_tokens")
+    """An image's soft tokens: mm-processor-kwargs' max_soft_tokens, top level or under images_kwargs (vLLM's
+    _get_max_soft_tokens), where vLLM supports the value; else the vision config's default_output_length."""
+    kwargs = _option(recipe, "mm-processor-kwargs") or {}
+    images = kwargs.get("images_kwargs")
+    soft = kwargs.get("max_soft_tokens", images.get("max_soft_tokens") if isinstance(images, dict) else None)
     return soft if isinstance(soft, int) and not isinstance(soft, bool) and soft in SUPPORTED_SOFT_TOKENS \
         else IMAGE_SOFT_TOKENS
 
@@ -68,17 +72,28 @@ def _count_and_frames(limit: Any) -> tuple[int | None, int | None]:
     return None, None
 
 
-def mm_items(recipe: Recipe, ctx: CheckContext, *, limits_aside: bool = False) -> dict[str, int]:
-    """Tokens of the largest item of each modality vLLM counts for a Gemma 4 target (none for another model or
-    with language-model-only): those whose limit-mm-per-prompt count is not 0, or every one ``limits_aside``."""
-    if not is_gemma4(recipe, ctx) or recipe.args.get("language-model-only") is True:
+def _takes_whole_items(recipe: Recipe, ctx: CheckContext) -> bool:
+    """A target vLLM serves with chunked multimodal input off: a checkpoint read says so itself (a multimodal
+    Gemma 4 whose image tokens attend both ways); without one, the recipe's Gemma 4 family (its checkpoints are)."""
+    if ctx.target is not None:
+        return ctx.target.mm_prefix
+    return is_gemma4(recipe, ctx)
+
+
+def mm_items(recipe: Recipe, ctx: CheckContext, *, counts_aside: bool = False) -> dict[str, int]:
+    """Tokens of the largest item of each modality vLLM counts: those whose limit-mm-per-prompt count is not 0
+    (with enable-mm-embeds every one: embeddings need the budget too), or every one ``counts_aside`` (the 0.26+
+    default raise, which still reads the video's num_frames). None for a model that chunks its items, or with
+    language-model-only and no embeddings."""
+    embeds = recipe.args.get("enable-mm-embeds") is True
+    if not _takes_whole_items(recipe, ctx) or (recipe.args.get("language-model-only") is True and not embeds):
         return {}
-    limits = {} if limits_aside else (_option(recipe, "limit-mm-per-prompt") or {})
+    limits = _option(recipe, "limit-mm-per-prompt") or {}
     items = {"image": _image_tokens(recipe), "video": VIDEO_MAX_FRAMES * VIDEO_FRAME_TOKENS}
     out = {}
     for modality, tokens in items.items():
         count, frames = _count_and_frames(limits.get(modality, 1))
-        if count == 0:
+        if count == 0 and not (counts_aside or embeds):
             continue
         if modality == "video" and frames is not None:
             tokens = min(frames, VIDEO_MAX_FRAMES) * VIDEO_FRAME_TOKENS
@@ -87,19 +102,31 @@ def mm_items(recipe: Recipe, ctx: CheckContext, *, limits_aside: bool = False) -
 
 
 def serve_batched_tokens(recipe: Recipe, ctx: CheckContext, max_len: int) -> tuple[int, str]:
-    """max-num-batched-tokens as vLLM will have it, and what was assumed when the recipe leaves it unset."""
+    """max-num-batched-tokens as vLLM will have it, and what was assumed when the recipe leaves it unset, in
+    arg_utils.py's order: serve's default for the card, doubled by performance-mode throughput, at least
+    max-model-len without chunked prefill, raised to Gemma 4's largest item on 0.26.0 and later, at most
+    max-num-seqs x max-model-len (where both are set)."""
     batched = int_arg(recipe, "max-num-batched-tokens")
     if batched is not None:
         return batched, ""
-    default = SERVE_BATCHED_LARGE if recipe.hardware.vram_gb >= LARGE_GPU_GIB else SERVE_BATCHED_SMALL
+    vram = recipe.hardware.vram_gb
+    value = SERVE_BATCHED_LARGE if vram >= LARGE_GPU_GIB else SERVE_BATCHED_SMALL
+    why = [f"vLLM serve's default on a {vram:g} GB card, {value}"]
+    if recipe.args.get("performance-mode") == "throughput":
+        value *= 2
+        why.append(f"doubled for performance-mode throughput, {value}")
     if recipe.args.get("enable-chunked-prefill") is False:
-        return max(max_len, default), ("; max-num-batched-tokens unset, chunked prefill off: vLLM takes "
-                                       "max-model-len")
-    assumed = f"; max-num-batched-tokens unset: vLLM serve's default on a {recipe.hardware.vram_gb:g} GB card"
-    raised = max(mm_items(recipe, ctx, limits_aside=True).values(), default=0)
-    if _pin(recipe, ctx) in DEFAULT_RAISED_TO_MM_ITEM_PINS and raised > default:
-        return raised, f"{assumed}, raised to Gemma 4's largest multimodal item, {raised}"
-    return default, f"{assumed}, {default}"
+        value = max(max_len, value)
+        why.append(f"chunked prefill off: at least max-model-len, {value}")
+    raised = max(mm_items(recipe, ctx, counts_aside=True).values(), default=0)
+    if _pin(recipe, ctx) in DEFAULT_RAISED_TO_MM_ITEM_PINS and raised > value:
+        value = raised
+        why.append(f"raised to Gemma 4's largest multimodal item, {raised}")
+    seqs, length = int_arg(recipe, "max-num-seqs"), int_arg(recipe, "max-model-len")
+    if seqs is not None and length is not None and seqs * length < value:
+        value = seqs * length
+        why.append(f"at most max-num-seqs x max-model-len, {value}")
+    return value, "; max-num-batched-tokens unset: " + ", ".join(why)
 
 
 def mm_floor(recipe: Recipe, ctx: CheckContext) -> tuple[int, str] | None:
@@ -116,17 +143,20 @@ def rule_mm_batched(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     if floor is None:
         return []
     tokens, modality = floor
-    batched, _ = serve_batched_tokens(recipe, ctx, int_arg(recipe, "max-model-len") or 0)
-    unset = " (unset: vLLM serve's default on this card and pin)" if int_arg(recipe, "max-num-batched-tokens") \
-        is None else ""
+    unset = int_arg(recipe, "max-num-batched-tokens") is None
+    max_len = int_arg(recipe, "max-model-len")
+    if unset and recipe.args.get("enable-chunked-prefill") is False and max_len is None:
+        return []  # vLLM takes the model's own maximum context, not known here: far above any item
+    batched, assumed = serve_batched_tokens(recipe, ctx, max_len or 0)
     if batched >= tokens:
         return []
     image = mm_items(recipe, ctx).get("image")
     leave_out = (f", or leave video out (--set 'args.limit-mm-per-prompt={{\"video\": 0}}': then an image, {image} "
                  "tokens, is the largest item)" if modality == "video" and image is not None and image <= batched
-                 else "")
+                 and recipe.args.get("enable-mm-embeds") is not True else "")
     return [Finding(rule="mm-batched", severity="error",
-                    message=f"max-num-batched-tokens {batched}{unset} is less than Gemma 4's largest {modality} "
+                    message=f"max-num-batched-tokens {batched}{' (' + assumed[2:] + ')' if unset else ''} is less "
+                            f"than Gemma 4's largest {modality} "
                             f"item, {tokens} tokens: vLLM takes a multimodal item in one step for this model and "
                             "refuses to start (\"Chunked MM input disabled but max_tokens_per_mm_item "
                             f"({tokens}) is larger than max_num_batched_tokens ({batched})\")",

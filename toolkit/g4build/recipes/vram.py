@@ -69,9 +69,10 @@ def _suggest(kinds: list[LayerKind], weights: float, vram: float, util: float, b
     70 GiB is 2048; never below ``floor``, the largest multimodal item vLLM takes in one step), that leaves room for
     a context of MIN_SUGGESTED_CONTEXT or more: '' when none does. Without chunked prefill vLLM wants
     max-num-batched-tokens of at least max-model-len: only the utilization moves."""
-    smaller = tuple(b for b in {max(b, floor) for b in (4096, 2048)} if b < batched) if chunked else ()
+    start = max(batched, floor)  # below the floor vLLM refuses before memory matters: the way out starts there
+    steps = {max(b, floor) for b in (4096, 2048)} if chunked else set()
     for new_util in sorted({util, *(u for u in (0.85, 0.9, 0.95) if u > util)}):
-        for new_batched in sorted({batched, *(b for b in smaller if b < batched)}):
+        for new_batched in sorted({start, *(b for b in steps if b < start)}):
             free = new_util * vram - weights - runtime_gib(new_batched, eager)
             if free <= 0:
                 continue
@@ -117,14 +118,16 @@ def rule_vram(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
                         hint="raise gpu-memory-utilization, use a smaller quantization or a card with more memory")]
     if fixed >= budget:
         chunked = recipe.args.get("enable-chunked-prefill") is not False
-        floor = mm_floor(recipe, ctx)
+        least = mm_floor(recipe, ctx)
+        floor = least[0] if least else 0
         way = (_suggest(kinds, weights, vram, util, batched, dtype_bytes, eager, max_len or 131072, chunked,
-                        floor[0] if floor else 0) if kinds else "")
+                        floor) if kinds else "")
+        lower = "lower max-num-batched-tokens, " if chunked and batched > max(2048, floor) else ""
         return [Finding(rule="vram", severity="warning",
                         message=f"{head}{assumed}: no memory is left for the KV cache, vLLM will refuse to start "
                                 "(\"No available memory for the cache blocks\")",
-                        hint=(way + "; " if way else "") + "lower max-num-batched-tokens, raise "
-                             "gpu-memory-utilization or use a card with more memory")]
+                        hint=(way + "; " if way else "") + lower + "raise gpu-memory-utilization or use a card "
+                             "with more memory")]
     if kv is None or max_len is None:
         return [Finding(rule="vram", severity="info", message=f"{head}: KV cache not estimated (no KV geometry "
                         "or max-model-len)")]
