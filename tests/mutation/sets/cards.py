@@ -10,7 +10,7 @@ TESTS = ("tests/unit/recipes/test_recipe_cards.py",)
 
 M = Mutation
 MUTATIONS: tuple[Mutation, ...] = (
-    M("cards-any-card", CARDS, "and card.vram_gb == vram_gb:", ":", TESTS,
+    M("cards-any-card", CARDS, "for card in cards if card.vram_gb == vram_gb)", "for card in cards)", TESTS,
       "the first row applies to every card, 32 GB included"),
     M("cards-row-wins", INIT, "apply_overrides(with_card_args(data, card), sets)",
       "with_card_args(apply_overrides(data, sets), card)", TESTS, "the row overrides the user's --set args"),

@@ -67,11 +67,8 @@ def parse_cards(raw: Any, where: str) -> tuple[Card, ...]:
     return tuple(out)
 
 
-def card_for(cards: Sequence[Card], vram_gb: Any) -> Card | None:
-    for card in cards:
-        if isinstance(vram_gb, (int, float)) and not isinstance(vram_gb, bool) and card.vram_gb == vram_gb:
-            return card
-    return None
+def card_for(cards: Sequence[Card], vram_gb: float) -> Card | None:
+    return next((card for card in cards if card.vram_gb == vram_gb), None)
 
 
 def with_card_args(data: dict[str, Any], card: Card) -> dict[str, Any]:

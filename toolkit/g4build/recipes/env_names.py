@@ -11,7 +11,7 @@ import dataclasses
 import difflib
 from collections.abc import Iterable
 
-from g4build.recipes.findings import CheckContext, Finding
+from g4build.recipes.findings import CheckContext, Finding, serving_pin
 from g4build.recipes.model import Recipe
 from g4build.recipes.renamed_env import Respelled, respell, respelling_hint
 
@@ -113,7 +113,7 @@ def rule_env_allowed(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
         return []
     out = []
     for name in sorted(recipe.env):
-        verdict = policy.verdict(name, ctx.pin.name if ctx.pin else recipe.pin, ctx.allowed_env)
+        verdict = policy.verdict(name, serving_pin(recipe, ctx), ctx.allowed_env)
         if verdict == "denied":
             out.append(Finding(rule="env-allowed", severity="error",
                                message=f"env {name}: refused: a launch script never sets it (it can run code or "

@@ -68,3 +68,9 @@ def is_gemma4(recipe: Recipe, ctx: CheckContext) -> bool:
         return ctx.target.is_gemma4
     model = recipe.model.lower()
     return recipe.family == "gemma4" or "gemma-4" in model or "gemma4" in model
+
+
+def serving_pin(recipe: Recipe, ctx: CheckContext) -> str | None:
+    """The pin the rules judge by: the one resolved into the context (the recipe's, or the wheel's), else the
+    recipe's own name for it."""
+    return ctx.pin.name if ctx.pin is not None else recipe.pin

@@ -25,17 +25,13 @@ import json
 from typing import Any
 
 from g4build.recipes.counts import int_arg
-from g4build.recipes.findings import CheckContext, Finding, is_gemma4
+from g4build.recipes.findings import CheckContext, Finding, is_gemma4, serving_pin
 from g4build.recipes.model import Recipe
 
 LARGE_GPU_GIB, SERVE_BATCHED_LARGE, SERVE_BATCHED_SMALL = 70, 8192, 2048  # vLLM serve's max-num-batched-tokens
 VIDEO_MAX_FRAMES, VIDEO_FRAME_TOKENS = 32, 70 + 2 + 6  # gemma4_mm.py: soft tokens a frame, markers, timestamp
 IMAGE_SOFT_TOKENS, SUPPORTED_SOFT_TOKENS = 280, (70, 140, 280, 560, 1120)
 DEFAULT_RAISED_TO_MM_ITEM_PINS = ("vllm-0.26.0", "vllm-0.29.0", "vllm-0.33.0")  # arg_utils.py raises the default
-
-
-def _pin(recipe: Recipe, ctx: CheckContext) -> str | None:
-    return ctx.pin.name if ctx.pin is not None else recipe.pin
 
 
 def _option(recipe: Recipe, name: str) -> dict[str, Any] | None:
@@ -102,7 +98,8 @@ def mm_items(recipe: Recipe, ctx: CheckContext, *, counts_aside: bool = False) -
 
 
 def serve_batched_tokens(recipe: Recipe, ctx: CheckContext, max_len: int) -> tuple[int, str]:
-    """max-num-batched-tokens as vLLM will have it, and what was assumed when the recipe leaves it unset, in
+    """max-num-batched-tokens as vLLM will have it, and what was assumed when the recipe leaves it unset ("" when
+    set), in
     arg_utils.py's order: serve's default for the card, doubled by performance-mode throughput, at least
     max-model-len without chunked prefill, raised to Gemma 4's largest item on 0.26.0 and later, at most
     max-num-seqs x max-model-len (where both are set)."""
@@ -119,14 +116,14 @@ def serve_batched_tokens(recipe: Recipe, ctx: CheckContext, max_len: int) -> tup
         value = max(max_len, value)
         why.append(f"chunked prefill off: at least max-model-len, {value}")
     raised = max(mm_items(recipe, ctx, counts_aside=True).values(), default=0)
-    if _pin(recipe, ctx) in DEFAULT_RAISED_TO_MM_ITEM_PINS and raised > value:
+    if serving_pin(recipe, ctx) in DEFAULT_RAISED_TO_MM_ITEM_PINS and raised > value:
         value = raised
         why.append(f"raised to Gemma 4's largest multimodal item, {raised}")
     seqs, length = int_arg(recipe, "max-num-seqs"), int_arg(recipe, "max-model-len")
     if seqs is not None and length is not None and seqs * length < value:
         value = seqs * length
         why.append(f"at most max-num-seqs x max-model-len, {value}")
-    return value, "; max-num-batched-tokens unset: " + ", ".join(why)
+    return value, "max-num-batched-tokens unset: " + ", ".join(why)
 
 
 def mm_floor(recipe: Recipe, ctx: CheckContext) -> tuple[int, str] | None:
@@ -143,8 +140,8 @@ def rule_mm_batched(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     if floor is None:
         return []
     tokens, modality = floor
-    unset = int_arg(recipe, "max-num-batched-tokens") is None
     max_len = int_arg(recipe, "max-model-len")
+    unset = int_arg(recipe, "max-num-batched-tokens") is None
     if unset and recipe.args.get("enable-chunked-prefill") is False and max_len is None:
         return []  # vLLM takes the model's own maximum context, not known here: far above any item
     batched, assumed = serve_batched_tokens(recipe, ctx, max_len or 0)
@@ -155,7 +152,7 @@ def rule_mm_batched(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
                  "tokens, is the largest item)" if modality == "video" and image is not None and image <= batched
                  and recipe.args.get("enable-mm-embeds") is not True else "")
     return [Finding(rule="mm-batched", severity="error",
-                    message=f"max-num-batched-tokens {batched}{' (' + assumed[2:] + ')' if unset else ''} is less "
+                    message=f"max-num-batched-tokens {batched}{f' ({assumed})' if assumed else ''} is less "
                             f"than Gemma 4's largest {modality} "
                             f"item, {tokens} tokens: vLLM takes a multimodal item in one step for this model and "
                             "refuses to start (\"Chunked MM input disabled but max_tokens_per_mm_item "

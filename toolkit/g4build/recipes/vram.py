@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from g4build.recipes.counts import int_arg
 from g4build.recipes.fa_kv_dtype import fp8_kv_refused
-from g4build.recipes.findings import CheckContext, Finding
+from g4build.recipes.findings import CheckContext, Finding, serving_pin
 from g4build.recipes.kv_need import (
     DFLASH_SLIDING_AS_FULL_PINS,
     LayerKind,
@@ -52,7 +52,7 @@ def _memory(recipe: Recipe, ctx: CheckContext) -> tuple[float, KvGeometry | None
 def drafter_sliding_as_full(recipe: Recipe, ctx: CheckContext) -> bool:
     """Whether the drafter's sliding layers are allocated as full attention (DFlash on the pins whose
     dflash-batched-verification does so)."""
-    pin = ctx.pin.name if ctx.pin is not None else recipe.pin
+    pin = serving_pin(recipe, ctx)
     return recipe.method == "dflash" and pin in DFLASH_SLIDING_AS_FULL_PINS
 
 
@@ -101,7 +101,8 @@ def rule_vram(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     vram = recipe.hardware.vram_gb
     budget = util * vram
     max_len = int_arg(recipe, "max-model-len")
-    batched, assumed = serve_batched_tokens(recipe, ctx, max_len or 0)
+    batched, why = serve_batched_tokens(recipe, ctx, max_len or 0)
+    assumed = f"; {why}" if why else ""
     eager = recipe.args.get("enforce-eager") is True
     runtime = runtime_gib(batched, eager)
     fixed = weights + runtime
