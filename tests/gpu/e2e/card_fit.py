@@ -356,12 +356,15 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
 
 
 def row_key(row: dict[str, Any]) -> str:
-    """The card, and how the run's budget or settings differ from the card's with the recipe as shipped."""
+    """The card, whether the recipe's cards table gave its settings, and how the run's budget or settings differ
+    from those the recipe ships for that card."""
     key = f"{row['card_gib']:g}"
     if row.get("stand_in"):
         key += " stand-in"
     elif row.get("extra_gib"):
         key += f" +{row['extra_gib']:g} GiB"
+    if row.get("card_row"):
+        key += " card row"
     if row.get("changed"):
         key += " (" + ", ".join(f"{k} {v}" for k, v in sorted(row["changed"].items())) + ")"
     return key

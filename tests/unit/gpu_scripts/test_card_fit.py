@@ -429,10 +429,10 @@ def test_a_card_with_a_row_runs_the_row(fit: ModuleType, models: Path, tmp_path:
     `recipe render --set hardware.vram_gb=24` has it."""
     rc, res, argvs = _run(fit, tmp_path, models, 24, monkeypatch, recipe="gemma4-26b-a4b-nvfp4-dflash")
     assert rc == 0 and res["recipe"] == "gemma4-26b-a4b-nvfp4-dflash"
-    assert res["shipped"] == {"context": 32768, "max_num_seqs": 22} and res["card_util"] == 0.9
+    assert res["shipped"] == {"context": 24576, "max_num_seqs": 22} and res["card_util"] == 0.9
     assert "24 GB card" in res["card_row"] and res["changed"] == {}
     assert res["budget_gib"] == pytest.approx(0.9 * 24, abs=0.02)  # the share is rounded down
     argv = argvs[0]
-    assert argv[argv.index("--max-model-len") + 1] == "32768"
+    assert argv[argv.index("--max-model-len") + 1] == "24576"
     assert argv[argv.index("--max-num-batched-tokens") + 1] == "2496"
-    assert fit.summarize(res)["card_util"] == 0.9 and fit.row_key(fit.summarize(res)) == "24"
+    assert fit.summarize(res)["card_util"] == 0.9 and fit.row_key(fit.summarize(res)) == "24 card row"

@@ -25,12 +25,18 @@ from g4build.recipes.kv_need import (
 from g4build.recipes.mm_batched import mm_floor, serve_batched_tokens
 from g4build.recipes.model import KvGeometry, Recipe
 
-# vLLM's profile of the 26B-A4B DFlash recipe (tests/gpu/results/vllm-0.21.0-card-fit.json, `overhead_gib`: the
-# budget less the weights loaded and the KV cache left): 3.71 GiB at max-num-batched-tokens 8192 and 7.43 GiB at
-# 32768 (the MTP recipe took 2.87 at 8192: its graphs are smaller). Linear between and beyond, never below what
-# the line gives at no tokens; CUDA_GRAPH_GIB of it is vLLM's CUDA graph estimate, which --enforce-eager drops.
-RUNTIME_MEASURED = ((8192, 3.71), (32768, 7.43))  # (max-num-batched-tokens, GiB)
-CUDA_GRAPH_GIB = 0.89
+# vLLM's profile of the 26B-A4B recipes (tests/gpu/results/vllm-0.21.0-card-fit.json, `overhead_gib`: the budget
+# less the weights loaded and the KV cache left), per drafter: DFlash 2.94 GiB at max-num-batched-tokens 2496 (the
+# 24 GB row), 3.71 at 8192 and 7.43 at 32768; MTP 2.20 and 2.87 (its CUDA graphs are smaller: 0.19 GiB against
+# DFlash's 0.89, which drafts 15 tokens a step). Linear between a method's points, each end's segment carried
+# beyond it; a recipe without a measured drafter is charged DFlash's, the largest. CUDA_GRAPH_GIB of it is vLLM's
+# CUDA graph estimate, which --enforce-eager drops.
+RUNTIME_MEASURED: dict[str, tuple[tuple[int, float], ...]] = {  # (max-num-batched-tokens, GiB), ascending
+    "dflash": ((2496, 2.94), (8192, 3.71), (32768, 7.43)),
+    "mtp": ((2496, 2.20), (8192, 2.87)),
+}
+CUDA_GRAPH_GIB = {"dflash": 0.89, "mtp": 0.19}
+RUNTIME_FALLBACK = "dflash"
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
 MIN_SUGGESTED_CONTEXT = 4096  # a suggestion that leaves less than this is no suggestion
 GIB = 1024**3
@@ -56,15 +62,29 @@ def drafter_sliding_as_full(recipe: Recipe, ctx: CheckContext) -> bool:
     return recipe.method == "dflash" and pin in DFLASH_SLIDING_AS_FULL_PINS
 
 
-def runtime_gib(batched: int, eager: bool = False) -> float:
-    """vLLM's runtime memory at max-num-batched-tokens ``batched``, from the measured profile (RUNTIME_MEASURED)."""
-    (b0, g0), (b1, g1) = RUNTIME_MEASURED
-    slope = (g1 - g0) / (b1 - b0)
-    return max(g0 - slope * b0, g0 + slope * (batched - b0)) - (CUDA_GRAPH_GIB if eager else 0.0)
+def runtime_gib(batched: int, eager: bool = False, method: str | None = None) -> float:
+    """vLLM's runtime memory at max-num-batched-tokens ``batched`` with a ``method`` drafter, from the measured
+    profile (RUNTIME_MEASURED): the segment between the two measured points around it, or the end segment nearest
+    it."""
+    key = method if method in RUNTIME_MEASURED else RUNTIME_FALLBACK
+    points = RUNTIME_MEASURED[key]
+    tokens = max(batched, 0)
+    last = len(points) - 2
+    i = next((n for n in range(last) if tokens < points[n + 1][0]), last)
+    (b0, g0), (b1, g1) = points[i], points[i + 1]
+    return g0 + (g1 - g0) / (b1 - b0) * (tokens - b0) - (CUDA_GRAPH_GIB[key] if eager else 0.0)
+
+
+def runtime_basis(method: str | None) -> str:
+    """Whose profile runtime_gib charged, for the rule's message."""
+    names = {"dflash": "DFlash", "mtp": "MTP"}
+    if method in RUNTIME_MEASURED:
+        return f"vLLM's profile of the 26B {names.get(str(method), method)} recipe"
+    return f"vLLM's profile of the 26B {names[RUNTIME_FALLBACK]} recipe, the largest measured"
 
 
 def _suggest(kinds: list[LayerKind], weights: float, vram: float, util: float, batched: int, dtype_bytes: int,
-             eager: bool, max_len: int, chunked: bool, floor: int = 0) -> str:
+             eager: bool, max_len: int, chunked: bool, floor: int = 0, method: str | None = None) -> str:
     """The smallest gpu-memory-utilization, at the smallest max-num-batched-tokens (vLLM serve's own default under
     70 GiB is 2048; never below ``floor``, the largest multimodal item vLLM takes in one step), that leaves room for
     a context of MIN_SUGGESTED_CONTEXT or more: '' when none does. Without chunked prefill vLLM wants
@@ -73,7 +93,7 @@ def _suggest(kinds: list[LayerKind], weights: float, vram: float, util: float, b
     steps = {max(b, floor) for b in (4096, 2048)} if chunked else set()
     for new_util in sorted({util, *(u for u in (0.85, 0.9, 0.95) if u > util)}):
         for new_batched in sorted({start, *(b for b in steps if b < start)}):
-            free = new_util * vram - weights - runtime_gib(new_batched, eager)
+            free = new_util * vram - weights - runtime_gib(new_batched, eager, method)
             if free <= 0:
                 continue
             try:
@@ -104,10 +124,10 @@ def rule_vram(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
     batched, why = serve_batched_tokens(recipe, ctx, max_len or 0)
     assumed = f"; {why}" if why else ""
     eager = recipe.args.get("enforce-eager") is True
-    runtime = runtime_gib(batched, eager)
+    runtime = runtime_gib(batched, eager, recipe.method)
     fixed = weights + runtime
     head = (f"budget {util:g} x {vram:g} GiB = {budget:.1f} GiB; weights {weights:.1f} GiB ({basis}); runtime "
-            f"{runtime:.1f} GiB at max-num-batched-tokens {batched} (vLLM's profile of the 26B recipes)")
+            f"{runtime:.1f} GiB at max-num-batched-tokens {batched} ({runtime_basis(recipe.method)})")
     fp8 = "" if fp8_kv_refused(recipe) else ", use --kv-cache-dtype fp8"  # FA2 refuses an fp8 KV cache
     dtype_bytes = 1 if str(recipe.args.get("kv-cache-dtype") or "").startswith("fp8") else 2
     draft = draft if recipe.method else None  # a recipe without a drafter loads none
@@ -122,7 +142,7 @@ def rule_vram(recipe: Recipe, ctx: CheckContext) -> list[Finding]:
         least = mm_floor(recipe, ctx)
         floor = least[0] if least else 0
         way = (_suggest(kinds, weights, vram, util, batched, dtype_bytes, eager, max_len or 131072, chunked,
-                        floor) if kinds else "")
+                        floor, recipe.method) if kinds else "")
         lower = "lower max-num-batched-tokens, " if chunked and batched > max(2048, floor) else ""
         return [Finding(rule="vram", severity="warning",
                         message=f"{head}{assumed}: no memory is left for the KV cache, vLLM will refuse to start "
