@@ -1,19 +1,26 @@
 """Step costs of Gemma 4 26B-A4B at its published shapes, alone and with a DFlash or MTP drafter, in vLLM.
 
   python step_costs.py run --variant VARIANT --models DIR --json OUT [--concurrency 1,8,22]
-                           [--contexts short=512,long=16384] [--output-tokens 64] [--gpu-memory-utilization 0.9]
+                           [--contexts short=512,long=16384] [--output-tokens 64] [--repeats 2]
+                           [--gpu-memory-utilization 0.9]
                            [--quantization NAME] [--mtp-folder mtp|mtp-standin] [--eager] [--time-drafter]
   python step_costs.py fold RUN.json [RUN.json ...] --json OUT
 
 VARIANT is target, dflash-K or mtp-K (the issue's set: target, dflash-3, dflash-8, dflash-15, mtp-2, mtp-4), one
 engine start each; DIR is what real_size.py wrote. Weights are drawn in place (load_format "dummy"). For every
-(concurrency, context) cell: a warm-up, then the same prompts twice with prefix caching off, once for one token
-(prefill) and once for --output-tokens (ignore_eos, greedy). Recorded per cell: the wall time of both passes, vLLM's
-own inter-token latency histogram over the decode steps (one observation per request per step), its speculative
-counters, and with --time-drafter the drafter's own time (the proposer's propose() bracketed by CUDA syncs, the
-engine core in this process; the syncs cost overlap, so run it beside a plain run). fold turns the runs into time
-per decode step (target), per speculative step (drafting k + verifying k + 1) and per draft, by cell, and the
-ratio of each speculative step to the target's step in the same cell: the input of speedup.py.
+(concurrency, context) cell: a warm-up, then --repeats times the same prompts with prefix caching off, once for one
+token (prefill) and once for --output-tokens (ignore_eos, greedy). Recorded per cell: the wall time of every pass,
+vLLM's own inter-token latency histogram over the decode steps (one observation per request per step), its
+speculative counters, and with --time-drafter the drafter's own time (the proposer's propose() bracketed by CUDA
+syncs, the engine core in this process; the syncs cost overlap, so run it beside a plain run). fold turns the runs
+into time per decode step (target), per speculative step (drafting k + verifying k + 1) and per draft, by cell, and
+the ratio of each speculative step to the target's step in the same cell: the input of speedup.py.
+
+Which figure is a cell's step (fold_cell's step_s): vLLM's inter-token latency where no request decodes while
+another is still prefilling (one request, or every prompt in one scheduler step), since then every observation is
+a decode step; otherwise the fastest full pass less the fastest prefill pass over the steps (wall), which carries
+the interleaved prefill chunks' extra work and any hiccup of a single pass (the first runs had one pass each: a
+slow prefill pass made the target's 22 x 512 cell negative).
 
 What a random-weights run can show, and what it cannot:
 - Every draft is rejected (measured: 0 of 25,725 accepted): tau = 1 here, each step emits one token. So the runs
@@ -99,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     run_p.add_argument("--concurrency", type=parse_concurrency, default=parse_concurrency("1,8,22"))
     run_p.add_argument("--contexts", type=parse_contexts, default=parse_contexts("short=512,long=16384"))
     run_p.add_argument("--output-tokens", type=int, default=64)
+    run_p.add_argument("--repeats", type=int, default=2, choices=range(1, 6), metavar="N",
+                       help="passes of each kind per cell, the fastest kept (default 2: one slow pass, a hiccup of "
+                            "the machine, no longer decides a cell)")
     run_p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     run_p.add_argument("--quantization", default=None, help="vLLM's quantization (default: none, bf16 weights)")
     run_p.add_argument("--mtp-folder", default="mtp", choices=("mtp", "mtp-standin"))
@@ -168,33 +178,55 @@ def hist_quantile(hist: dict[str, Any], q: float) -> float | None:
 # ---------------------------------------------------------------------------------------------------------------
 # Folding (pure)
 # ---------------------------------------------------------------------------------------------------------------
-def fold_cell(method: str, k: int, raw: dict[str, Any]) -> dict[str, Any]:
-    """Time per step of one cell from its raw record (see measure())."""
+def itl_is_clean(conc: int, tokens: int, budget: int | None) -> bool:
+    """Whether every inter-token latency observed in a cell is a decode step: one request (its decode starts after
+    its own prefill), or every prompt prefilled in one scheduler step of ``budget`` tokens."""
+    return conc == 1 or (budget is not None and conc * tokens <= budget)
+
+
+def fold_cell(method: str, k: int, raw: dict[str, Any], budget: int | None = None) -> dict[str, Any]:
+    """Time per step of one cell from its raw record (see measure()); ``budget``: the run's
+    max_num_batched_tokens, which decides whether vLLM's inter-token latency is the cell's step (itl_is_clean)."""
     conc, n_out = int(raw["concurrency"]), int(raw["output_tokens"])
+    repeats = int(raw.get("repeats") or 1)
     decode_s = raw["full_s"] - raw["prefill_s"]
     spec = raw.get("spec") or {}
     drafts = int(spec.get("num_drafts") or 0)
     accepted = int(spec.get("num_accepted_tokens") or 0)
     out: dict[str, Any] = {"method": method, "k": k, "concurrency": conc, "context": raw["context"],
-                           "context_tokens": raw["context_tokens"], "output_tokens": n_out, "decode_s": decode_s}
+                           "context_tokens": raw["context_tokens"], "output_tokens": n_out, "repeats": repeats,
+                           "decode_s": decode_s}
     if method == "target":
         steps: float = n_out - 1  # every decode step emits one token per request
     else:
         if drafts == 0:
             raise ValueError(f"{method}-{k} at concurrency {conc}, {raw['context']}: no drafts counted; the drafter "
                              "did not run (see the run's log)")
-        steps = drafts / conc  # one draft per request per speculative step
+        steps = drafts / conc / repeats  # one draft per request per speculative step, counted over every pass
         out["tau"] = 1 + accepted / drafts
         out["all_rejected"] = accepted == 0
     out["steps_per_request"] = steps
-    out["step_wall_s"] = decode_s / steps
+    out["step_wall_s"] = decode_s / steps if decode_s > 0 else None
     itl = raw.get("itl") or {}
     out["step_itl_s"] = itl["sum"] / itl["count"] if itl.get("count") else None
     out["step_itl_p50_s"] = hist_quantile(itl, 0.5) if itl.get("count") else None
-    if raw.get("drafter_s") is not None and method != "target":
-        out["draft_s"] = raw["drafter_s"] / steps
+    clean = itl_is_clean(conc, int(raw["context_tokens"]), budget)
+    out["itl_clean"] = clean
+    if clean and out["step_itl_s"] is not None:
+        out["step_s"], out["step_basis"] = out["step_itl_s"], "itl"
+    elif out["step_wall_s"] is not None:
+        out["step_s"], out["step_basis"] = out["step_wall_s"], "wall"
+    else:
+        out["step_s"], out["step_basis"] = None, None
+        out["unmeasured"] = (f"the fastest full pass ({raw['full_s']:.3f} s) was no slower than the fastest prefill "
+                             f"pass ({raw['prefill_s']:.3f} s), and prompts were still prefilling while others "
+                             "decoded, so vLLM's inter-token latency is no decode step either")
+    if clean and out["step_wall_s"] and out["step_itl_s"]:
+        out["wall_over_itl"] = out["step_wall_s"] / out["step_itl_s"]
+    if raw.get("drafter_s") is not None and method != "target" and out["step_s"] is not None:
+        out["draft_s"] = raw["drafter_s"] / (steps * repeats)
         out["per_draft_s"] = out["draft_s"] / k
-        out["verify_s"] = out["step_wall_s"] - out["draft_s"]
+        out["verify_s"] = out["step_s"] - out["draft_s"]
     return out
 
 
@@ -207,22 +239,25 @@ def fold(runs: list[dict[str, Any]]) -> dict[str, Any]:
         if not run.get("ok"):
             failed.append({"variant": run["variant"], "stage": run.get("stage"),
                            "error": str(run.get("error", ""))[:600]})
+        budget = (run.get("engine_kwargs") or {}).get("max_num_batched_tokens")
         for raw in run.get("cells", []):
-            cells.append(fold_cell(method, k, raw))
+            cells.append(fold_cell(method, k, raw, budget))
     target = {(c["concurrency"], c["context"]): c for c in cells if c["method"] == "target"}
     for c in cells:
         base = target.get((c["concurrency"], c["context"]))
-        if c["method"] != "target" and base is not None:
-            c["step_ratio_wall"] = c["step_wall_s"] / base["step_wall_s"]
-            if c["step_itl_s"] and base["step_itl_s"]:
-                c["step_ratio_itl"] = c["step_itl_s"] / base["step_itl_s"]
+        if c["method"] == "target" or base is None:
+            continue
+        for key, field in (("step_ratio", "step_s"), ("step_ratio_wall", "step_wall_s"),
+                           ("step_ratio_itl", "step_itl_s")):
+            if c[field] and base[field]:
+                c[key] = c[field] / base[field]
     cells.sort(key=lambda c: (c["context_tokens"], c["concurrency"], c["method"] != "target", c["method"], c["k"]))
     first = runs[0] if runs else {}
     return {"cells": cells, "failed": failed, "device": first.get("device"), "versions": first.get("versions"),
             "runs": [{"variant": r["variant"], "ok": r.get("ok"), "mtp_folder": r.get("mtp_folder"),
                       "quantization": r.get("quantization"), "eager": r.get("eager"),
                       "engine_start_s": r.get("engine_start_s")} for r in runs],
-            "note": "random weights: every draft rejected, tau = 1; step costs only (see step_costs.py)"}
+            "note": "random weights: drafts are almost all rejected, tau near 1; step costs only (see step_costs.py)"}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -275,7 +310,7 @@ def install_draft_timer() -> dict[str, float]:
 
 
 def measure(llm: Any, meta: dict[str, Any], conc: int, context: str, tokens: int, n_out: int, spec: bool,
-            clock: dict[str, float] | None) -> dict[str, Any]:
+            clock: dict[str, float] | None, repeats: int = 1) -> dict[str, Any]:
     vllm = importlib.import_module("vllm")  # Any: vLLM ships no stubs, and is absent where this is linted
     SamplingParams, TokensPrompt = vllm.SamplingParams, importlib.import_module("vllm.inputs").TokensPrompt
     batch = [TokensPrompt(prompt_token_ids=p) for p in prompts(meta, conc, tokens)]
@@ -285,15 +320,21 @@ def measure(llm: Any, meta: dict[str, Any], conc: int, context: str, tokens: int
 
     llm.generate(batch, sp(4), use_tqdm=False)  # warm-up: this batch's shapes
     itl0, spec0 = read_itl(llm), er.spec_metrics(llm) if spec else {}
-    t0 = time.perf_counter()
-    llm.generate(batch, sp(1), use_tqdm=False)
-    prefill_s = time.perf_counter() - t0
     drafted0 = clock["seconds"] if clock else 0.0
-    t0 = time.perf_counter()
-    outs = llm.generate(batch, sp(n_out), use_tqdm=False)
-    full_s = time.perf_counter() - t0
+    prefill_runs: list[float] = []
+    full_runs: list[float] = []
+    outs: Any = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        llm.generate(batch, sp(1), use_tqdm=False)  # one token: no inter-token latency observed, no draft
+        prefill_runs.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        outs = llm.generate(batch, sp(n_out), use_tqdm=False)
+        full_runs.append(time.perf_counter() - t0)
     raw: dict[str, Any] = {"concurrency": conc, "context": context, "context_tokens": tokens, "output_tokens": n_out,
-                           "prefill_s": prefill_s, "full_s": full_s, "itl": hist_delta(itl0, read_itl(llm)),
+                           "repeats": repeats, "prefill_runs": prefill_runs, "full_runs": full_runs,
+                           "prefill_s": min(prefill_runs), "full_s": min(full_runs),
+                           "itl": hist_delta(itl0, read_itl(llm)),
                            "emitted": [len(o.outputs[0].token_ids) for o in outs]}
     if spec:
         now = er.spec_metrics(llm)
@@ -334,7 +375,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     result["stage"] = f"{context}-c{conc}"
                     write(args.json, result)
                     result["cells"].append(measure(llm, meta, conc, context, tokens, args.output_tokens,
-                                                   method != "target", clock))
+                                                   method != "target", clock, args.repeats))
             result["ok"], result["stage"] = True, "done"
         except BaseException as exc:
             result["error"] = er.failure(exc, tee.text())

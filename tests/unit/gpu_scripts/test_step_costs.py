@@ -144,7 +144,46 @@ def test_fold_relates_each_step_to_the_target_of_its_cell(sc: ModuleType, tmp_pa
     assert dflash["step_ratio_wall"] == pytest.approx((8.82 / 63) / (6.3 / 63))
     assert dflash["step_ratio_itl"] == pytest.approx(8.82 / 6.3)
     assert doc["failed"] == [{"variant": "mtp-4", "stage": "engine_start", "error": "ValueError: KV sharing"}]
-    assert "tau = 1" in doc["note"]
+    assert "tau near 1" in doc["note"]
+    # no budget recorded with these runs: only the single-request cell's latency counts as a decode step
+    assert [c["step_basis"] for c in doc["cells"]] == ["itl", "wall", "wall"]
+    assert dflash["step_ratio"] == dflash["step_ratio_wall"]
+
+
+def test_a_cells_step_is_the_latency_only_where_no_prompt_prefills_beside_a_decode(sc: ModuleType) -> None:
+    assert sc.itl_is_clean(1, 16384, 8192)  # one request: its own prefill ends before it decodes
+    assert sc.itl_is_clean(8, 512, 8192) and sc.itl_is_clean(16, 512, 8192)  # every prompt in one step
+    assert not sc.itl_is_clean(22, 512, 8192) and not sc.itl_is_clean(8, 512, None)
+    raw = _raw(8, "short", 7.0)
+    raw["itl"]["sum"] = 63 * 8 * 0.09  # vLLM's latency and the wall disagree: the clean latency is the step
+    clean = sc.fold_cell("target", 0, raw, 8192)
+    assert (clean["step_basis"], clean["step_s"]) == ("itl", pytest.approx(0.09))
+    assert clean["wall_over_itl"] == pytest.approx(0.1 / 0.09)
+    busy = sc.fold_cell("target", 0, raw, 2048)  # 8 x 512 prompts over 2048-token steps: the wall
+    assert (busy["step_basis"], busy["step_s"]) == ("wall", pytest.approx(0.1)) and "wall_over_itl" not in busy
+
+
+def test_a_cell_whose_passes_contradict_each_other_is_unmeasured(sc: ModuleType) -> None:
+    """The first real-size runs: 22 x 512 with the target alone, its prefill pass 1.909 s, its full pass 1.020 s."""
+    raw = _raw(22, "short", 1.020)
+    raw["prefill_s"] = 1.909
+    cell = sc.fold_cell("target", 0, raw, 8192)
+    assert cell["step_wall_s"] is None and cell["step_s"] is None and cell["step_basis"] is None
+    assert "no slower than the fastest prefill pass (1.909 s)" in cell["unmeasured"]
+    run = {"variant": "dflash-8", "ok": True, "engine_kwargs": {"max_num_batched_tokens": 8346},
+           "cells": [_raw(22, "short", 1.5, drafts=63 * 22)]}
+    doc = sc.fold([{"variant": "target", "ok": True, "cells": [raw]}, run])
+    assert "step_ratio" not in doc["cells"][1] and doc["cells"][1]["step_s"] is not None
+
+
+def test_repeated_passes_keep_the_fastest_and_count_steps_per_pass(sc: ModuleType) -> None:
+    raw = _raw(8, "short", 9.52, drafts=2 * 63 * 8, drafter_s=2 * 1.26)
+    raw.update(repeats=2, prefill_runs=[0.9, 0.7], full_runs=[9.52, 9.9])
+    raw["itl"] = {"count": 2 * 63 * 8, "sum": 2 * 8.82 * 8, "buckets": {"0.1": 0, "0.2": 2 * 63 * 8}}
+    cell = sc.fold_cell("dflash", 8, raw, 8192 + 7 * 8)
+    assert cell["repeats"] == 2 and cell["steps_per_request"] == 63
+    assert cell["step_wall_s"] == pytest.approx(8.82 / 63) and cell["step_itl_s"] == pytest.approx(8.82 / 63)
+    assert cell["draft_s"] == pytest.approx(0.02) and cell["verify_s"] == pytest.approx(8.82 / 63 - 0.02)
 
 
 def test_importable_and_help_without_vllm(tmp_path: Path) -> None:
@@ -154,3 +193,62 @@ def test_importable_and_help_without_vllm(tmp_path: Path) -> None:
     assert proc.returncode == 0 and proc.stdout.split() == ["False", "False"], proc.stderr
     proc = subprocess.run([sys.executable, str(E2E / "step_costs.py"), "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "random-weights run can show" in proc.stdout
+
+
+class _Metric:
+    def __init__(self, name: str, **kw: Any) -> None:
+        self.name = name
+        self.__dict__.update(kw)
+
+
+class _StandInLLM:
+    """vLLM's LLM as measure() uses it: generate() advances a clock by a scripted time per call and emits the asked
+    number of tokens; get_metrics() shows the latency histogram and the draft counters those calls added."""
+
+    def __init__(self, durations: list[float], clock: list[float]) -> None:
+        self.durations, self.clock, self.calls = list(durations), clock, []  # type: list[int]
+        self.itl_count = self.itl_sum = self.drafts = 0.0
+
+    def generate(self, batch: list[Any], params: Any, use_tqdm: bool = False) -> list[Any]:
+        n = params.max_tokens
+        self.calls.append(n)
+        spent = self.durations.pop(0)
+        self.clock[0] += spent
+        if n > 1:  # one latency observation and one draft per request per decode step
+            self.itl_count += (n - 1) * len(batch)
+            self.itl_sum += spent * len(batch)
+            self.drafts += (n - 1) * len(batch)
+        out = type("Out", (), {"token_ids": [0] * n})
+        return [type("Req", (), {"outputs": [out]}) for _ in batch]
+
+    def get_metrics(self) -> list[_Metric]:
+        return [_Metric("vllm:inter_token_latency_seconds", count=self.itl_count, sum=self.itl_sum,
+                        buckets={"0.1": self.itl_count, "Inf": self.itl_count}),
+                _Metric("vllm:spec_decode_num_drafts", value=self.drafts),
+                _Metric("vllm:spec_decode_num_draft_tokens", value=8 * self.drafts),
+                _Metric("vllm:spec_decode_num_accepted_tokens", value=0)]
+
+
+def test_measure_repeats_the_passes_and_keeps_the_fastest(sc: ModuleType, meta: dict[str, Any],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """measure() against a stand-in shaped like vLLM's LLM: a warm-up, then prefill and full passes --repeats
+    times; the slow second prefill pass (a hiccup) does not decide the cell."""
+    import types
+
+    fake = types.ModuleType("vllm")
+    fake.SamplingParams = lambda **kw: types.SimpleNamespace(**kw)  # type: ignore[attr-defined]
+    inputs = types.ModuleType("vllm.inputs")
+    inputs.TokensPrompt = lambda **kw: kw  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+    clock = [0.0]
+    monkeypatch.setattr(sc.time, "perf_counter", lambda: clock[0])
+    llm = _StandInLLM([5.0, 0.2, 1.0, 0.9, 1.05], clock)  # warm-up, (prefill, full) x 2
+    raw = sc.measure(llm, meta, 4, "short", 64, 17, True, None, repeats=2)
+    assert llm.calls == [4, 1, 17, 1, 17]
+    assert raw["prefill_runs"] == pytest.approx([0.2, 0.9]) and raw["full_runs"] == pytest.approx([1.0, 1.05])
+    assert (raw["prefill_s"], raw["full_s"], raw["repeats"]) == (pytest.approx(0.2), pytest.approx(1.0), 2)
+    assert raw["itl"]["count"] == 2 * 16 * 4  # the warm-up's latencies are not the cell's
+    assert raw["spec"]["num_drafts"] == 2 * 16 * 4 and raw["emitted"] == [17] * 4
+    cell = sc.fold_cell("dflash", 8, raw, 8192)
+    assert cell["steps_per_request"] == 16 and cell["step_wall_s"] == pytest.approx(0.8 / 16)
