@@ -57,8 +57,9 @@ CANNOT_SHOW = (
     "drafter's than on a card",
     "a trained router: random weights spread tokens over the experts about evenly; at concurrency 22 a step "
     "touches nearly every expert, which makes verifying k + 1 tokens nearly free there",
-    "the real MTP assistant: mtp-standin (full attention at the target's full-layer geometry) stands in where "
-    "vLLM cannot describe it, and costs more than the real one may",
+    "the real MTP assistant: mtp-standin stands in where vLLM cannot describe it; its four layers all read the "
+    "target's full-attention cache where the real one's sliding layers read a window, so it costs more, the more "
+    "so the longer the context",
     "acceptance: random weights reject nearly every draft (tau 1.0, a few DFlash k = 15 cells at long context "
     "above it), so tau comes from elsewhere",
 )
