@@ -1,0 +1,260 @@
+"""TRITON_ATTN's unified attention on a verification step: k + 1 query tokens a request over a long paged context.
+
+vLLM 0.21.0 launches its split-KV ("3D") kernel only when every request has one query token
+(``vllm/v1/attention/ops/triton_unified_attention.py``: ``use_3d`` is off for ``max_seqlen_q > 1``), so a target
+verifying a drafter's k tokens runs the 2D kernel, whose grid for Gemma 4 26B-A4B's full layers (head 512, 2 KV
+heads, 8 query heads each) is a handful of thread blocks that each walk every key of the context. The real-size step
+costs (tests/gpu/results/vllm-0.21.0-real-size.json) grew far more with the context with a drafter than without.
+
+This script loads the kernel file of a source tree twice: as released, and with that one condition widened to
+``max_seqlen_q > MAX_3D_QUERY`` (an experiment, not a patch of the series). It runs both on one verification batch
+and compares each with attention computed in float32 by torch from the same paged cache; on a GPU it also times
+them (CUDA events, the median of --iters launches after a warm-up).
+
+  python run_verify_attention.py --source TREE [--device cpu|cuda] [--shape NAME] [--queries 1,4,9,16]
+                                 [--context N] [--seqs N] [--iters N] [--json]
+
+On a CPU set TRITON_INTERPRET=1 before Python starts (tests/integration/series_dflash does, in a subprocess):
+Triton's interpreter runs the kernels on numpy, slowly, so the CPU shapes are small. Exit 0 when every output is
+within tolerance of the reference, 1 when one is not, 2 on bad arguments or a source tree this does not recognise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import importlib.util
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+
+KERNEL_FILE = "vllm/v1/attention/ops/triton_unified_attention.py"
+HELPERS_FILE = "vllm/v1/attention/ops/triton_attention_helpers.py"
+GATE = "or max_seqlen_q > 1\n"  # the released condition that keeps a multi-token query off the 3D kernel
+MAX_3D_QUERY = 16  # the experiment's bound: a DFlash verification of 15 drafts + 1
+SEGMENTS = 16  # vLLM 0.21.0's NUM_PAR_SOFTMAX_SEGMENTS
+# (query heads, KV heads, head size, block size, window): Gemma 4 26B-A4B's full layer; a small one for the CPU
+SHAPES = {"gemma4-full": (16, 2, 512, 16, -1), "gemma4-sliding": (16, 8, 256, 16, 1024),
+          "small": (8, 2, 64, 16, -1), "small-sliding": (8, 2, 64, 16, 48)}
+TOLERANCE = {torch.float32: 2e-3, torch.bfloat16: 3e-2, torch.float16: 1e-2}
+
+
+class _KVQuantMode(enum.IntEnum):  # the values vLLM's kernels compare against (kv_cache_interface.py)
+    NONE = 0
+    FP8_PER_TENSOR = 1
+    INT8_PER_TOKEN_HEAD = 2
+    FP8_PER_TOKEN_HEAD = 3
+    NVFP4 = 4
+
+
+def _package(name: str) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    mod.__path__ = []  # a namespace for the modules below it
+    return mod
+
+
+def _stub_vllm() -> None:
+    """The few vLLM modules the kernel file imports, as plain modules (no vLLM install needed)."""
+    import triton
+    import triton.language as tl
+
+    mods = {name: _package(name) for name in ("vllm", "vllm.v1", "vllm.v1.attention", "vllm.v1.attention.ops")}
+    envs = types.ModuleType("vllm.envs")
+    envs.VLLM_BATCH_INVARIANT = False  # type: ignore[attr-defined]
+    logger = types.ModuleType("vllm.logger")
+    logger.init_logger = logging.getLogger  # type: ignore[attr-defined]
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = types.SimpleNamespace(fp8_dtype=lambda: torch.float8_e4m3fn)  # type: ignore[attr-defined]
+    triton_utils = types.ModuleType("vllm.triton_utils")
+    triton_utils.tl, triton_utils.triton = tl, triton  # type: ignore[attr-defined]
+    kv = types.ModuleType("vllm.v1.kv_cache_interface")
+    kv.KVQuantMode = _KVQuantMode  # type: ignore[attr-defined]
+    for mod in (envs, logger, platforms, triton_utils, kv):
+        mods[mod.__name__] = mod
+    sys.modules.update(mods)
+
+
+def _refuse(message: str) -> None:
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _load(path: Path, name: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None or not path.is_file():
+        _refuse(f"cannot load {path}: expected a vLLM source tree (sdist, patched tree or installed package)")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_kernels(source: Path, work: Path) -> dict[str, types.ModuleType]:
+    """The kernel file as released and with the 3D kernel allowed up to MAX_3D_QUERY query tokens a request."""
+    _stub_vllm()
+    _load(source / HELPERS_FILE, "vllm.v1.attention.ops.triton_attention_helpers")
+    if not (source / KERNEL_FILE).is_file():
+        _refuse(f"{source / KERNEL_FILE}: not found: expected a vLLM source tree")
+    text = (source / KERNEL_FILE).read_text(encoding="utf-8")
+    if text.count(GATE) != 1:
+        _refuse(f"{source / KERNEL_FILE}: expected the condition {GATE.strip()!r} once, found it "
+                f"{text.count(GATE)} times: this tree's kernel dispatch is not 0.21.0's")
+    released = work / "unified_released.py"
+    widened = work / "unified_3d_verify.py"
+    released.write_text(text, encoding="utf-8")
+    widened.write_text(text.replace(GATE, f"or max_seqlen_q > {MAX_3D_QUERY}\n"), encoding="utf-8")
+    return {"released": _load(released, "g4_unified_released"), "3d": _load(widened, "g4_unified_3d_verify")}
+
+
+def make_batch(shape: str, seqs: int, query: int, context: int, dtype: torch.dtype, device: str,
+               seed: int = 0) -> dict[str, Any]:
+    """``seqs`` requests of ``context`` tokens each (the last ``query`` of them the step's queries; the requests'
+    lengths differ a little so that segment boundaries fall differently), their K/V in a paged cache under a
+    shuffled block table."""
+    heads, kv_heads, head, block, window = SHAPES[shape]
+    gen = torch.Generator().manual_seed(seed)
+    lens = [context - 7 * i for i in range(seqs)]
+    blocks_per = -(-max(lens) // block)
+    num_blocks = seqs * blocks_per + 1
+    order = torch.randperm(num_blocks - 1, generator=gen) + 1  # block 0 unused, as vLLM's null block
+    table = order[: seqs * blocks_per].view(seqs, blocks_per).to(torch.int32)
+    k = torch.randn(num_blocks, block, kv_heads, head, generator=gen).to(dtype)
+    v = torch.randn(num_blocks, block, kv_heads, head, generator=gen).to(dtype)
+    q = torch.randn(seqs * query, heads, head, generator=gen).to(dtype)
+    cu = torch.tensor([i * query for i in range(seqs + 1)], dtype=torch.int32)
+    return {"shape": shape, "heads": heads, "kv_heads": kv_heads, "head": head, "block": block, "window": window,
+            "lens": lens, "query": query, "q": q.to(device), "k": k.to(device), "v": v.to(device),
+            "table": table.to(device), "cu": cu.to(device),
+            "seqused": torch.tensor(lens, dtype=torch.int32, device=device)}
+
+
+def reference(b: dict[str, Any]) -> torch.Tensor:
+    """Causal attention of each query token over its request's keys (and the window), in float32."""
+    group = b["heads"] // b["kv_heads"]
+    scale = b["head"] ** -0.5
+    out = torch.empty(b["q"].shape, dtype=torch.float32)
+    q_all = b["q"].float().cpu()
+    k_cache, v_cache, table = b["k"].float().cpu(), b["v"].float().cpu(), b["table"].cpu()
+    for r, length in enumerate(b["lens"]):
+        blocks = table[r, : -(-length // b["block"])].long()
+        keys = k_cache[blocks].reshape(-1, b["kv_heads"], b["head"])[:length]
+        vals = v_cache[blocks].reshape(-1, b["kv_heads"], b["head"])[:length]
+        for i in range(b["query"]):
+            pos = length - b["query"] + i
+            lo = 0 if b["window"] < 0 else max(0, pos - b["window"] + 1)
+            qi = q_all[r * b["query"] + i].view(b["kv_heads"], group, b["head"])
+            kk, vv = keys[lo: pos + 1].transpose(0, 1), vals[lo: pos + 1].transpose(0, 1)
+            p = torch.softmax(torch.einsum("hgd,hnd->hgn", qi, kk) * scale, dim=-1)
+            out[r * b["query"] + i] = torch.einsum("hgn,hnd->hgd", p, vv).reshape(b["heads"], b["head"])
+    return out
+
+
+def launch(module: types.ModuleType, b: dict[str, Any], out: torch.Tensor) -> str:
+    """One call as vLLM 0.21.0's TritonAttentionImpl makes it, its 3D buffers sized for every query row; returns
+    which kernel ran, as seen: only the 3D kernel writes the segment buffers, which start as NaN."""
+    device = b["q"].device
+    rows = b["q"].shape[0]
+    padded = 1 << (b["head"] - 1).bit_length()
+    segm_out = torch.full((rows, b["heads"], SEGMENTS, padded), float("nan"), dtype=torch.float32, device=device)
+    segm_max = torch.full((rows, b["heads"], SEGMENTS), float("nan"), dtype=torch.float32, device=device)
+    segm_sum = torch.full((rows, b["heads"], SEGMENTS), float("nan"), dtype=torch.float32, device=device)
+    one = torch.tensor(1.0, dtype=torch.float32, device=device)
+    window = (-1, -1) if b["window"] < 0 else (b["window"] - 1, 0)
+    module.unified_attention(
+        q=b["q"], k=b["k"], v=b["v"], out=out, cu_seqlens_q=b["cu"], max_seqlen_q=b["query"],
+        seqused_k=b["seqused"], max_seqlen_k=max(b["lens"]), softmax_scale=b["head"] ** -0.5, causal=True,
+        window_size=window, block_table=b["table"], softcap=0, q_descale=None, k_descale=one, v_descale=one,
+        seq_threshold_3D=len(b["lens"]), num_par_softmax_segments=SEGMENTS, softmax_segm_output=segm_out,
+        softmax_segm_max=segm_max, softmax_segm_expsum=segm_sum)
+    return "2d" if bool(torch.isnan(segm_sum).all()) else "3d"
+
+
+def time_ms(module: types.ModuleType, b: dict[str, Any], iters: int) -> float:
+    out = torch.empty_like(b["q"])
+    for _ in range(3):
+        launch(module, b, out)
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch(module, b, out)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        kernels = load_kernels(args.source, Path(tmp))
+        dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
+        rows = []
+        for query in args.queries:
+            b = make_batch(args.shape, args.seqs, query, args.context, dtype, args.device)
+            ref = reference(b)
+            row: dict[str, Any] = {"shape": args.shape, "seqs": args.seqs, "query": query, "context": args.context}
+            outs = {}
+            for name, module in kernels.items():
+                out = outs[name] = torch.zeros_like(b["q"])
+                row[f"{name}_kernel"] = launch(module, b, out)
+                if args.device == "cuda":
+                    torch.cuda.synchronize()
+                err = (out.float().cpu() - ref).abs().max().item()
+                row[f"{name}_max_error"] = err
+                row[f"{name}_ok"] = bool(err <= TOLERANCE[dtype]) and not bool(torch.isnan(out).any())
+                if args.device == "cuda" and args.iters:
+                    row[f"{name}_ms"] = time_ms(module, b, args.iters)
+            # two computations, not one: split-softmax segments round differently from one pass over the keys
+            row["released_vs_3d"] = (outs["released"].float() - outs["3d"].float()).abs().max().item()
+            if "released_ms" in row and "3d_ms" in row:
+                row["speedup"] = row["released_ms"] / row["3d_ms"]
+            rows.append(row)
+    ok = all(r["released_ok"] and r["3d_ok"] for r in rows)
+    device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu (Triton interpreter)"
+    return {"ok": ok, "device": device, "dtype": str(dtype).removeprefix("torch."), "tolerance": TOLERANCE[dtype],
+            "max_3d_query": MAX_3D_QUERY, "rows": rows}
+
+
+def _queries(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1 or max(values) > MAX_3D_QUERY:
+        raise argparse.ArgumentTypeError(f"queries {text!r}: expected integers 1..{MAX_3D_QUERY}, e.g. 1,4,9,16")
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--source", type=Path, required=True, help="a vLLM source tree (sdist or patched)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="small")
+    ap.add_argument("--queries", type=_queries, default=_queries("1,4,9,16"))
+    ap.add_argument("--context", type=int, default=300)
+    ap.add_argument("--seqs", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    if args.context < MAX_3D_QUERY + 7 * args.seqs:
+        ap.error(f"--context {args.context}: too short for {args.seqs} requests of {MAX_3D_QUERY} queries")
+    result = run(args)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        for r in result["rows"]:
+            print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+        print("ok" if result["ok"] else "MISMATCH")
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
