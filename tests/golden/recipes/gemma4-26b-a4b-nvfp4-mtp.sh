@@ -7,9 +7,10 @@
 # Notes:
 # The assistant checkpoint has model type gemma4_assistant: the serving environment needs a transformers
 # that knows it (`g4build recipe check` asks the transformers it can import). Reported: acceptance length
-# 3.68 of 4, 2.34x sequential speedup. Keep the MoE backend on auto (Marlin). Serving 8 or more requests at
-# once, --set speculative.num_speculative_tokens=2: at 8 requests a 4-token step cost 1.8 times a 2-token one
-# (Gemma 4 26B-A4B shapes on an H200), so at that acceptance 2 tokens are faster there; 4 win alone.
+# 3.68 of 4, 2.34x sequential speedup. Keep the MoE backend on auto (Marlin). Serving 8 or more short
+# requests at once, --set speculative.num_speculative_tokens=2: at 8 requests of 512 tokens a 4-token step cost
+# 1.8 times a 2-token one (Gemma 4 26B-A4B shapes on an H200), so 2 are faster there; 4 win alone and for long
+# prompts.
 #
 # Before serving, checks the environment vLLM works in (g4build pin data): transformers>=5.5.1,<5.15, torch==2.11.0, flashinfer-python==0.6.8.post1 (where installed); a transformers outside its range stops here, unless G4BUILD_ALLOW_ENVIRONMENT=1 (for checkpoints whose configs were adapted to it).
 #

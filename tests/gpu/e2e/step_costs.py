@@ -23,10 +23,11 @@ the interleaved prefill chunks' extra work and any hiccup of a single pass (the 
 slow prefill pass made the target's 22 x 512 cell negative).
 
 What a random-weights run can show, and what it cannot:
-- Every draft is rejected (measured: 0 of 25,725 accepted): tau = 1 here, each step emits one token. So the runs
-  give step COSTS only. vLLM verifies all k drafts whatever survives, so the cost of a step at k is what it would
-  be at any acceptance; speed-up(tau) = tau x target step / speculative step then needs tau from a trained drafter
-  or a published acceptance, and the model must reproduce a published speed-up at that tau before it sets a k.
+- Nearly every draft is rejected (0 of 25,725 in a card-fit run; some DFlash k = 15 drafts at 16K context were
+  accepted): tau is about 1 here, each step emits about one token. So the runs give step COSTS only. vLLM
+  verifies all k drafts whatever survives, so the cost of a step at k is what it would be at any acceptance;
+  speed-up(tau) = tau x target step / speculative step then needs tau from a trained drafter or a published
+  acceptance, and the model must reproduce a published speed-up at that tau before it sets a k.
 - An H200 is not an SM120 card: bandwidth, tensor cores, shared memory (FlashAttention's tiles) and the kernels
   vLLM picks differ. Ratios (speculative step / target step in one cell) carry further than absolute times.
 - bf16 weights unless --quantization says otherwise: the recipes' 4-bit weights make a step read fewer bytes, which
@@ -239,7 +240,10 @@ def fold(runs: list[dict[str, Any]]) -> dict[str, Any]:
         if not run.get("ok"):
             failed.append({"variant": run["variant"], "stage": run.get("stage"),
                            "error": str(run.get("error", ""))[:600]})
-        budget = (run.get("engine_kwargs") or {}).get("max_num_batched_tokens")
+        # what the scheduler fills a step with: vLLM's resolved max_num_scheduled_tokens (a drafter's draft slots
+        # come on top of it in max_num_batched_tokens), else the budget asked for
+        budget = ((run.get("resolved") or {}).get("max_num_scheduled_tokens")
+                  or (run.get("engine_kwargs") or {}).get("max_num_batched_tokens"))
         for raw in run.get("cells", []):
             cells.append(fold_cell(method, k, raw, budget))
     target = {(c["concurrency"], c["context"]): c for c in cells if c["method"] == "target"}
@@ -249,7 +253,9 @@ def fold(runs: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         for key, field in (("step_ratio", "step_s"), ("step_ratio_wall", "step_wall_s"),
                            ("step_ratio_itl", "step_itl_s")):
-            if c[field] and base[field]:
+            # a ratio of steps measured alike only: a wall step over a latency step is no ratio of costs
+            alike = key != "step_ratio" or c["step_basis"] == base["step_basis"]
+            if c[field] and base[field] and alike:
                 c[key] = c[field] / base[field]
     cells.sort(key=lambda c: (c["context_tokens"], c["concurrency"], c["method"] != "target", c["method"], c["k"]))
     first = runs[0] if runs else {}
@@ -320,17 +326,25 @@ def measure(llm: Any, meta: dict[str, Any], conc: int, context: str, tokens: int
 
     llm.generate(batch, sp(4), use_tqdm=False)  # warm-up: this batch's shapes
     itl0, spec0 = read_itl(llm), er.spec_metrics(llm) if spec else {}
-    drafted0 = clock["seconds"] if clock else 0.0
     prefill_runs: list[float] = []
     full_runs: list[float] = []
+    drafted = {"prefill": 0.0, "full": 0.0}  # the proposer's seconds in each kind of pass
     outs: Any = []
+
+    def drafter_now() -> float:
+        return clock["seconds"] if clock else 0.0
+
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        llm.generate(batch, sp(1), use_tqdm=False)  # one token: no inter-token latency observed, no draft
+        d0, t0 = drafter_now(), time.perf_counter()
+        llm.generate(batch, sp(1), use_tqdm=False)  # one token: no inter-token latency observed, no draft verified
         prefill_runs.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
+        # vLLM proposes after the prefill step too, drafts nothing will verify: the full pass does the same
+        # once, so its decode steps' drafting is the full pass's less the prefill pass's
+        drafted["prefill"] += drafter_now() - d0
+        d0, t0 = drafter_now(), time.perf_counter()
         outs = llm.generate(batch, sp(n_out), use_tqdm=False)
         full_runs.append(time.perf_counter() - t0)
+        drafted["full"] += drafter_now() - d0
     raw: dict[str, Any] = {"concurrency": conc, "context": context, "context_tokens": tokens, "output_tokens": n_out,
                            "repeats": repeats, "prefill_runs": prefill_runs, "full_runs": full_runs,
                            "prefill_s": min(prefill_runs), "full_s": min(full_runs),
@@ -340,7 +354,8 @@ def measure(llm: Any, meta: dict[str, Any], conc: int, context: str, tokens: int
         now = er.spec_metrics(llm)
         raw["spec"] = {k: now[k] - spec0[k] for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")}
     if clock:
-        raw["drafter_s"] = clock["seconds"] - drafted0
+        raw["drafter_s"] = drafted["full"] - drafted["prefill"]  # the decode steps' drafting, every pass
+        raw["drafter_prefill_s"] = drafted["prefill"]
     return raw
 
 

@@ -119,14 +119,15 @@ def test_every_recipe_parses_and_both_arrays_agree(tmp_path: Path, name: str) ->
     assert windows_split(ps_legacy_command_line(ps.array("$vllmArgsLegacy"))) == standard
 
 
-@pytest.mark.parametrize("name", ["gemma4-26b-a4b-nvfp4-dflash", "gemma4-26b-a4b-nvfp4-mtp"])
-def test_a_card_rows_script_parses_and_passes_the_rows_settings(tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize(("name", "context"), [("gemma4-26b-a4b-nvfp4-dflash", "24576"),
+                                               ("gemma4-26b-a4b-nvfp4-mtp", "32768")])
+def test_a_card_rows_script_parses_and_passes_the_rows_settings(tmp_path: Path, name: str, context: str) -> None:
     """`--set hardware.vram_gb=24` renders the recipe's 24 GB row: the arrays carry its settings, and the row's note
     (an apostrophe, parentheses, semicolons) sits in the header's comments without breaking the grammar."""
     ps = render_ps(tmp_path, name, "--set", "hardware.vram_gb=24")
     assert not ps.root.has_error and ps.errors() == []
     argv = ps.array("$vllmArgs")
-    for option, value in (("--max-model-len", "32768"), ("--max-num-batched-tokens", "2496"),
+    for option, value in (("--max-model-len", context), ("--max-num-batched-tokens", "2496"),
                           ("--gpu-memory-utilization", "0.9")):
         assert argv[argv.index(option) + 1] == value
     assert windows_split(ps_legacy_command_line(ps.array("$vllmArgsLegacy"))) == argv

@@ -205,15 +205,18 @@ class _StandInLLM:
     """vLLM's LLM as measure() uses it: generate() advances a clock by a scripted time per call and emits the asked
     number of tokens; get_metrics() shows the latency histogram and the draft counters those calls added."""
 
-    def __init__(self, durations: list[float], clock: list[float]) -> None:
+    def __init__(self, durations: list[float], clock: list[float], drafter: dict[str, float] | None = None) -> None:
         self.durations, self.clock, self.calls = list(durations), clock, []  # type: list[int]
         self.itl_count = self.itl_sum = self.drafts = 0.0
+        self.drafter = drafter  # the proposer's clock: 10 ms after every prefill step, 5 ms a decode step
 
     def generate(self, batch: list[Any], params: Any, use_tqdm: bool = False) -> list[Any]:
         n = params.max_tokens
         self.calls.append(n)
         spent = self.durations.pop(0)
         self.clock[0] += spent
+        if self.drafter is not None:
+            self.drafter["seconds"] += 0.010 + 0.005 * (n - 1)
         if n > 1:  # one latency observation and one draft per request per decode step
             self.itl_count += (n - 1) * len(batch)
             self.itl_sum += spent * len(batch)
@@ -252,3 +255,46 @@ def test_measure_repeats_the_passes_and_keeps_the_fastest(sc: ModuleType, meta: 
     assert raw["spec"]["num_drafts"] == 2 * 16 * 4 and raw["emitted"] == [17] * 4
     cell = sc.fold_cell("dflash", 8, raw, 8192)
     assert cell["steps_per_request"] == 16 and cell["step_wall_s"] == pytest.approx(0.8 / 16)
+
+
+def test_the_drafters_time_is_the_decode_steps_alone(sc: ModuleType, meta: dict[str, Any],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM proposes after a prefill step as well (drafts that a one-token request never verifies): the prefill
+    pass's drafting comes off the full pass's, so draft_s is the decode steps' drafting."""
+    import types
+
+    fake = types.ModuleType("vllm")
+    fake.SamplingParams = lambda **kw: types.SimpleNamespace(**kw)  # type: ignore[attr-defined]
+    inputs = types.ModuleType("vllm.inputs")
+    inputs.TokensPrompt = lambda **kw: kw  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+    clock = [0.0]
+    monkeypatch.setattr(sc.time, "perf_counter", lambda: clock[0])
+    drafter = {"seconds": 0.0, "calls": 0, "depth": 0}
+    llm = _StandInLLM([5.0, 0.2, 1.0, 0.2, 1.0], clock, drafter)
+    raw = sc.measure(llm, meta, 1, "long", 64, 17, True, drafter, repeats=2)
+    assert raw["drafter_prefill_s"] == pytest.approx(2 * 0.010)
+    assert raw["drafter_s"] == pytest.approx(2 * 16 * 0.005)  # not the warm-up's, not the prefill steps'
+    cell = sc.fold_cell("dflash", 8, raw, 8192)
+    assert cell["draft_s"] == pytest.approx(0.005) and cell["per_draft_s"] == pytest.approx(0.005 / 8)
+    assert cell["verify_s"] == pytest.approx(cell["step_s"] - 0.005)
+
+
+def test_a_ratio_is_of_steps_measured_alike(sc: ModuleType) -> None:
+    """20 x 420 tokens: the target's 8192-token steps cannot take every prompt at once (wall), a drafter run's
+    budget asked for more but vLLM schedules the same 8192 (its draft slots come on top): both wall, one ratio."""
+    target = {"variant": "target", "ok": True, "resolved": {"max_num_scheduled_tokens": 8192},
+              "engine_kwargs": {"max_num_batched_tokens": 8192}, "cells": [_raw(20, "mid", 3.0)]}
+    spec = {"variant": "dflash-15", "ok": True, "resolved": {"max_num_scheduled_tokens": 8192},
+            "engine_kwargs": {"max_num_batched_tokens": 8192 + 14 * 20},
+            "cells": [_raw(20, "mid", 3.5, drafts=63 * 20)]}
+    for run in (target, spec):
+        run["cells"][0]["context_tokens"] = 420
+    doc = sc.fold([target, spec])
+    assert [c["step_basis"] for c in doc["cells"]] == ["wall", "wall"]
+    assert doc["cells"][1]["step_ratio"] == pytest.approx(2.8 / 2.3)
+    # had the drafter run's asked-for budget decided, its latency would be divided by the target's wall
+    spec.pop("resolved")
+    mixed = sc.fold([target, spec])
+    assert mixed["cells"][1]["step_basis"] == "itl" and "step_ratio" not in mixed["cells"][1]
