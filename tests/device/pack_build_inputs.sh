@@ -6,6 +6,8 @@
 #   OUT/1/vllm-0.21.0.tar.gz   the pin's sdist, sha256-checked against patches/pins.yaml
 #   OUT/2/deps/      the CMake FetchContent dependencies as <name>.tar.xz, each a whole tree at the commit the
 #                    sdist's CMake names (media and docs left out), unpacked by fill_deps_cache.py on the device
+#   OUT/3/deps/      with DEEPGEMM_GIT and FMT_GIT set: DeepGEMM at the sdist's commit with its cutlass and fmt
+#                    submodules, for the compile-work benchmark's upstream configure (the plan builds none of it)
 # Usage: tests/device/pack_build_inputs.sh OUT CUTLASS_GIT FLASH_ATTN_GIT QUTLASS_GIT [REGISTRY_WHEEL]
 #   *_GIT: git directories holding those commits (clones or mirrors of the upstream repositories). Nothing runs
 #   from them: `git archive` of a commit, extracted as data.
@@ -57,22 +59,30 @@ extract() {  # GITDIR COMMIT DEST: the commit's files through a private index (n
     | GIT_INDEX_FILE=$idx git --git-dir="$1" --work-tree="$3" checkout-index --stdin
   rm -f "$idx"
 }
-pack() {  # NAME GITDIR COMMIT [SUBMODULE_PATH SUBMODULE_GITDIR SUBMODULE_COMMIT]
-  local name=$1 tmp
+pack() {  # PART NAME GITDIR COMMIT [SUBMODULE_PATH SUBMODULE_GITDIR SUBMODULE_COMMIT]...
+  local part=$1 name=$2 commit=$4 tmp
   tmp=$(mktemp -d)
-  extract "$2" "$3" "$tmp"
-  if [ $# -gt 3 ]; then
-    rm -rf "${tmp:?}/$4" && mkdir -p "$tmp/$4"
-    extract "$5" "$6" "$tmp/$4"
-  fi
-  tar -C "$tmp" -cf - . | xz -T0 -6 > "$out/2/deps/$name.tar.xz"
+  extract "$3" "$4" "$tmp"
+  shift 4
+  while [ $# -ge 3 ]; do
+    rm -rf "${tmp:?}/$1" && mkdir -p "$tmp/$1"
+    extract "$2" "$3" "$tmp/$1"
+    shift 3
+  done
+  mkdir -p "$out/$part/deps"
+  tar -C "$tmp" -cf - . | xz -T0 -6 > "$out/$part/deps/$name.tar.xz"
   rm -rf "$tmp"
-  echo "$name @ $3: $(du -h "$out/2/deps/$name.tar.xz" | cut -f1)"
+  echo "$name @ $commit: $(du -h "$out/$part/deps/$name.tar.xz" | cut -f1)"
 }
-pack cutlass "$cutlass" v4.4.2
-pack vllm-flash-attn "$fa" f5bc33cfc02c744d24a2e9d50e6db656de40611c csrc/cutlass "$cutlass" \
+pack 2 cutlass "$cutlass" v4.4.2
+pack 2 vllm-flash-attn "$fa" f5bc33cfc02c744d24a2e9d50e6db656de40611c csrc/cutlass "$cutlass" \
   62750a2b75c802660e4894434dc55e839f322277
-pack qutlass "$qutlass" 830d2c4537c7396e14a02a46fbddd18b5d107c65
+pack 2 qutlass "$qutlass" 830d2c4537c7396e14a02a46fbddd18b5d107c65
+if [ -n "${DEEPGEMM_GIT:-}" ]; then  # the commits deepgemm.cmake and DeepGEMM's own submodule entries name
+  pack 3 deepgemm "$DEEPGEMM_GIT" 891d57b4db1071624b5c8fa0d1e51cb317fa709f \
+    third-party/cutlass "$cutlass" f3fde58372d33e9a5650ba7b80fc48b3b49d40c8 \
+    third-party/fmt "${FMT_GIT:?FMT_GIT: DeepGEMM needs its fmt submodule}" 553ec11ec06fbe0beebfbb45f9dc3c9eabd83d28
+fi
 if [ -n "$regwheel" ]; then
   wsha=$("$py" -c "import yaml; p=yaml.safe_load(open('$here/patches/pins.yaml'))['pins']['$pin']; print(p['wheels']['manylinux_x86_64']['sha256'])")
   echo "$wsha  $regwheel" | sha256sum -c - >/dev/null || { echo "$regwheel: not the pin's registry wheel" >&2; exit 4; }
@@ -81,4 +91,4 @@ if [ -n "$regwheel" ]; then
   tar -C "$tmp" -cf - . | xz -6 > "$out/2/deps/flashmla.tar.xz" && rm -rf "$tmp"
   echo "flashmla: the interface file of $(basename "$regwheel")"
 fi
-du -sh "$out"/1 "$out"/2
+du -sh "$out"/[123]
