@@ -98,6 +98,17 @@ def _load(path: Path, name: str) -> types.ModuleType:
     return module
 
 
+def widened(text: str, max_query: int) -> str:
+    """The kernel file's source with the 3D kernel allowed for up to ``max_query`` query tokens a request, where
+    its segment buffers hold a row for every query token (else the 2D kernel, as released); ValueError where the
+    released condition is not there once (another release's dispatch)."""
+    if text.count(GATE) != 1:
+        raise ValueError(f"expected the condition {GATE.strip()!r} once, found it {text.count(GATE)} times: this "
+                         "tree's kernel dispatch is not 0.21.0's")
+    indent = text[: text.index(GATE)].rsplit("\n", 1)[1]
+    return text.replace(GATE, f"or max_seqlen_q > {max_query}\n{indent}or q.shape[0] > softmax_segm_output.shape[0]\n")
+
+
 def load_kernels(source: Path, work: Path) -> dict[str, types.ModuleType]:
     """The kernel file as released and with the 3D kernel allowed up to MAX_3D_QUERY query tokens a request."""
     _stub_vllm()
@@ -105,14 +116,15 @@ def load_kernels(source: Path, work: Path) -> dict[str, types.ModuleType]:
     if not (source / KERNEL_FILE).is_file():
         _refuse(f"{source / KERNEL_FILE}: not found: expected a vLLM source tree")
     text = (source / KERNEL_FILE).read_text(encoding="utf-8")
-    if text.count(GATE) != 1:
-        _refuse(f"{source / KERNEL_FILE}: expected the condition {GATE.strip()!r} once, found it "
-                f"{text.count(GATE)} times: this tree's kernel dispatch is not 0.21.0's")
+    try:
+        wide = widened(text, MAX_3D_QUERY)
+    except ValueError as exc:
+        _refuse(f"{source / KERNEL_FILE}: {exc}")
     released = work / "unified_released.py"
-    widened = work / "unified_3d_verify.py"
+    wider = work / "unified_3d_verify.py"
     released.write_text(text, encoding="utf-8")
-    widened.write_text(text.replace(GATE, f"or max_seqlen_q > {MAX_3D_QUERY}\n"), encoding="utf-8")
-    return {"released": _load(released, "g4_unified_released"), "3d": _load(widened, "g4_unified_3d_verify")}
+    wider.write_text(wide, encoding="utf-8")
+    return {"released": _load(released, "g4_unified_released"), "3d": _load(wider, "g4_unified_3d_verify")}
 
 
 def make_batch(shape: str, seqs: int, query: int, context: int, dtype: torch.dtype, device: str,
@@ -159,9 +171,9 @@ def reference(b: dict[str, Any]) -> torch.Tensor:
 
 
 def buffers(b: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The 3D kernel's segment buffers, one row per query token (vLLM 0.21.0 sizes them for one token a request),
-    NaN until the 3D kernel writes them."""
-    rows, device = b["q"].shape[0], b["q"].device
+    """The 3D kernel's segment buffers, a row per query token unless the batch says fewer (``buffer_rows``: vLLM
+    0.21.0 sizes them for one token a request), NaN until the 3D kernel writes them."""
+    rows, device = b.get("buffer_rows") or b["q"].shape[0], b["q"].device
     padded = 1 << (b["head"] - 1).bit_length()
     nan = float("nan")
     return (torch.full((rows, b["heads"], SEGMENTS, padded), nan, dtype=torch.float32, device=device),
@@ -213,6 +225,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         rows = []
         for query in args.queries:
             b = make_batch(args.shape, args.seqs, query, args.context, dtype, args.device)
+            b["buffer_rows"] = args.buffer_rows
             ref = reference(b)
             row: dict[str, Any] = {"shape": args.shape, "seqs": args.seqs, "query": query, "context": args.context}
             outs = {}
@@ -262,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--context", type=int, default=300)
     ap.add_argument("--seqs", type=int, default=2)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--buffer-rows", type=int, default=0,
+                    help="segment buffer rows (default: one per query token); fewer keep the widened dispatch on 2D")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.context < MAX_3D_QUERY + 7 * args.seqs:

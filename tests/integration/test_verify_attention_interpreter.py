@@ -52,3 +52,63 @@ def test_a_tree_without_the_released_condition_is_refused() -> None:
     assert proc.returncode == 2 and "is not 0.21.0's" in proc.stderr
     missing = _run(Path(__file__).parent, "--queries", "4")  # no vLLM here at all
     assert missing.returncode == 2 and "expected a vLLM source tree" in missing.stderr
+
+
+def test_the_widened_dispatch_keeps_2d_where_the_buffers_lack_rows() -> None:
+    """vLLM 0.21.0 sizes the segment buffers for one query token a request: where a verification has more rows than
+    they hold, the widened dispatch keeps the released 2D kernel rather than write past them."""
+    proc = _run(patched_tree("vllm-0.21.0"), "--queries", "1,4", "--context", "100", "--buffer-rows", "4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(proc.stdout)["rows"]
+    assert [(r["query"], r["3d_kernel"]) for r in rows] == [(1, "3d"), (4, "2d")]  # 2 requests x 4 rows > 4
+
+
+def test_the_widened_source_of_each_pin_that_has_the_gate() -> None:
+    """The text step_costs.py --verify-split-kv loads in vLLM's place: the released condition replaced, the buffer
+    guard beside it at the same indentation, valid Python; 0.33.0, whose own bound replaced the gate, is refused."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rva_under_test", SCRIPT)
+    assert spec and spec.loader
+    rva = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rva)
+    for pin in ("vllm-0.21.0", "vllm-0.26.0", "vllm-0.29.0"):
+        text = (patched_tree(pin) / rva.KERNEL_FILE).read_text(encoding="utf-8")
+        wide = rva.widened(text, 16)
+        ast.parse(wide)
+        assert "or max_seqlen_q > 1\n" not in wide and wide.count("or max_seqlen_q > 16\n") == 1
+        guard = next(line for line in wide.splitlines() if "softmax_segm_output.shape[0]" in line)
+        gate = next(line for line in wide.splitlines() if "or max_seqlen_q > 16" in line)
+        assert len(guard) - len(guard.lstrip()) == len(gate) - len(gate.lstrip())
+    with pytest.raises(ValueError, match=r"not 0\.21\.0's"):
+        rva.widened((sdist_tree("vllm-0.33.0") / rva.KERNEL_FILE).read_text(encoding="utf-8"), 16)
+
+
+def test_step_costs_gives_tritons_backend_the_widened_attention(tmp_path: Path) -> None:
+    """step_costs.py --verify-split-kv: in a process whose vLLM is the pinned tree's kernel file (the rest stubbed
+    as run_verify_attention.py stubs it), TRITON_ATTN's backend module calls the widened unified_attention."""
+    tree = patched_tree("vllm-0.21.0")
+    probe = f"""
+import sys, types, importlib.util
+from pathlib import Path
+sys.path.insert(0, {str(SCRIPT.parent)!r}); sys.path.insert(0, {str(SCRIPT.parent / "e2e")!r})
+import run_verify_attention as rva
+rva._stub_vllm()
+rva._load(Path({str(tree)!r}) / rva.HELPERS_FILE, "vllm.v1.attention.ops.triton_attention_helpers")
+ops = rva._load(Path({str(tree)!r}) / rva.KERNEL_FILE, "vllm.v1.attention.ops.triton_unified_attention")
+backend = types.ModuleType("vllm.v1.attention.backends.triton_attn")
+backend.unified_attention = ops.unified_attention
+sys.modules["vllm.v1.attention.backends"] = rva._package("vllm.v1.attention.backends")
+sys.modules[backend.__name__] = backend
+import step_costs
+path = step_costs.install_verify_split(16)
+import inspect
+src = inspect.getsource(backend.unified_attention)
+print(backend.unified_attention is not ops.unified_attention, "max_seqlen_q > 16" in src,
+      "max_seqlen_q > 1\\n" not in src, Path(path).is_file())
+"""
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["True", "True", "True", "True"]

@@ -47,7 +47,8 @@
 #                  $stage/acc/fit-RECIPE-CARD[-$G4E2E_FIT_LABEL].json; more card_fit.py arguments in G4E2E_FIT_ARGS)
 #   cost:VARIANT   step costs of real_size.py's 26B-A4B shapes with random weights, VARIANT target, dflash-K or
 #                  mtp-K (step_costs.py run; results $stage/acc/cost-VARIANT[-$G4E2E_COST_LABEL].json; more
-#                  step_costs.py arguments in G4E2E_COST_ARGS, e.g. --mtp-folder mtp-standin); fold them here
+#                  step_costs.py arguments in G4E2E_COST_ARGS, e.g. --mtp-folder mtp-standin); fold them here;
+#                  cost:VARIANT:LABEL names the result cost-VARIANT-LABEL and adds G4E2E_COST_ARGS_<LABEL>
 #   serve:RECIPE:DRAFTER  render RECIPE's bash launch script with `g4build recipe render`, run it, talk to the
 #                  `vllm serve` it starts (serve_route.py; results in $stage/acc/serve-DRAFTER.json)
 #
@@ -446,13 +447,18 @@ fit_run() {  # RECIPE CARD_GIB: RECIPE's launch script in the card's share of th
   tail -4 "$stage/logs/$name.log"
 }
 
-cost_run() {  # VARIANT: step costs of the real-size target, alone or with a drafter (step_costs.py, issue 52)
-  local variant=$1 rc=0 kv name=cost-$1${G4E2E_COST_LABEL:+-$G4E2E_COST_LABEL}
+cost_run() {  # VARIANT [LABEL]: step costs of the real-size target, alone or with a drafter (step_costs.py, issue 52)
+  # LABEL (letters and digits): the result's suffix instead of G4E2E_COST_LABEL, and G4E2E_COST_ARGS_<LABEL>'s
+  # arguments after G4E2E_COST_ARGS', so one chain runs variants of one variant
+  local variant=$1 label=${2:-${G4E2E_COST_LABEL:-}} rc=0 kv
+  [[ $label =~ ^[A-Za-z0-9]*$ ]] || { echo "cost: label '$label': letters and digits only"; return 2; }
+  local name=cost-$variant${label:+-$label} more=G4E2E_COST_ARGS_$label
   [ -d "$stage/patched" ] || { echo "cost: overlaid wheel not installed (run prepare first)"; return 7; }
   [ -f "$stage/real/meta.json" ] || "$py" "$here/real_size.py" "$stage/real" || return 7
   mkdir -p "$stage/acc" "$stage/logs"
   local -a extra=()
   for kv in ${G4E2E_COST_ARGS:-}; do extra+=("$kv"); done  # e.g. --mtp-folder mtp-standin --concurrency 1,8
+  if [ -n "${2:-}" ]; then for kv in ${!more:-}; do extra+=("$kv"); done; fi
   say "step costs: $variant"
   PYTHONPATH=$(runpath patched "$here") timeout -k 20 "$run_limit" "$py" "$here/step_costs.py" run \
     --variant "$variant" --models "$stage/real" --json "$stage/acc/$name.json" "${extra[@]}" \
@@ -543,6 +549,7 @@ for s in "$@"; do
     serve-deps) step_serve_deps || { echo "step serve-deps failed ($?)"; status=1; } ;;
     serve:*:*) v=${s#serve:}; serve_run "${v%%:*}" "${v#*:}" ;;
     fit:*:*) v=${s#fit:}; fit_run "${v%%:*}" "${v#*:}" ;;
+    cost:*:*) v=${s#cost:}; cost_run "${v%%:*}" "${v#*:}" || { echo "step $s failed ($?)"; status=1; } ;;
     cost:*) cost_run "${s#cost:}" || { echo "step $s failed ($?)"; status=1; } ;;
     acc:*:*) v=${s#acc:}; acc_run "${v%%:*}" "${v#*:}" ;;
     *) echo "unknown step $s"; exit 2 ;;

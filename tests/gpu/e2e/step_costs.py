@@ -4,6 +4,7 @@
                            [--contexts short=512,long=16384] [--output-tokens 64] [--repeats 2]
                            [--gpu-memory-utilization 0.9]
                            [--quantization NAME] [--mtp-folder mtp|mtp-standin] [--eager] [--time-drafter]
+                           [--in-process] [--verify-split-kv Q]
   python step_costs.py fold RUN.json [RUN.json ...] --json OUT
 
 VARIANT is target, dflash-K or mtp-K (the issue's set: target, dflash-3, dflash-8, dflash-15, mtp-2, mtp-4), one
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import random
@@ -115,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     run_p.add_argument("--mtp-folder", default="mtp", choices=("mtp", "mtp-standin"))
     run_p.add_argument("--eager", action="store_true", help="no torch.compile, no CUDA graphs (faster start)")
     run_p.add_argument("--time-drafter", action="store_true", help="bracket the proposer with CUDA syncs")
+    run_p.add_argument("--in-process", action="store_true",
+                       help="the engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), as --time-drafter "
+                            "and --verify-split-kv need: run it for the plain runs beside them")
+    run_p.add_argument("--verify-split-kv", type=int, default=0, metavar="Q",
+                       help="an experiment: TRITON_ATTN's split-KV kernel for up to Q query tokens a request "
+                            "(0.21.0 takes it for one), the target's verification included (run_verify_attention.py)")
     fold_p = sub.add_parser("fold", help="fold run JSONs into step costs per cell")
     fold_p.add_argument("runs", type=Path, nargs="+")
     fold_p.add_argument("--json", type=Path, required=True)
@@ -315,6 +323,28 @@ def install_draft_timer() -> dict[str, float]:
     return clock
 
 
+def install_verify_split(max_query: int) -> str:
+    """Give TRITON_ATTN the unified attention whose split-KV kernel takes up to ``max_query`` query tokens a request
+    where its buffers hold them (run_verify_attention.widened; the CPU interpreter shows it computes the same
+    attention), in this process: returns the file it loaded."""
+    import tempfile
+
+    sys.path.insert(0, str(HERE.parent))
+    rva = importlib.import_module("run_verify_attention")
+    backend = importlib.import_module("vllm.v1.attention.backends.triton_attn")
+    ops = importlib.import_module("vllm.v1.attention.ops.triton_unified_attention")
+    path = Path(tempfile.mkdtemp(prefix="g4-verify-split-")) / "triton_unified_attention_verify_split.py"
+    path.write_text(rva.widened(Path(ops.__file__).read_text(encoding="utf-8"), max_query), encoding="utf-8")
+    name = "vllm.v1.attention.ops.triton_unified_attention_verify_split"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    backend.unified_attention = module.unified_attention
+    return str(path)
+
+
 def measure(llm: Any, meta: dict[str, Any], conc: int, context: str, tokens: int, n_out: int, spec: bool,
             clock: dict[str, float] | None, repeats: int = 1) -> dict[str, Any]:
     vllm = importlib.import_module("vllm")  # Any: vLLM ships no stubs, and is absent where this is linted
@@ -368,8 +398,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               "quantization": args.quantization, "eager": args.eager}
     for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_NO_USAGE_STATS"):
         os.environ.setdefault(key, "1")
-    if args.time_drafter:
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the proposer must run in this process to be timed
+    if args.time_drafter or args.in_process or args.verify_split_kv:
+        # the proposer must run in this process to be timed, the attention's dispatch to be replaced
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    result["in_process"] = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+    result["verify_split_kv"] = args.verify_split_kv
     kw = engine_kwargs(args, meta)
     result["engine_kwargs"] = dict(kw)
     with er.Tee(args.json.with_suffix(".log")) as tee:
@@ -377,6 +410,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             result["versions"] = er.versions()
             clock = install_draft_timer() if args.time_drafter and method != "target" else None
+            if args.verify_split_kv:
+                result["verify_split_kv_source"] = install_verify_split(args.verify_split_kv)
             LLM = importlib.import_module("vllm").LLM
 
             result["stage"] = "engine_start"

@@ -210,3 +210,29 @@ def test_a_step_cost_run_without_the_overlaid_wheel_names_what_is_missing(tmp_pa
     assert not (tmp_path / "stage" / "acc" / "cost-dflash-8.json").exists()
     unknown = _step(tmp_path, "costs:dflash-8", pin="vllm-0.21.0")
     assert unknown.returncode == 2 and "unknown step costs:dflash-8" in unknown.stdout
+
+
+def test_a_labelled_cost_step_adds_its_own_arguments(tmp_path: Path) -> None:
+    """cost:VARIANT:LABEL: one background chain runs one variant two ways (the released attention and the split
+    one): the label names the result and adds G4E2E_COST_ARGS_<LABEL> after the chain's G4E2E_COST_ARGS."""
+    stage = tmp_path / "stage"
+    (stage / "patched").mkdir(parents=True)
+    (stage / "real").mkdir()
+    (stage / "real" / "meta.json").write_text("{}")
+    fake = tmp_path / "python3"  # stands in for step_costs.py: records its arguments
+    fake.write_text('#!/usr/bin/env bash\necho "ARGS=$*" >> "$(dirname "$0")/calls"\n')
+    fake.chmod(0o755)
+    env = dict(os.environ, G4E2E_STAGE=str(stage), G4E2E_PIN="vllm-0.21.0", PYTHON=str(fake),
+               G4E2E_COST_ARGS="--in-process --concurrency 1", G4E2E_COST_ARGS_split="--verify-split-kv 16")
+    env.pop("OUT", None)
+    done = subprocess.run(["bash", str(E2E / "run_e2e.sh"), "cost:dflash-8:inproc", "cost:dflash-8:split"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert len(calls) == 2
+    assert "acc/cost-dflash-8-inproc.json --in-process --concurrency 1" in calls[0]
+    assert calls[0].endswith("--concurrency 1") and "--verify-split-kv" not in calls[0]
+    assert "acc/cost-dflash-8-split.json --in-process --concurrency 1 --verify-split-kv 16" in calls[1]
+    bad = subprocess.run(["bash", str(E2E / "run_e2e.sh"), "cost:dflash-8:no-dash"], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 1 and "letters and digits only" in bad.stdout
