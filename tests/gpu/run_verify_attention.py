@@ -279,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="segment buffer rows (default: one per query token); fewer keep the widened dispatch on 2D")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.buffer_rows < 0:
+        ap.error(f"--buffer-rows {args.buffer_rows}: expected 0 (a row per query token) or more")
     if args.context < MAX_3D_QUERY + 7 * args.seqs:
         ap.error(f"--context {args.context}: too short for {args.seqs} requests of {MAX_3D_QUERY} queries")
     result = run(args)

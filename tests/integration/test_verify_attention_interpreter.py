@@ -6,6 +6,7 @@ whether it is faster; the series would need no kernel change, only the dispatch 
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -66,7 +67,6 @@ def test_the_widened_dispatch_keeps_2d_where_the_buffers_lack_rows() -> None:
 def test_the_widened_source_of_each_pin_that_has_the_gate() -> None:
     """The text step_costs.py --verify-split-kv loads in vLLM's place: the released condition replaced, the buffer
     guard beside it at the same indentation, valid Python; 0.33.0, whose own bound replaced the gate, is refused."""
-    import ast
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("rva_under_test", SCRIPT)
@@ -87,7 +87,8 @@ def test_the_widened_source_of_each_pin_that_has_the_gate() -> None:
 
 def test_step_costs_gives_tritons_backend_the_widened_attention(tmp_path: Path) -> None:
     """step_costs.py --verify-split-kv: in a process whose vLLM is the pinned tree's kernel file (the rest stubbed
-    as run_verify_attention.py stubs it), TRITON_ATTN's backend module calls the widened unified_attention."""
+    as run_verify_attention.py stubs it), TRITON_ATTN's backend module calls the widened unified_attention: a
+    verification of 4 tokens through it takes the split kernel, and the run's counts say so."""
     tree = patched_tree("vllm-0.21.0")
     probe = f"""
 import sys, types, importlib.util
@@ -101,14 +102,18 @@ backend = types.ModuleType("vllm.v1.attention.backends.triton_attn")
 backend.unified_attention = ops.unified_attention
 sys.modules["vllm.v1.attention.backends"] = rva._package("vllm.v1.attention.backends")
 sys.modules[backend.__name__] = backend
-import step_costs
-path = step_costs.install_verify_split(16)
-import inspect
-src = inspect.getsource(backend.unified_attention)
+import step_costs, torch
+path, counts = step_costs.install_verify_split(16)
+src = Path(path).read_text()
+b = rva.make_batch("small", 2, 4, 100, torch.float32, "cpu")
+out, segm = torch.zeros_like(b["q"]), rva.buffers(b)
+rva.launch(types.SimpleNamespace(unified_attention=backend.unified_attention), b, out, segm)
 print(backend.unified_attention is not ops.unified_attention, "max_seqlen_q > 16" in src,
-      "max_seqlen_q > 1\\n" not in src, Path(path).is_file())
+      "max_seqlen_q > 1\\n" not in src, rva.kernel_seen(segm), counts)
 """
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "TRITON_INTERPRET": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == ["True", "True", "True", "True"]
+    words = proc.stdout.split(maxsplit=4)
+    assert words[:4] == ["True", "True", "True", "3d"], proc.stdout  # a verification through the backend: split
+    assert ast.literal_eval(words[4]) == {"calls": 1, "verify_calls": 1, "verify_calls_eligible": 1}

@@ -133,7 +133,7 @@ def published(fold: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for fig in PUBLISHED:
         c = cell.get((fig["method"], fig["k"]))
-        row = {k: v for k, v in fig.items()}
+        row = dict(fig)
         if not c or not c.get("step_ratio"):
             row["verdict"] = "not measured: no run of this variant at concurrency 1, short context"
         elif fig["tau"] is not None:

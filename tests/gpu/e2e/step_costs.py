@@ -43,6 +43,7 @@ Heavy imports (vllm, torch) happen inside run(), so --help, the argument parsing
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import importlib.util
 import json
@@ -194,8 +195,8 @@ def itl_is_clean(conc: int, tokens: int, budget: int | None) -> bool:
 
 
 def fold_cell(method: str, k: int, raw: dict[str, Any], budget: int | None = None) -> dict[str, Any]:
-    """Time per step of one cell from its raw record (see measure()); ``budget``: the run's
-    max_num_batched_tokens, which decides whether vLLM's inter-token latency is the cell's step (itl_is_clean)."""
+    """Time per step of one cell from its raw record (see measure()); ``budget``: the tokens the run's scheduler
+    puts in a step, which decides whether vLLM's inter-token latency is the cell's step (itl_is_clean)."""
     conc, n_out = int(raw["concurrency"]), int(raw["output_tokens"])
     repeats = int(raw.get("repeats") or 1)
     decode_s = raw["full_s"] - raw["prefill_s"]
@@ -243,6 +244,11 @@ def fold(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Every run's cells folded, and each speculative step's ratio to the target's in the same cell."""
     cells: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
+    variants = [run["variant"] for run in runs]
+    twice = sorted({v for v in variants if variants.count(v) > 1})
+    if twice:  # one cell a variant: a second run (another label, another attention) is a fold of its own
+        raise ValueError(f"two runs of {', '.join(twice)}: fold each way of running a variant on its own, with "
+                         "its own target run")
     for run in runs:
         method, k = parse_variant(run["variant"])
         if not run.get("ok"):
@@ -323,10 +329,13 @@ def install_draft_timer() -> dict[str, float]:
     return clock
 
 
-def install_verify_split(max_query: int) -> str:
+def install_verify_split(max_query: int) -> tuple[str, dict[str, int]]:
     """Give TRITON_ATTN the unified attention whose split-KV kernel takes up to ``max_query`` query tokens a request
     where its buffers hold them (run_verify_attention.widened; the CPU interpreter shows it computes the same
-    attention), in this process: returns the file it loaded."""
+    attention), in this process. Returns the file it loaded and its calls as they come (CUDA graph captures and
+    eager steps; a replayed graph calls no Python): every call, those with more than one query token a request,
+    and those of them the widened dispatch may send to the split kernel (few enough query tokens, request rows
+    and requests for its buffers and threshold), so that a run shows whether the experiment reached a kernel."""
     import tempfile
 
     sys.path.insert(0, str(HERE.parent))
@@ -341,8 +350,21 @@ def install_verify_split(max_query: int) -> str:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
-    backend.unified_attention = module.unified_attention
-    return str(path)
+    counts = {"calls": 0, "verify_calls": 0, "verify_calls_eligible": 0}
+    widened_attention = module.unified_attention
+
+    def counted(*a: Any, **kw: Any) -> Any:
+        counts["calls"] += 1
+        if int(kw.get("max_seqlen_q", 1)) > 1:
+            counts["verify_calls"] += 1
+            segm, threshold = kw.get("softmax_segm_output"), kw.get("seq_threshold_3D")
+            if (segm is not None and threshold is not None and kw["max_seqlen_q"] <= max_query
+                    and kw["q"].shape[0] <= segm.shape[0] and len(kw["seqused_k"]) <= threshold):
+                counts["verify_calls_eligible"] += 1
+        return widened_attention(*a, **kw)
+
+    backend.unified_attention = counted
+    return str(path), counts
 
 
 def measure(llm: Any, meta: dict[str, Any], conc: int, context: str, tokens: int, n_out: int, spec: bool,
@@ -379,7 +401,12 @@ def measure(llm: Any, meta: dict[str, Any], conc: int, context: str, tokens: int
                            "repeats": repeats, "prefill_runs": prefill_runs, "full_runs": full_runs,
                            "prefill_s": min(prefill_runs), "full_s": min(full_runs),
                            "itl": hist_delta(itl0, read_itl(llm)),
-                           "emitted": [len(o.outputs[0].token_ids) for o in outs]}
+                           "emitted": [len(o.outputs[0].token_ids) for o in outs],
+                           # the last full pass's greedy tokens: equal across two ways of running a variant (the
+                           # released and the split attention), the two computed the same; unequal proves nothing
+                           # by itself (bf16 rounding may flip a near tie of random weights)
+                           "outputs_sha256": hashlib.sha256(json.dumps(
+                               [list(o.outputs[0].token_ids) for o in outs]).encode()).hexdigest()}
     if spec:
         now = er.spec_metrics(llm)
         raw["spec"] = {k: now[k] - spec0[k] for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")}
@@ -411,7 +438,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["versions"] = er.versions()
             clock = install_draft_timer() if args.time_drafter and method != "target" else None
             if args.verify_split_kv:
-                result["verify_split_kv_source"] = install_verify_split(args.verify_split_kv)
+                result["verify_split_kv_source"], split_calls = install_verify_split(args.verify_split_kv)
+                result["verify_split_kv_calls"] = split_calls  # the same dict: filled in as the engine runs
             LLM = importlib.import_module("vllm").LLM
 
             result["stage"] = "engine_start"

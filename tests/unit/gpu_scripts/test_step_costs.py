@@ -4,6 +4,7 @@ prompts, vLLM's histograms and the folding of runs into time per step, without v
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
@@ -232,10 +233,9 @@ class _StandInLLM:
                 _Metric("vllm:spec_decode_num_accepted_tokens", value=0)]
 
 
-def test_measure_repeats_the_passes_and_keeps_the_fastest(sc: ModuleType, meta: dict[str, Any],
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """measure() against a stand-in shaped like vLLM's LLM: a warm-up, then prefill and full passes --repeats
-    times; the slow second prefill pass (a hiccup) does not decide the cell."""
+@pytest.fixture
+def clock(sc: ModuleType, monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """vLLM's two names measure() imports, as plain stand-ins, and the clock it reads (advanced by _StandInLLM)."""
     import types
 
     fake = types.ModuleType("vllm")
@@ -244,8 +244,15 @@ def test_measure_repeats_the_passes_and_keeps_the_fastest(sc: ModuleType, meta: 
     inputs.TokensPrompt = lambda **kw: kw  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "vllm", fake)
     monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
-    clock = [0.0]
-    monkeypatch.setattr(sc.time, "perf_counter", lambda: clock[0])
+    now = [0.0]
+    monkeypatch.setattr(sc.time, "perf_counter", lambda: now[0])
+    return now
+
+
+def test_measure_repeats_the_passes_and_keeps_the_fastest(sc: ModuleType, meta: dict[str, Any],
+                                                          clock: list[float]) -> None:
+    """measure() against a stand-in shaped like vLLM's LLM: a warm-up, then prefill and full passes --repeats
+    times; the slow second prefill pass (a hiccup) does not decide the cell."""
     llm = _StandInLLM([5.0, 0.2, 1.0, 0.9, 1.05], clock)  # warm-up, (prefill, full) x 2
     raw = sc.measure(llm, meta, 4, "short", 64, 17, True, None, repeats=2)
     assert llm.calls == [4, 1, 17, 1, 17]
@@ -253,24 +260,15 @@ def test_measure_repeats_the_passes_and_keeps_the_fastest(sc: ModuleType, meta: 
     assert (raw["prefill_s"], raw["full_s"], raw["repeats"]) == (pytest.approx(0.2), pytest.approx(1.0), 2)
     assert raw["itl"]["count"] == 2 * 16 * 4  # the warm-up's latencies are not the cell's
     assert raw["spec"]["num_drafts"] == 2 * 16 * 4 and raw["emitted"] == [17] * 4
+    assert raw["outputs_sha256"] == hashlib.sha256(json.dumps([[0] * 17] * 4).encode()).hexdigest()
     cell = sc.fold_cell("dflash", 8, raw, 8192)
     assert cell["steps_per_request"] == 16 and cell["step_wall_s"] == pytest.approx(0.8 / 16)
 
 
 def test_the_drafters_time_is_the_decode_steps_alone(sc: ModuleType, meta: dict[str, Any],
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+                                                     clock: list[float]) -> None:
     """vLLM proposes after a prefill step as well (drafts that a one-token request never verifies): the prefill
     pass's drafting comes off the full pass's, so draft_s is the decode steps' drafting."""
-    import types
-
-    fake = types.ModuleType("vllm")
-    fake.SamplingParams = lambda **kw: types.SimpleNamespace(**kw)  # type: ignore[attr-defined]
-    inputs = types.ModuleType("vllm.inputs")
-    inputs.TokensPrompt = lambda **kw: kw  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "vllm", fake)
-    monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
-    clock = [0.0]
-    monkeypatch.setattr(sc.time, "perf_counter", lambda: clock[0])
     drafter = {"seconds": 0.0, "calls": 0, "depth": 0}
     llm = _StandInLLM([5.0, 0.2, 1.0, 0.2, 1.0], clock, drafter)
     raw = sc.measure(llm, meta, 1, "long", 64, 17, True, drafter, repeats=2)
@@ -298,3 +296,11 @@ def test_a_ratio_is_of_steps_measured_alike(sc: ModuleType) -> None:
     spec.pop("resolved")
     mixed = sc.fold([target, spec])
     assert mixed["cells"][1]["step_basis"] == "itl" and "step_ratio" not in mixed["cells"][1]
+
+
+def test_two_runs_of_one_variant_are_two_folds(sc: ModuleType) -> None:
+    """A labelled chain runs dflash-8 with the released and the split attention: folded together, one would stand
+    for the other's cells; the fold refuses and says to fold each way on its own."""
+    run = {"variant": "dflash-8", "ok": True, "cells": [_raw(1, "short", 1.0, drafts=63)]}
+    with pytest.raises(ValueError, match="two runs of dflash-8"):
+        sc.fold([run, dict(run)])

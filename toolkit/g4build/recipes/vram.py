@@ -37,9 +37,9 @@ RUNTIME_MEASURED: dict[str, tuple[tuple[int, float], ...]] = {  # (max-num-batch
 }
 CUDA_GRAPH_GIB = {"dflash": 0.89, "mtp": 0.19}
 RUNTIME_FALLBACK = "dflash"
-# What vLLM loaded beyond the parameters' bytes, the same on every card and context in those runs (its buffers,
-# such as the rotary tables; `stand_in_residual_gib`): with it the rule's KV room is vLLM's available KV cache
-# within 0.02 GiB in every run that reports one.
+# What vLLM loaded beyond the parameters' bytes, the same on every card and context in those runs
+# (`stand_in_residual_gib`; not itemised: what the model registers beside its weights, its rotary tables among
+# them): with it the rule's KV room is vLLM's available KV cache within 0.02 GiB in every run that reports one.
 LOADED_BEYOND_WEIGHTS_GIB = {"dflash": 0.44, "mtp": 0.38}
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
 MIN_SUGGESTED_CONTEXT = 4096  # a suggestion that leaves less than this is no suggestion
@@ -91,12 +91,14 @@ def loaded_beyond_gib(method: str | None) -> float:
     return LOADED_BEYOND_WEIGHTS_GIB.get(str(method), LOADED_BEYOND_WEIGHTS_GIB[RUNTIME_FALLBACK])
 
 
+RUNTIME_NAMES = {"dflash": "DFlash", "mtp": "MTP"}  # RUNTIME_MEASURED's methods as the rule's message names them
+
+
 def runtime_basis(method: str | None) -> str:
     """Whose profile runtime_gib charged, for the rule's message."""
-    names = {"dflash": "DFlash", "mtp": "MTP"}
     if method in RUNTIME_MEASURED:
-        return f"vLLM's profile of the 26B {names.get(str(method), method)} recipe"
-    return f"vLLM's profile of the 26B {names[RUNTIME_FALLBACK]} recipe, the largest measured"
+        return f"vLLM's profile of the 26B {RUNTIME_NAMES[str(method)]} recipe"
+    return f"vLLM's profile of the 26B {RUNTIME_NAMES[RUNTIME_FALLBACK]} recipe, the largest measured"
 
 
 def _suggest(kinds: list[LayerKind], weights: float, vram: float, util: float, batched: int, dtype_bytes: int,
