@@ -48,8 +48,12 @@ CONFIGS = ("upstream", "plan")
 
 def family_of(unit: CompileUnit, build: Path) -> str:
     """``target:folder`` with the folder relative to the tree (or dependency) the source comes from."""
-    src = Path(unit.source)
-    parent = src.parent
+    return family_from(unit.target, unit.source)
+
+
+def family_from(target: str, source: str) -> str:
+    """:func:`family_of` for a target and a source path (a .ninja_log's object path gives both)."""
+    parent = Path(source).parent
     for marker in ("csrc", "hopper", "flash_attn"):  # vLLM's and its dependencies' source roots
         parts = parent.parts
         if marker in parts:
@@ -57,7 +61,7 @@ def family_of(unit: CompileUnit, build: Path) -> str:
             break
     else:
         parent = Path(parent.name)
-    return f"{unit.target}:{parent.as_posix()}"
+    return f"{target}:{parent.as_posix()}"
 
 
 def proxy_items(unit: CompileUnit) -> int:
@@ -84,8 +88,10 @@ def families(units: Iterable[CompileUnit], build: Path) -> dict[str, list[Compil
 
 
 def compile_work(fams: dict[str, dict[str, list[CompileUnit]]], times: dict[str, dict[str, float]] | None,
-                 ) -> dict[str, Any]:
-    """Per configuration: units, proxy items and (with times) estimated seconds, per family and in total."""
+                 timed_out: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
+    """Per configuration: units, proxy items and (with times) estimated seconds, per family and in total. A family
+    whose sample ran past the timeout counts each unit at the timeout (a floor: the family took longer), not at the
+    configuration's mean."""
     out: dict[str, Any] = {}
     for cfg, by_family in fams.items():
         sampled = [t for fam_times in (times or {}).values() if (t := fam_times.get(cfg)) is not None]
@@ -93,16 +99,19 @@ def compile_work(fams: dict[str, dict[str, list[CompileUnit]]], times: dict[str,
         rows = {}
         for fam, units in by_family.items():
             mean = (times or {}).get(fam, {}).get(cfg)
-            per_unit = mean if mean is not None else fallback
+            floor = (timed_out or {}).get(fam, {}).get(cfg)
+            per_unit = mean if mean is not None else floor if floor is not None else fallback
             rows[fam] = {"units": len(units), "cuda_units": sum(u.language == "CUDA" for u in units),
                          "proxy_items": sum(proxy_items(u) for u in units),
                          "codes": sorted({c for u in units for c in u.codes}),
-                         "seconds": None if per_unit is None else len(units) * per_unit, "timed": mean is not None}
+                         "seconds": None if per_unit is None else len(units) * per_unit, "timed": mean is not None,
+                         "timed_out": mean is None and floor is not None}
         out[cfg] = {"families": rows,
                     "units": sum(r["units"] for r in rows.values()),
                     "proxy_items": sum(r["proxy_items"] for r in rows.values()),
                     "seconds": sum(r["seconds"] for r in rows.values()) if times and fallback is not None else None,
-                    "untimed_families": sorted(f for f, r in rows.items() if not r["timed"])}
+                    "untimed_families": sorted(f for f, r in rows.items() if not r["timed"] and not r["timed_out"]),
+                    "timed_out_families": sorted(f for f, r in rows.items() if r["timed_out"])}
     up, plan = out["upstream"], out["plan"]
     out["ratio_proxy"] = up["proxy_items"] / max(1, plan["proxy_items"])
     if up["seconds"] and plan["seconds"]:
@@ -119,6 +128,7 @@ def configure(args: argparse.Namespace) -> int:
            f"-DCMAKE_CUDA_COMPILER={cuda_home}/bin/nvcc", f"-DFETCHCONTENT_BASE_DIR={build / 'fetchcontent'}"]
     if args.deps_file:
         cmd += ["-C", str(args.deps_file.resolve())]
+    cmd += [f"-D{d}" for d in args.define or ()]
     env = {**os.environ, "TORCH_CUDA_ARCH_LIST": args.arch_list}
     start = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True, check=False)
@@ -161,7 +171,7 @@ def measure(args: argparse.Namespace) -> int:
             jobs += [(cfg, fam, build, _command(build, u)) for u in _sample(units, args.sample)]
     print(f"{len(jobs)} sampled compiles, {args.parallel} at once, {os.cpu_count()} cores")
 
-    def run(job: tuple[str, str, Path, str]) -> tuple[str, str, float | None]:
+    def run(job: tuple[str, str, Path, str]) -> tuple[str, str, float | None, str]:
         cfg, fam, build, cmd = job
         start = time.perf_counter()
         try:
@@ -169,21 +179,25 @@ def measure(args: argparse.Namespace) -> int:
                                   timeout=args.timeout, check=False)
         except subprocess.TimeoutExpired:
             print(f"TIMEOUT {cfg} {fam}", flush=True)
-            return cfg, fam, None
+            return cfg, fam, None, "timeout"
         took = time.perf_counter() - start
         ok = proc.returncode == 0
         print(f"{'DONE' if ok else 'FAILED'} {cfg:8s} {fam}: {took:.1f} s"
               + ("" if ok else f"\n  {shlex.quote(cmd)[:300]}\n  {proc.stderr[-800:]}"), flush=True)
-        return cfg, fam, took if ok else None
+        return cfg, fam, took if ok else None, "ok" if ok else "failed"
 
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
         results = list(pool.map(run, jobs))
     per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for cfg, fam, took in results:
+    timed_out: dict[str, dict[str, float]] = defaultdict(dict)
+    for cfg, fam, took, status in results:
         if took is not None:
             per[fam][cfg].append(took)
+        elif status == "timeout":
+            timed_out[fam][cfg] = args.timeout  # took longer than this: a floor, not a time
     times = {fam: {cfg: statistics.fmean(v) for cfg, v in by_cfg.items()} for fam, by_cfg in sorted(per.items())}
-    data = {"cores": os.cpu_count(), "parallel": args.parallel, "sample": args.sample, "times": times}
+    data = {"cores": os.cpu_count(), "parallel": args.parallel, "sample": args.sample, "timeout": args.timeout,
+            "times": times, "timed_out": dict(sorted(timed_out.items()))}
     if args.json:
         args.json.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(data, indent=2))
@@ -193,11 +207,12 @@ def measure(args: argparse.Namespace) -> int:
 def count(args: argparse.Namespace) -> int:
     builds = {"upstream": args.upstream.resolve(), "plan": args.plan.resolve()}
     units = {cfg: load_units(b) for cfg, b in builds.items()}
-    times = None
+    times = timed_out = None
     if args.times:
-        times = json.loads(args.times.read_text(encoding="utf-8"))["times"]
+        measured = json.loads(args.times.read_text(encoding="utf-8"))
+        times, timed_out = measured["times"], measured.get("timed_out")
     fams = {cfg: families(units[cfg], builds[cfg]) for cfg in CONFIGS}
-    work = compile_work(fams, times)
+    work = compile_work(fams, times, timed_out)
     per_target = {cfg: summary(units[cfg]) for cfg in CONFIGS}
     targets = sorted(set(per_target["upstream"]) | set(per_target["plan"]))
     print(f"{'target':28s} {'upstream units':>15s} {'plan units':>11s}  codes (plan)")
@@ -209,13 +224,29 @@ def count(args: argparse.Namespace) -> int:
         w = work[cfg]
         secs = f", ~{w['seconds']:.0f} s of compile time" if w["seconds"] else ""
         print(f"{cfg}: {w['units']} units, {w['proxy_items']} proxy work items{secs}"
-              + (f"; untimed families (config mean used): {len(w['untimed_families'])}" if times else ""))
+              + (f"; untimed families (config mean used): {len(w['untimed_families'])}" if times else "")
+              + (f"; past the timeout (counted at it): {len(w['timed_out_families'])}" if w["timed_out_families"]
+                 else ""))
     print(f"ratio (proxy: SASS + PTX-only virtual archs per unit): {work['ratio_proxy']:.2f}x")
     if "ratio_seconds" in work:
         print(f"ratio (sampled times x unit counts): {work['ratio_seconds']:.2f}x")
     if args.json:
         args.json.write_text(json.dumps({"per_target": per_target, "work": work}, indent=2, default=list) + "\n",
                              encoding="utf-8")
+    return 0
+
+
+def series_defines(cmake_args: str) -> list[str]:
+    """The ``-DG4B_...`` definitions in a plan's CMAKE_ARGS (the kernel profile, FA2's head dims): what the wheel
+    build gives vLLM's CMake beyond the arch list, so the benchmark's plan configures the units the build compiles.
+    Launchers, the make program and the -C deps file are the build's own plumbing and stay out."""
+    return [a.removeprefix("-D") for a in shlex.split(cmake_args) if a.startswith("-DG4B_")]
+
+
+def plan_defines(args: argparse.Namespace) -> int:
+    plan = json.load(sys.stdin)
+    for d in series_defines(plan.get("env", {}).get("CMAKE_ARGS", "")):
+        print(d)
     return 0
 
 
@@ -227,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--build", type=Path, required=True)
     c.add_argument("--arch-list", required=True)
     c.add_argument("--deps-file", type=Path, help="the cmake -C file `g4build prefetch` / `g4build deps` wrote")
+    c.add_argument("--define", action="append", help="NAME=VALUE, a cache entry the plan's build sets (repeatable)")
+    sub.add_parser("plan-defines", help="the series' own CMake definitions (-DG4B_...) in a `g4build wheel "
+                       "--dry-run --json` plan on stdin, one NAME=VALUE a line")
     m = sub.add_parser("measure")
     m.add_argument("--upstream", type=Path, required=True)
     m.add_argument("--plan", type=Path, required=True)
@@ -241,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--times", type=Path, help="the JSON `measure` wrote (or times measured elsewhere, same shape)")
     n.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    return {"configure": configure, "measure": measure, "count": count}[args.cmd](args)
+    return {"configure": configure, "measure": measure, "count": count, "plan-defines": plan_defines}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -50,15 +50,18 @@ if [ ! -d "$work/plan-src" ]; then
 fi
 g4build prefetch --tree "$work/plan-src" --cache "$G4BUILD_CACHE/deps" --write "$work/plan-deps.cmake"
 g4build deps apply --pin $pin --tree "$work/plan-src" --cache "$G4BUILD_CACHE/deps" --write "$work/plan-deps.cmake"
-plan_list=$(g4build wheel --arch sm120 --os linux --no-flashinfer --dry-run --json |
-  python -c 'import json,sys; print(json.load(sys.stdin)["env"]["TORCH_CUDA_ARCH_LIST"])')
+plan_json=$(g4build wheel --arch sm120 --os linux --no-flashinfer --dry-run --json)
+plan_list=$(python -c 'import json,sys; print(json.load(sys.stdin)["env"]["TORCH_CUDA_ARCH_LIST"])' <<< "$plan_json")
+# the kernel profile the bare command resolves to (gemma4 for sm120) and FA2's head dims, as the build passes them
+plan_defines=()
+while IFS= read -r d; do [ -z "$d" ] || plan_defines+=(--define "$d"); done < <($bench plan-defines <<< "$plan_json")
 for tree in up-src plan-src; do  # what vLLM's configure runs in Python (Marlin/Machete generators)
   (cd "$work/$tree" && python use_existing_torch.py >/dev/null && python -m pip install -q -r requirements/build/cuda.txt)
 done
 $bench configure --tree "$work/up-src" --build "$work/up-build" --arch-list "7.5 8.0 8.6 8.9 9.0 10.0 11.0 12.0+PTX" \
   --deps-file "$work/up-deps.cmake" | tee "$results/configure-upstream.txt"
 $bench configure --tree "$work/plan-src" --build "$work/plan-build" --arch-list "$plan_list" \
-  --deps-file "$work/plan-deps.cmake" | tee "$results/configure-plan.txt"
+  --deps-file "$work/plan-deps.cmake" "${plan_defines[@]}" | tee "$results/configure-plan.txt"
 $bench count --upstream "$work/up-build" --plan "$work/plan-build" --json "$results/count.json" \
   | tee "$results/count.txt"
 if [ "$sample" = 0 ]; then echo "SAMPLE=0: counted, nothing timed; done in $(( $(date +%s) - t0 )) s"; exit 0; fi

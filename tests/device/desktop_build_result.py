@@ -14,6 +14,7 @@ the session took every 2 s (MemTotal - MemAvailable).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import sys
@@ -38,6 +39,20 @@ def peak_memory_gb(ram_kb: Path) -> float | None:
         return None
     values = [int(v) for v in ram_kb.read_text().split() if v.isdigit()]
     return round(max(values) * 1024 / 1e9, 1) if values else None
+
+
+def wheel_facts(wheel: Path, built: list[str]) -> dict[str, Any]:
+    """The brought-back wheel's sha256 and bytes, refused unless the manifest names it (a wheel of another
+    build cannot stand in for this one's)."""
+    if wheel.name not in built:
+        raise SystemExit(f"{wheel}: not the wheel this build wrote (its manifest names {built or 'none'})")
+    digest = hashlib.sha256()
+    with wheel.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    label = wheel.name.split("-")[1].rsplit(".g4.", 1)
+    return {"file": wheel.name, "sha256": digest.hexdigest(), "bytes": wheel.stat().st_size,
+            "manifest_digest": label[1] if len(label) == 2 else None}
 
 
 def result(results: Path, arch: str, cores: int, machine: str, commands: list[str]) -> dict[str, Any]:
@@ -92,12 +107,16 @@ def main() -> int:
     ap.add_argument("--machine", required=True)
     ap.add_argument("--command", action="append", default=[], help="a device call, in order (repeatable)")
     ap.add_argument("--loads", type=Path, help="sm120_wheel_loads.py's JSON of this wheel: its sha256 and bytes")
+    ap.add_argument("--wheel", type=Path, help="the wheel brought back (`bring`, parts joined and checked): its "
+                    "sha256 and bytes; its name must be the one the manifest records")
     ap.add_argument("--note", action="append", default=[])
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     out = result(args.results, args.arch, args.cores, args.machine, args.command)
     if args.loads:
         out["wheel"] = (load(args.loads) or {}).get("wheel")
+    if args.wheel:
+        out["wheel"] = wheel_facts(args.wheel, out["wheels"] or [])
     out["notes"] = args.note
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: out[k] for k in ("command", "vllm_step_s", "jobs", "units", "cpu_seconds", "span_s",

@@ -12,7 +12,8 @@
 #                                        --flash-attn 2), G4_JOBS_<arch> jobs (default: every core) at
 #                                        G4_NICE_<arch> (the first build 5, the others 19: they soak up what
 #                                        the first leaves idle); start the e2e stage's deps, serve-deps and
-#                                        training in the background (none with G4_TRAIN=0)
+#                                        training in the background (none with G4_TRAIN=0; no e2e stage at
+#                                        all with G4_E2E=0)
 #   wheel_runs_session.sh wait SECONDS   wait for the builds (ninja's [N/M] each minute); exit 0 once all ended;
 #                                        with G4_BRING=1 then also collect and bring the first build's wheel
 #                                        parts 1-3 in the same call
@@ -65,6 +66,8 @@ start)
      echo $! > "$G4S/build-$arch.pid")
     echo "build $arch started ($jobs jobs, nice $nice, ${!var:-$default})"
   done
+  # G4_E2E=0: a build-only hold (issue 50's timed builds): no e2e stage beside the build to share its cores
+  [ "${G4_E2E:-1}" = 0 ] && { echo "no e2e stage (G4_E2E=0)"; exit 0; }
   # the e2e stage meanwhile: dependency wheels, then the tiny models train on the idle GPU
   cd "$G4S/repo" && cp -r "$here/.whl" "$G4S/repo/.whl" 2>/dev/null || true
   [ ! -d "$here/.device/serve-whl" ] || { mkdir -p "$G4S/repo/.device" && cp -r "$here/.device/serve-whl" "$G4S/repo/.device/"; }

@@ -4,6 +4,7 @@ the memory samples in kB), and no result without the command's closing line."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -80,3 +81,25 @@ def test_a_builds_summary_reads_the_rc_collect_writes_and_validates_own_shape(
     assert s["validate_checks"] == {"tags": True, "verdict sm_90": False}
     (d / "build-sm90.rc").unlink()
     assert build_summary(tmp_path, "sm90", None)["rc"] is None
+
+
+def test_the_brought_back_wheel_is_hashed_and_must_be_the_builds_own(tmp_path: Path) -> None:
+    results = _results(tmp_path, ended=True)
+    manifest = results / "sm120" / "build-manifest.json"
+    name = "vllm-0.21.0+cu130.gemma4.g4.81eade00f7-cp310-abi3-manylinux_2_38_x86_64.whl"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "wheels": [name]}))
+    wheel = tmp_path / name
+    wheel.write_bytes(b"PK" + bytes(range(256)) * 5000)
+    cmd = [sys.executable, str(SCRIPT), "--results", str(results), "--cores", "2", "--machine", "m",
+           "--out", str(tmp_path / "r.json"), "--wheel"]
+    done = subprocess.run([*cmd, str(wheel)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    got = json.loads((tmp_path / "r.json").read_text())["wheel"]
+    assert got == {"file": name, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+                   "bytes": 2 + 256 * 5000, "manifest_digest": "81eade00f7"}
+    other = tmp_path / "vllm-0.21.0+cu130.g4.0000000000-cp310-abi3-manylinux_2_38_x86_64.whl"
+    other.write_bytes(wheel.read_bytes())
+    (tmp_path / "r.json").unlink()
+    refused = subprocess.run([*cmd, str(other)], capture_output=True, text=True, check=False)
+    assert refused.returncode != 0 and "not the wheel this build wrote" in refused.stderr
+    assert not (tmp_path / "r.json").exists()

@@ -1,0 +1,154 @@
+"""tests/device/results/wheel-sm120-compile-work.json: the timed compile-work ratio of upstream's default arch
+list against g4build's sm_120 plan, from what `bench_wheel_compile_work.sh` returned (work.json, times.json,
+measure.txt), recorded beside the timed builds (issue "a desktop's build").
+
+    python tests/device/compile_work_result.py --bench BENCH_RESULTS --timeout 400 --skipped-upstream flashmla \\
+        --build tests/device/results/wheel-sm120-32c.json --ninja-log NINJA_LOG --command "..." --out OUT.json
+
+Every figure is the benchmark's own arithmetic (sampled seconds x unit counts, per family), with one change: a
+family whose sampled unit ran past the timeout counts each unit at the timeout (a floor), where a benchmark run
+before `timed_out` was recorded used its configuration's mean. Older runs' timeouts are read from measure.txt.
+
+With `--ninja-log` (a real build's .ninja_log), the plan is also re-weighed over the units that build compiled:
+each of its objects takes its family's sampled plan time. That is how a benchmark that configured another
+profile of the plan (the whole kernel set) still gives the ratio for the profile the build used; the build's own
+CPU-seconds are written beside it, measured under the build's load rather than the benchmark's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "toolkit"), str(ROOT)]
+
+from tests.benchmarks.bench_wheel_compile_work import family_from  # noqa: E402
+
+TIMEOUT_LINE = re.compile(r"^TIMEOUT (upstream|plan) (\S+)\s*$", re.M)
+OBJECT = re.compile(r"(?:^|/)CMakeFiles/([^/]+)\.dir/(.+)\.o$")
+
+
+def timeouts(bench: Path, measured: dict[str, Any], timeout: float | None) -> dict[str, dict[str, float]]:
+    """Family -> configuration -> the floor, from times.json's `timed_out`, else measure.txt's TIMEOUT lines (a
+    run from before the benchmark recorded them; then the timeout it ran with must be given)."""
+    if "timed_out" in measured:
+        return measured["timed_out"]
+    found = TIMEOUT_LINE.findall((bench / "measure.txt").read_text(errors="replace"))
+    if found and timeout is None:
+        raise SystemExit(f"{bench / 'measure.txt'}: {len(found)} samples ran past the timeout; give --timeout (the "
+                         "BENCH_TIMEOUT of that run) so they count at it")
+    out: dict[str, dict[str, float]] = {}
+    for cfg, fam in found:
+        out.setdefault(fam, {})[cfg] = float(timeout or 0)
+    return out
+
+
+def weigh(rows: dict[str, dict[str, Any]], cfg: str, times: dict[str, dict[str, float]],
+          floors: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Seconds of one configuration's families: sampled mean, else the timeout floor, else the mean of the
+    configuration's sampled families (the benchmark's own fallback)."""
+    sampled = [t[cfg] for t in times.values() if cfg in t]
+    fallback = statistics.fmean(sampled)
+    seconds = 0.0
+    timed_out, untimed = [], []
+    for fam, row in rows.items():
+        if cfg in times.get(fam, {}):
+            per = times[fam][cfg]
+        elif cfg in floors.get(fam, {}):
+            per, _ = floors[fam][cfg], timed_out.append(fam)
+        else:
+            per, _ = fallback, untimed.append(fam)
+        seconds += row["units"] * per
+    return {"units": sum(r["units"] for r in rows.values()), "seconds": round(seconds),
+            "timed_out_families": sorted(timed_out), "untimed_families": sorted(untimed)}
+
+
+def build_units(ninja_log: Path) -> dict[str, int]:
+    """Family -> objects compiled, from a .ninja_log (the last entry of each output; links are not units)."""
+    seen: dict[str, str] = {}
+    for line in ninja_log.read_text(errors="replace").splitlines():
+        cols = line.split("\t")
+        if line.startswith("#") or len(cols) < 4:
+            continue
+        m = OBJECT.search(cols[3])
+        if m:
+            seen[cols[3]] = family_from(m[1], m[2])
+    out: dict[str, int] = {}
+    for fam in seen.values():
+        out[fam] = out.get(fam, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def result(bench: Path, timeout: float | None, skipped: list[str], build: Path | None,
+           ninja_log: Path | None, uncounted: tuple[str, ...] = ()) -> dict[str, Any]:
+    work = json.loads((bench / "work.json").read_text())["work"]
+    measured = json.loads((bench / "times.json").read_text())
+    times, floors = measured["times"], timeouts(bench, measured, timeout)
+    up = weigh(work["upstream"]["families"], "upstream", times, floors)
+    plan = weigh(work["plan"]["families"], "plan", times, floors)
+    out: dict[str, Any] = {
+        "what": "compile work of vLLM 0.21.0: upstream's default arch list (7.5 8.0 8.6 8.9 9.0 10.0 11.0 "
+                "12.0+PTX, pristine tree) against g4build's sm_120 plan (series and build series applied), both "
+                "configured by the real CMake; units counted from build.ninja, sampled units timed with their "
+                "generated commands (written by tests/device/compile_work_result.py)",
+        "machine": {"cores": measured.get("cores"), "parallel": measured.get("parallel"),
+                    "sample_per_family": measured.get("sample")},
+        "upstream": {**up, "proxy_items": work["upstream"]["proxy_items"]},
+        "plan_configured": {**plan, "proxy_items": work["plan"]["proxy_items"]},
+        "ratio_proxy": round(work["ratio_proxy"], 2),
+        "ratio_seconds": round(up["seconds"] / plan["seconds"], 2),
+        "lower_bound": bool(skipped or uncounted or up["timed_out_families"]),
+        "lower_bound_because": (
+            [f"upstream's {name} units were not configured (its sources were not carried); upstream builds them "
+             "and the plan does not" for name in skipped]
+            + [f"upstream's {what}: not a compile unit of build.ninja, so not counted" for what in uncounted]
+            + ([f"{len(up['timed_out_families'])} upstream families ran past the {timeout:g} s timeout and count "
+                "at it"] if up["timed_out_families"] and timeout else [])),
+    }
+    if ninja_log:
+        units = build_units(ninja_log)
+        plan_sampled = [t["plan"] for t in times.values() if "plan" in t]
+        missing = [f for f in units if "plan" not in times.get(f, {})]
+        secs = sum(n * times.get(f, {}).get("plan", statistics.fmean(plan_sampled)) for f, n in units.items())
+        built: dict[str, Any] = {"units": sum(units.values()), "seconds": round(secs),
+                                 "families_untimed": missing, "ratio_seconds": round(up["seconds"] / secs, 2)}
+        if build:
+            b = json.loads(build.read_text())
+            built |= {"result": build.name, "build_options": b.get("build_options"),
+                      "build_units": b.get("units"), "build_cpu_seconds": b.get("cpu_seconds"),
+                      "build_jobs": b.get("jobs")}
+        out["plan_built"] = built
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bench", type=Path, required=True, help="the benchmark's results folder")
+    ap.add_argument("--timeout", type=float, help="BENCH_TIMEOUT of the run (for one that did not record it)")
+    ap.add_argument("--skipped-upstream", nargs="*", default=[], help="BENCH_SKIP_UPSTREAM's dependencies")
+    ap.add_argument("--uncounted-upstream", action="append", default=[],
+                    help="work upstream's build does that the unit count cannot see (a custom command), said")
+    ap.add_argument("--build", type=Path, help="the timed build's result JSON (desktop_build_result.py)")
+    ap.add_argument("--ninja-log", type=Path, help="that build's .ninja_log: re-weigh the plan over its units")
+    ap.add_argument("--command", action="append", default=[], help="a device call, in order (repeatable)")
+    ap.add_argument("--note", action="append", default=[])
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    measured = json.loads((args.bench / "times.json").read_text())
+    out = result(args.bench, args.timeout if args.timeout is not None else measured.get("timeout"),
+                 args.skipped_upstream, args.build, args.ninja_log, tuple(args.uncounted_upstream))
+    out["commands"], out["notes"] = args.command, args.note
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps({k: out[k] for k in ("ratio_proxy", "ratio_seconds", "lower_bound")}
+                     | ({"ratio_seconds_built": out["plan_built"]["ratio_seconds"]} if "plan_built" in out else {})))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
