@@ -38,7 +38,7 @@ def timeouts(bench: Path, measured: dict[str, Any], timeout: float | None) -> di
     """Family -> configuration -> the floor, from times.json's `timed_out`, else measure.txt's TIMEOUT lines (a
     run from before the benchmark recorded them; then the timeout it ran with must be given)."""
     if "timed_out" in measured:
-        return measured["timed_out"]
+        return {fam: {cfg: float(t) for cfg, t in by_cfg.items()} for fam, by_cfg in measured["timed_out"].items()}
     found = TIMEOUT_LINE.findall((bench / "measure.txt").read_text(errors="replace"))
     if found and timeout is None:
         raise SystemExit(f"{bench / 'measure.txt'}: {len(found)} samples ran past the timeout; give --timeout (the "
@@ -61,9 +61,11 @@ def weigh(rows: dict[str, dict[str, Any]], cfg: str, times: dict[str, dict[str, 
         if cfg in times.get(fam, {}):
             per = times[fam][cfg]
         elif cfg in floors.get(fam, {}):
-            per, _ = floors[fam][cfg], timed_out.append(fam)
+            per = floors[fam][cfg]
+            timed_out.append(fam)
         else:
-            per, _ = fallback, untimed.append(fam)
+            per = fallback
+            untimed.append(fam)
         seconds += row["units"] * per
     return {"units": sum(r["units"] for r in rows.values()), "seconds": round(seconds),
             "timed_out_families": sorted(timed_out), "untimed_families": sorted(untimed)}
