@@ -38,7 +38,8 @@ import torch
 
 KERNEL_FILE = "vllm/v1/attention/ops/triton_unified_attention.py"
 HELPERS_FILE = "vllm/v1/attention/ops/triton_attention_helpers.py"
-GATE = "or max_seqlen_q > 1\n"  # the released condition that keeps a multi-token query off the 3D kernel
+GATE = "or max_seqlen_q > 1\n"
+SERIES_DISPATCH = "verify_split_kv_max_query = _verify_split_kv_max_query()"  # the series' own dispatch (0007)  # the released condition that keeps a multi-token query off the 3D kernel
 MAX_3D_QUERY = 16  # the experiment's bound: a DFlash verification of 15 drafts + 1
 SEGMENTS = 16  # vLLM 0.21.0's NUM_PAR_SOFTMAX_SEGMENTS
 # (query heads, KV heads, head size, block size, window): Gemma 4 26B-A4B's full layer; a small one for the CPU
@@ -110,12 +111,21 @@ def widened(text: str, max_query: int) -> str:
 
 
 def load_kernels(source: Path, work: Path) -> dict[str, types.ModuleType]:
-    """The kernel file as released and with the 3D kernel allowed up to MAX_3D_QUERY query tokens a request."""
+    """The kernel file as released and with the 3D kernel allowed up to MAX_3D_QUERY query tokens a request. A tree
+    that carries the series' dispatch (dflash-batched-verification 0007) is run as it is, against itself with the
+    dispatch set back to one query token (as released): the module's own bound, which G4B_TRITON_VERIFY_SPLIT_KV
+    sets when it is imported."""
     _stub_vllm()
     _load(source / HELPERS_FILE, "vllm.v1.attention.ops.triton_attention_helpers")
     if not (source / KERNEL_FILE).is_file():
         _refuse(f"{source / KERNEL_FILE}: not found: expected a vLLM source tree")
     text = (source / KERNEL_FILE).read_text(encoding="utf-8")
+    if SERIES_DISPATCH in text:
+        copy = work / "unified_series.py"
+        copy.write_text(text, encoding="utf-8")
+        released = _load(copy, "g4_unified_series_off")
+        released.verify_split_kv_max_query = 1  # type: ignore[attr-defined]
+        return {"released": released, "3d": _load(copy, "g4_unified_series")}
     try:
         wide = widened(text, MAX_3D_QUERY)
     except ValueError as exc:
@@ -252,8 +262,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             rows.append(row)
     ok = all(r["released_ok"] and r["3d_ok"] for r in rows)
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu (Triton interpreter)"
+    series = getattr(kernels["3d"], "verify_split_kv_max_query", None)
     return {"ok": ok, "device": device, "dtype": str(dtype).removeprefix("torch."), "tolerance": TOLERANCE[dtype],
-            "max_3d_query": MAX_3D_QUERY, "rows": rows}
+            "dispatch": "series" if series is not None else "experiment",
+            "max_3d_query": series if series is not None else MAX_3D_QUERY, "rows": rows}
 
 
 def _queries(text: str) -> list[int]:
@@ -261,8 +273,8 @@ def _queries(text: str) -> list[int]:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         values = []
-    if not values or min(values) < 1 or max(values) > MAX_3D_QUERY:
-        raise argparse.ArgumentTypeError(f"queries {text!r}: expected integers 1..{MAX_3D_QUERY}, e.g. 1,4,9,16")
+    if not values or min(values) < 1 or max(values) > 2 * MAX_3D_QUERY:
+        raise argparse.ArgumentTypeError(f"queries {text!r}: expected integers 1..{2 * MAX_3D_QUERY}, e.g. 1,4,9,16")
     return values
 
 
@@ -281,8 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.buffer_rows < 0:
         ap.error(f"--buffer-rows {args.buffer_rows}: expected 0 (a row per query token) or more")
-    if args.context < MAX_3D_QUERY + 7 * args.seqs:
-        ap.error(f"--context {args.context}: too short for {args.seqs} requests of {MAX_3D_QUERY} queries")
+    if args.context < max(args.queries) + 7 * args.seqs:
+        ap.error(f"--context {args.context}: too short for {args.seqs} requests of {max(args.queries)} queries")
     result = run(args)
     if args.json:
         print(json.dumps(result, indent=1))

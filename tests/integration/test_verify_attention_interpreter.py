@@ -2,7 +2,9 @@
 interpreter through tests/gpu/run_verify_attention.py, the script the GPU run uses: vLLM 0.21.0's split-KV (3D)
 kernel, which it launches only for one query token a request, gives the same attention as its 2D kernel and as
 torch for up to 16 query tokens, full and sliding-window layers alike. What the GPU run then measures is only
-whether it is faster; the series would need no kernel change, only the dispatch and the buffers."""
+whether it is faster (tests/gpu/results/verify-attention/: on full layers at 16K tokens, up to 7x). The series'
+dispatch (dflash-batched-verification 0007) makes it so on full-attention layers where the buffers hold the rows,
+with no kernel change; its patched tree runs here as it is, against itself set back to the released dispatch."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ def _run(source: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize(("shape", "queries"), [("small", "1,9,16"), ("small-sliding", "5,16")])
 def test_the_split_kernel_verifies_as_the_released_one(shape: str, queries: str) -> None:
-    proc = _run(patched_tree("vllm-0.21.0"), "--shape", shape, "--queries", queries, "--context", "300")
+    proc = _run(sdist_tree("vllm-0.21.0"), "--shape", shape, "--queries", queries, "--context", "300")
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     assert report["ok"] and report["device"].startswith("cpu")
@@ -58,10 +60,41 @@ def test_a_tree_without_the_released_condition_is_refused() -> None:
 def test_the_widened_dispatch_keeps_2d_where_the_buffers_lack_rows() -> None:
     """vLLM 0.21.0 sizes the segment buffers for one query token a request: where a verification has more rows than
     they hold, the widened dispatch keeps the released 2D kernel rather than write past them."""
-    proc = _run(patched_tree("vllm-0.21.0"), "--queries", "1,4", "--context", "100", "--buffer-rows", "4")
+    proc = _run(sdist_tree("vllm-0.21.0"), "--queries", "1,4", "--context", "100", "--buffer-rows", "4")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(proc.stdout)["rows"]
     assert [(r["query"], r["3d_kernel"]) for r in rows] == [(1, "3d"), (4, "2d")]  # 2 requests x 4 rows > 4
+
+
+@pytest.mark.parametrize(("shape", "args", "expected"), [
+    # a full-attention layer: the split kernel up to 16 query tokens a request, the 2D one past it
+    ("small", ("--queries", "1,9,16,17"), [(1, "3d", "3d"), (9, "2d", "3d"), (16, "2d", "3d"), (17, "2d", "2d")]),
+    # a sliding-window layer keeps the 2D kernel for a verification (measured no faster there)
+    ("small-sliding", ("--queries", "1,9"), [(1, "3d", "3d"), (9, "2d", "2d")]),
+    # buffers without a row for every query token keep it too (2 requests x 4 tokens > 4 rows)
+    ("small", ("--queries", "4", "--buffer-rows", "4"), [(4, "2d", "2d")]),
+])
+def test_the_series_dispatch_of_the_patched_tree(shape: str, args: tuple[str, ...],
+                                                  expected: list[tuple[int, str, str]]) -> None:
+    """dflash-batched-verification 0007 on 0.21.0: the patched tree's own kernel file, run as it is and with its
+    bound set back to one query token (the released dispatch), both equal to torch."""
+    proc = _run(patched_tree("vllm-0.21.0"), "--shape", shape, "--context", "300", *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["dispatch"] == "series" and report["max_3d_query"] == 16 and report["ok"]
+    assert [(r["query"], r["released_kernel"], r["3d_kernel"]) for r in report["rows"]] == expected
+    assert all(r["released_vs_3d"] < 1e-5 for r in report["rows"])
+
+
+@pytest.mark.parametrize("value", ["0", "1", "many"])
+def test_the_series_dispatch_turns_off_by_its_variable(value: str) -> None:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "G4B_TRITON_VERIFY_SPLIT_KV": value}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--source", str(patched_tree("vllm-0.21.0")), "--json",
+                           "--queries", "4", "--context", "100"], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["max_3d_query"] == 1 and report["rows"][0]["3d_kernel"] == "2d"
+    assert ("not a whole number" in proc.stderr) == (value == "many")
 
 
 def test_the_widened_source_of_each_pin_that_has_the_gate() -> None:
@@ -74,7 +107,7 @@ def test_the_widened_source_of_each_pin_that_has_the_gate() -> None:
     rva = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(rva)
     for pin in ("vllm-0.21.0", "vllm-0.26.0", "vllm-0.29.0"):
-        text = (patched_tree(pin) / rva.KERNEL_FILE).read_text(encoding="utf-8")
+        text = (sdist_tree(pin) / rva.KERNEL_FILE).read_text(encoding="utf-8")
         wide = rva.widened(text, 16)
         ast.parse(wide)
         assert "or max_seqlen_q > 1\n" not in wide and wide.count("or max_seqlen_q > 16\n") == 1
@@ -89,7 +122,7 @@ def test_step_costs_gives_tritons_backend_the_widened_attention(tmp_path: Path) 
     """step_costs.py --verify-split-kv: in a process whose vLLM is the pinned tree's kernel file (the rest stubbed
     as run_verify_attention.py stubs it), TRITON_ATTN's backend module calls the widened unified_attention: a
     verification of 4 tokens through it takes the split kernel, and the run's counts say so."""
-    tree = patched_tree("vllm-0.21.0")
+    tree = sdist_tree("vllm-0.21.0")
     probe = f"""
 import sys, types, importlib.util
 from pathlib import Path
@@ -117,3 +150,64 @@ print(backend.unified_attention is not ops.unified_attention, "max_seqlen_q > 16
     words = proc.stdout.split(maxsplit=4)
     assert words[:4] == ["True", "True", "True", "3d"], proc.stdout  # a verification through the backend: split
     assert ast.literal_eval(words[4]) == {"calls": 1, "verify_calls": 1, "verify_calls_eligible": 1}
+
+
+@pytest.mark.parametrize(("bound", "kernel"), [(16, "3d"), (1, "2d")])
+def test_step_costs_sets_the_series_bound_on_a_patched_wheel(bound: int, kernel: str) -> None:
+    """On a wheel that carries 0007, step_costs.py --verify-split-kv Q keeps vLLM's own file and sets its bound:
+    16 verifies through the split kernel, 1 (the baseline beside it) through the released 2D dispatch; the
+    counts say which calls were eligible either way."""
+    tree = patched_tree("vllm-0.21.0")
+    probe = f"""
+import sys, types
+from pathlib import Path
+sys.path.insert(0, {str(SCRIPT.parent)!r}); sys.path.insert(0, {str(SCRIPT.parent / "e2e")!r})
+import run_verify_attention as rva
+rva._stub_vllm()
+rva._load(Path({str(tree)!r}) / rva.HELPERS_FILE, "vllm.v1.attention.ops.triton_attention_helpers")
+ops = rva._load(Path({str(tree)!r}) / rva.KERNEL_FILE, "vllm.v1.attention.ops.triton_unified_attention")
+backend = types.ModuleType("vllm.v1.attention.backends.triton_attn")
+backend.unified_attention = ops.unified_attention
+sys.modules["vllm.v1.attention.backends"] = rva._package("vllm.v1.attention.backends")
+sys.modules[backend.__name__] = backend
+import step_costs, torch
+path, counts = step_costs.install_verify_split({bound})
+b = rva.make_batch("small", 2, 4, 100, torch.float32, "cpu")
+out, segm = torch.zeros_like(b["q"]), rva.buffers(b)
+rva.launch(types.SimpleNamespace(unified_attention=backend.unified_attention), b, out, segm)
+print(path == ops.__file__, ops.verify_split_kv_max_query, rva.kernel_seen(segm), counts)
+"""
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    words = proc.stdout.split(maxsplit=3)
+    assert words[:3] == ["True", str(bound), kernel], proc.stdout
+    eligible = 1 if bound >= 4 else 0
+    assert ast.literal_eval(words[3]) == {"calls": 1, "verify_calls": 1, "verify_calls_eligible": eligible}
+
+
+def test_the_series_dispatch_keeps_multimodal_prefix_ranges_on_2d() -> None:
+    """A call that carries multimodal prefix ranges (bidirectional image spans) keeps the released 2D kernel
+    for a verification: the split kernel was not checked with them. Seen as which kernel wrote the buffers."""
+    tree = patched_tree("vllm-0.21.0")
+    probe = f"""
+import sys, types
+from pathlib import Path
+sys.path.insert(0, {str(SCRIPT.parent)!r})
+import run_verify_attention as rva, torch
+rva._stub_vllm()
+rva._load(Path({str(tree)!r}) / rva.HELPERS_FILE, "vllm.v1.attention.ops.triton_attention_helpers")
+ops = rva._load(Path({str(tree)!r}) / rva.KERNEL_FILE, "g4_probe_series")
+b = rva.make_batch("small", 2, 4, 100, torch.float32, "cpu")
+seen = []
+for ranges in (None, torch.zeros((2, 1, 2), dtype=torch.int32)):
+    out, segm = torch.zeros_like(b["q"]), rva.buffers(b)
+    call = lambda **kw: ops.unified_attention(**kw, mm_prefix_range=ranges)
+    rva.launch(types.SimpleNamespace(unified_attention=call), b, out, segm)
+    seen.append(rva.kernel_seen(segm))
+print(*seen)
+"""
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["3d", "2d"]

@@ -122,8 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), as --time-drafter "
                             "and --verify-split-kv need: run it for the plain runs beside them")
     run_p.add_argument("--verify-split-kv", type=int, default=0, metavar="Q",
-                       help="an experiment: TRITON_ATTN's split-KV kernel for up to Q query tokens a request "
-                            "(0.21.0 takes it for one), the target's verification included (run_verify_attention.py)")
+                       help="TRITON_ATTN's split-KV kernel for up to Q query tokens a request, the target's "
+                            "verification included: on a wheel with the series' dispatch (0007) its bound (1: as "
+                            "released, the baseline), else an experiment on the released kernel "
+                            "(run_verify_attention.py)")
     fold_p = sub.add_parser("fold", help="fold run JSONs into step costs per cell")
     fold_p.add_argument("runs", type=Path, nargs="+")
     fold_p.add_argument("--json", type=Path, required=True)
@@ -335,31 +337,40 @@ def install_verify_split(max_query: int) -> tuple[str, dict[str, int]]:
     attention), in this process. Returns the file it loaded and its calls as they come (CUDA graph captures and
     eager steps; a replayed graph calls no Python): every call, those with more than one query token a request,
     and those of them the widened dispatch may send to the split kernel (few enough query tokens, request rows
-    and requests for its buffers and threshold), so that a run shows whether the experiment reached a kernel."""
+    and requests for its buffers and threshold), so that a run shows whether the experiment reached a kernel.
+    A wheel that carries the series' own dispatch (dflash-batched-verification 0007) keeps its file: its bound is
+    set to ``max_query`` (1 gives the released dispatch, the baseline beside it) and its calls are counted."""
     import tempfile
 
     sys.path.insert(0, str(HERE.parent))
     rva = importlib.import_module("run_verify_attention")
     backend = importlib.import_module("vllm.v1.attention.backends.triton_attn")
     ops = importlib.import_module("vllm.v1.attention.ops.triton_unified_attention")
-    path = Path(tempfile.mkdtemp(prefix="g4-verify-split-")) / "triton_unified_attention_verify_split.py"
-    path.write_text(rva.widened(Path(ops.__file__).read_text(encoding="utf-8"), max_query), encoding="utf-8")
-    name = "vllm.v1.attention.ops.triton_unified_attention_verify_split"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+    series = hasattr(ops, "verify_split_kv_max_query")
+    if series:  # the wheel carries the series' dispatch (dflash-batched-verification 0007): set its bound (1: off)
+        ops.verify_split_kv_max_query = max_query
+        path, widened_attention = Path(ops.__file__), ops.unified_attention
+    else:
+        path = Path(tempfile.mkdtemp(prefix="g4-verify-split-")) / "triton_unified_attention_verify_split.py"
+        path.write_text(rva.widened(Path(ops.__file__).read_text(encoding="utf-8"), max_query), encoding="utf-8")
+        name = "vllm.v1.attention.ops.triton_unified_attention_verify_split"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        widened_attention = module.unified_attention
     counts = {"calls": 0, "verify_calls": 0, "verify_calls_eligible": 0}
-    widened_attention = module.unified_attention
 
     def counted(*a: Any, **kw: Any) -> Any:
         counts["calls"] += 1
         if int(kw.get("max_seqlen_q", 1)) > 1:
             counts["verify_calls"] += 1
             segm, threshold = kw.get("softmax_segm_output"), kw.get("seq_threshold_3D")
+            full_layer = tuple(kw.get("window_size") or (-1, -1))[0] < 0  # the series keeps sliding layers on 2D
             if (segm is not None and threshold is not None and kw["max_seqlen_q"] <= max_query
-                    and kw["q"].shape[0] <= segm.shape[0] and len(kw["seqused_k"]) <= threshold):
+                    and kw["q"].shape[0] <= segm.shape[0] and len(kw["seqused_k"]) <= threshold
+                    and (full_layer or not series)):
                 counts["verify_calls_eligible"] += 1
         return widened_attention(*a, **kw)
 
