@@ -38,8 +38,9 @@ import torch
 
 KERNEL_FILE = "vllm/v1/attention/ops/triton_unified_attention.py"
 HELPERS_FILE = "vllm/v1/attention/ops/triton_attention_helpers.py"
-GATE = "or max_seqlen_q > 1\n"
-SERIES_DISPATCH = "verify_split_kv_max_query = _verify_split_kv_max_query()"  # the series' own dispatch (0007)  # the released condition that keeps a multi-token query off the 3D kernel
+GATE = "or max_seqlen_q > 1\n"  # the released condition that keeps a multi-token query off the 3D kernel
+# the series' own dispatch (dflash-batched-verification 0007)
+SERIES_DISPATCH = "verify_split_kv_max_query = _verify_split_kv_max_query()"
 MAX_3D_QUERY = 16  # the experiment's bound: a DFlash verification of 15 drafts + 1
 SEGMENTS = 16  # vLLM 0.21.0's NUM_PAR_SOFTMAX_SEGMENTS
 # (query heads, KV heads, head size, block size, window): Gemma 4 26B-A4B's full layer; a small one for the CPU

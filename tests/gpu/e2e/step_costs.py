@@ -367,7 +367,7 @@ def install_verify_split(max_query: int) -> tuple[str, dict[str, int]]:
         if int(kw.get("max_seqlen_q", 1)) > 1:
             counts["verify_calls"] += 1
             segm, threshold = kw.get("softmax_segm_output"), kw.get("seq_threshold_3D")
-            full_layer = tuple(kw.get("window_size") or (-1, -1))[0] < 0  # the series keeps sliding layers on 2D
+            full_layer = (kw.get("window_size") or (-1, -1))[0] < 0  # the series keeps sliding layers on 2D
             if (segm is not None and threshold is not None and kw["max_seqlen_q"] <= max_query
                     and kw["q"].shape[0] <= segm.shape[0] and len(kw["seqused_k"]) <= threshold
                     and (full_layer or not series)):
