@@ -8,11 +8,14 @@ measure.txt), recorded beside the timed builds (issue "a desktop's build").
 Every figure is the benchmark's own arithmetic (sampled seconds x unit counts, per family), with one change: a
 family whose sampled unit ran past the timeout counts each unit at the timeout (a floor), where a benchmark run
 before `timed_out` was recorded used its configuration's mean. Older runs' timeouts are read from measure.txt.
+What upstream's count leaves out is said (`upstream_undercounted_because`); one sampled unit a family can err
+either way on both sides, so the ratios are estimates, not bounds.
 
 With `--ninja-log` (a real build's .ninja_log), the plan is also re-weighed over the units that build compiled:
 each of its objects takes its family's sampled plan time. That is how a benchmark that configured another
 profile of the plan (the whole kernel set) still gives the ratio for the profile the build used; the build's own
-CPU-seconds are written beside it, measured under the build's load rather than the benchmark's.
+CPU-seconds are written beside it, measured under the build's load rather than the benchmark's, with the ratio
+against them (`ratio_seconds_measured`) and how far the sampled estimate of the same units fell from them.
 """
 
 from __future__ import annotations
@@ -105,8 +108,10 @@ def result(bench: Path, timeout: float | None, skipped: list[str], build: Path |
         "plan_configured": {**plan, "proxy_items": work["plan"]["proxy_items"]},
         "ratio_proxy": round(work["ratio_proxy"], 2),
         "ratio_seconds": round(up["seconds"] / plan["seconds"], 2),
-        "lower_bound": bool(skipped or uncounted or up["timed_out_families"]),
-        "lower_bound_because": (
+        # upstream's side is undercounted for these reasons; sampling (one unit a family) errs either way on both
+        # sides, so a ratio is an estimate, not a bound (plan_built compares it with a measured build)
+        "upstream_undercounted": bool(skipped or uncounted or up["timed_out_families"]),
+        "upstream_undercounted_because": (
             [f"upstream's {name} units were not configured (its sources were not carried); upstream builds them "
              "and the plan does not" for name in skipped]
             + [f"upstream's {what}: not a compile unit of build.ninja, so not counted" for what in uncounted]
@@ -125,6 +130,11 @@ def result(bench: Path, timeout: float | None, skipped: list[str], build: Path |
             built |= {"result": build.name, "build_options": b.get("build_options"),
                       "build_units": b.get("units"), "build_cpu_seconds": b.get("cpu_seconds"),
                       "build_jobs": b.get("jobs")}
+            if b.get("cpu_seconds"):
+                # the same plan measured whole, under its build's own load: one sampled unit a family can miss a
+                # family's spread either way, so the ratio is given against both
+                built["ratio_seconds_measured"] = round(up["seconds"] / b["cpu_seconds"], 2)
+                built["sampled_over_measured"] = round(secs / b["cpu_seconds"], 2)
         out["plan_built"] = built
     return out
 
@@ -147,8 +157,9 @@ def main() -> int:
                  args.skipped_upstream, args.build, args.ninja_log, tuple(args.uncounted_upstream))
     out["commands"], out["notes"] = args.command, args.note
     args.out.write_text(json.dumps(out, indent=1) + "\n")
-    print(json.dumps({k: out[k] for k in ("ratio_proxy", "ratio_seconds", "lower_bound")}
-                     | ({"ratio_seconds_built": out["plan_built"]["ratio_seconds"]} if "plan_built" in out else {})))
+    built = out.get("plan_built", {})
+    print(json.dumps({k: out[k] for k in ("ratio_proxy", "ratio_seconds", "upstream_undercounted")}
+                     | {f"built_{k}": built[k] for k in ("ratio_seconds", "ratio_seconds_measured") if k in built}))
     return 0
 
 

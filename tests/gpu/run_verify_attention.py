@@ -138,11 +138,20 @@ def load_kernels(source: Path, work: Path) -> dict[str, types.ModuleType]:
     return {"released": _load(released, "g4_unified_released"), "3d": _load(wider, "g4_unified_3d_verify")}
 
 
+def query_lengths(seqs: int, query: int, mixed: bool) -> list[int]:
+    """Each request's query tokens: ``query`` for all, or (mixed) a verification, a decode and a short chunk in
+    turn (query, 1, query // 2 + 1, ...), as a step that mixes them launches them together."""
+    if not mixed:
+        return [query] * seqs
+    return [(query, 1, query // 2 + 1)[i % 3] for i in range(seqs)]
+
+
 def make_batch(shape: str, seqs: int, query: int, context: int, dtype: torch.dtype, device: str,
-               seed: int = 0) -> dict[str, Any]:
-    """``seqs`` requests of ``context`` tokens each (the last ``query`` of them the step's queries; the requests'
-    lengths differ a little so that segment boundaries fall differently), their K/V in a paged cache under a
-    shuffled block table."""
+               seed: int = 0, mixed: bool = False, pad: int = 0) -> dict[str, Any]:
+    """``seqs`` requests of ``context`` tokens each (the last query tokens of each the step's queries, see
+    :func:`query_lengths`; the requests' lengths differ a little so that segment boundaries fall differently),
+    their K/V in a paged cache under a shuffled block table; ``pad`` query rows past the last request, as a CUDA
+    graph's padded batch launches them (no request owns them; their outputs are not compared)."""
     heads, kv_heads, head, block, window = SHAPES[shape]
     gen = torch.Generator().manual_seed(seed)
     lens = [context - 7 * i for i in range(seqs)]
@@ -152,10 +161,12 @@ def make_batch(shape: str, seqs: int, query: int, context: int, dtype: torch.dty
     table = order[: seqs * blocks_per].view(seqs, blocks_per).to(torch.int32)
     k = torch.randn(num_blocks, block, kv_heads, head, generator=gen).to(dtype)
     v = torch.randn(num_blocks, block, kv_heads, head, generator=gen).to(dtype)
-    q = torch.randn(seqs * query, heads, head, generator=gen).to(dtype)
-    cu = torch.tensor([i * query for i in range(seqs + 1)], dtype=torch.int32)
+    qlens = query_lengths(seqs, query, mixed)
+    q = torch.randn(sum(qlens) + pad, heads, head, generator=gen).to(dtype)
+    cu = torch.tensor([sum(qlens[:i]) for i in range(seqs + 1)], dtype=torch.int32)
     return {"shape": shape, "heads": heads, "kv_heads": kv_heads, "head": head, "block": block, "window": window,
-            "lens": lens, "query": query, "q": q.to(device), "k": k.to(device), "v": v.to(device),
+            "lens": lens, "query": max(qlens), "qlens": qlens, "real_rows": sum(qlens),
+            "q": q.to(device), "k": k.to(device), "v": v.to(device),
             "table": table.to(device), "cu": cu.to(device),
             "seqused": torch.tensor(lens, dtype=torch.int32, device=device)}
 
@@ -167,18 +178,21 @@ def reference(b: dict[str, Any]) -> torch.Tensor:
     out = torch.empty(b["q"].shape, dtype=torch.float32)
     q_all = b["q"].float().cpu()
     k_cache, v_cache, table = b["k"].float().cpu(), b["v"].float().cpu(), b["table"].cpu()
+    first = 0
     for r, length in enumerate(b["lens"]):
         blocks = table[r, : -(-length // b["block"])].long()
         keys = k_cache[blocks].reshape(-1, b["kv_heads"], b["head"])[:length]
         vals = v_cache[blocks].reshape(-1, b["kv_heads"], b["head"])[:length]
-        for i in range(b["query"]):
-            pos = length - b["query"] + i
+        qlen = b["qlens"][r]
+        for i in range(qlen):
+            pos = length - qlen + i
             lo = 0 if b["window"] < 0 else max(0, pos - b["window"] + 1)
-            qi = q_all[r * b["query"] + i].view(b["kv_heads"], group, b["head"])
+            qi = q_all[first + i].view(b["kv_heads"], group, b["head"])
             kk, vv = keys[lo: pos + 1].transpose(0, 1), vals[lo: pos + 1].transpose(0, 1)
             p = torch.softmax(torch.einsum("hgd,hnd->hgn", qi, kk) * scale, dim=-1)
-            out[r * b["query"] + i] = torch.einsum("hgn,hnd->hgd", p, vv).reshape(b["heads"], b["head"])
-    return out
+            out[first + i] = torch.einsum("hgn,hnd->hgd", p, vv).reshape(b["heads"], b["head"])
+        first += qlen
+    return out[: b["real_rows"]]
 
 
 def buffers(b: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -235,10 +249,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
         rows = []
         for query in args.queries:
-            b = make_batch(args.shape, args.seqs, query, args.context, dtype, args.device)
+            b = make_batch(args.shape, args.seqs, query, args.context, dtype, args.device, mixed=args.mixed,
+                           pad=args.pad)
             b["buffer_rows"] = args.buffer_rows
             ref = reference(b)
             row: dict[str, Any] = {"shape": args.shape, "seqs": args.seqs, "query": query, "context": args.context}
+            if args.mixed or args.pad:
+                row |= {"query_lengths": b["qlens"], "pad_rows": args.pad}
             outs = {}
             scale = ref.abs().max().item()
             for name, module in kernels.items():
@@ -248,16 +265,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if args.device == "cuda":
                     torch.cuda.synchronize()
                 row[f"{name}_kernel"] = kernel_seen(segm)
-                err = (out.float().cpu() - ref).abs().max().item()
+                real = out[: b["real_rows"]]
+                err = (real.float().cpu() - ref).abs().max().item()
                 # relative to the largest output: at 16K keys an output is small, and an absolute bound would
                 # pass a kernel that dropped a segment
                 row[f"{name}_max_error"] = err
                 row[f"{name}_relative_error"] = err / scale
-                row[f"{name}_ok"] = bool(err <= TOLERANCE[dtype] * scale) and not bool(torch.isnan(out).any())
+                row[f"{name}_ok"] = bool(err <= TOLERANCE[dtype] * scale) and not bool(torch.isnan(real).any())
                 if args.device == "cuda" and args.iters:
                     row[f"{name}_ms"] = time_ms(module, b, args.iters)
             # two computations, not one: split-softmax segments round differently from one pass over the keys
-            row["released_vs_3d"] = (outs["released"].float() - outs["3d"].float()).abs().max().item()
+            row["released_vs_3d"] = (outs["released"][: b["real_rows"]].float()
+                                     - outs["3d"][: b["real_rows"]].float()).abs().max().item()
             if "released_ms" in row and "3d_ms" in row:
                 row["speedup"] = row["released_ms"] / row["3d_ms"]
             rows.append(row)
@@ -266,6 +285,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     series = getattr(kernels["3d"], "verify_split_kv_max_query", None)
     return {"ok": ok, "device": device, "dtype": str(dtype).removeprefix("torch."), "tolerance": TOLERANCE[dtype],
             "dispatch": "series" if series is not None else "experiment",
+            # which kernel ran is not part of ok: a timing whose split kernel was never taken shows here
+            "split_taken": sum(r["3d_kernel"] == "3d" and r["query"] > 1 for r in rows),
             "max_3d_query": series if series is not None else MAX_3D_QUERY, "rows": rows}
 
 
@@ -290,8 +311,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--buffer-rows", type=int, default=0,
                     help="segment buffer rows (default: one per query token); fewer keep the widened dispatch on 2D")
+    ap.add_argument("--mixed", action="store_true",
+                    help="the requests' query lengths differ: a verification, a decode and a short chunk in turn")
+    ap.add_argument("--pad", type=int, default=0, help="query rows past the last request (a padded CUDA graph batch)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.pad < 0:
+        ap.error(f"--pad {args.pad}: expected 0 or more")
     if args.buffer_rows < 0:
         ap.error(f"--buffer-rows {args.buffer_rows}: expected 0 (a row per query token) or more")
     if args.context < max(args.queries) + 7 * args.seqs:

@@ -26,8 +26,13 @@ pytestmark = pytest.mark.network
 SCRIPT = Path(__file__).resolve().parents[1] / "gpu" / "run_verify_attention.py"
 
 
+def _env() -> dict[str, str]:
+    """Triton's interpreter, and the series' bound as shipped whatever the caller's environment says."""
+    return {k: v for k, v in os.environ.items() if k != "G4B_TRITON_VERIFY_SPLIT_KV"} | {"TRITON_INTERPRET": "1"}
+
+
 def _run(source: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env = _env()
     return subprocess.run([sys.executable, str(SCRIPT), "--source", str(source), "--json", *args],
                           capture_output=True, text=True, env=env, timeout=600)
 
@@ -73,6 +78,9 @@ def test_the_widened_dispatch_keeps_2d_where_the_buffers_lack_rows() -> None:
     ("small-sliding", ("--queries", "1,9"), [(1, "3d", "3d"), (9, "2d", "2d")]),
     # buffers without a row for every query token keep it too (2 requests x 4 tokens > 4 rows)
     ("small", ("--queries", "4", "--buffer-rows", "4"), [(4, "2d", "2d")]),
+    # a verification beside a decode and a short chunk, and padded rows past the last request (a CUDA graph's
+    # batch): the split kernel, equal to torch on every real row
+    ("small", ("--queries", "9,16", "--seqs", "3", "--mixed", "--pad", "3"), [(9, "2d", "3d"), (16, "2d", "3d")]),
 ])
 def test_the_series_dispatch_of_the_patched_tree(shape: str, args: tuple[str, ...],
                                                   expected: list[tuple[int, str, str]]) -> None:
@@ -82,13 +90,14 @@ def test_the_series_dispatch_of_the_patched_tree(shape: str, args: tuple[str, ..
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     assert report["dispatch"] == "series" and report["max_3d_query"] == 16 and report["ok"]
+    assert report["split_taken"] == sum(q > 1 and k == "3d" for q, _, k in expected)
     assert [(r["query"], r["released_kernel"], r["3d_kernel"]) for r in report["rows"]] == expected
     assert all(r["released_vs_3d"] < 1e-5 for r in report["rows"])
 
 
 @pytest.mark.parametrize("value", ["0", "1", "many"])
 def test_the_series_dispatch_turns_off_by_its_variable(value: str) -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "G4B_TRITON_VERIFY_SPLIT_KV": value}
+    env = _env() | {"G4B_TRITON_VERIFY_SPLIT_KV": value}
     proc = subprocess.run([sys.executable, str(SCRIPT), "--source", str(patched_tree("vllm-0.21.0")), "--json",
                            "--queries", "4", "--context", "100"], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -145,7 +154,7 @@ print(backend.unified_attention is not ops.unified_attention, "max_seqlen_q > 16
       "max_seqlen_q > 1\\n" not in src, rva.kernel_seen(segm), counts)
 """
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TRITON_INTERPRET": "1"})
+                          env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     words = proc.stdout.split(maxsplit=4)
     assert words[:4] == ["True", "True", "True", "3d"], proc.stdout  # a verification through the backend: split
@@ -178,7 +187,7 @@ rva.launch(types.SimpleNamespace(unified_attention=backend.unified_attention), b
 print(path == ops.__file__, ops.verify_split_kv_max_query, rva.kernel_seen(segm), counts)
 """
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TRITON_INTERPRET": "1"})
+                          env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     words = proc.stdout.split(maxsplit=3)
     assert words[:3] == ["True", str(bound), kernel], proc.stdout
@@ -208,6 +217,6 @@ for ranges in (None, torch.zeros((2, 1, 2), dtype=torch.int32)):
 print(*seen)
 """
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TRITON_INTERPRET": "1"})
+                          env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["3d", "2d"]

@@ -27,10 +27,14 @@ def test_the_recorded_ratios_regenerate_from_the_runs_files() -> None:
     recorded = json.loads((RESULTS / "wheel-sm120-compile-work.json").read_text())
     again = result(BENCH, 400, ["flashmla"], RESULTS / "wheel-sm120-32c.json", RESULTS / "wheel-sm120-32c.ninja_log",
                    ("DeepGEMM _C",))
-    for key in ("upstream", "plan_configured", "ratio_proxy", "ratio_seconds", "lower_bound", "plan_built"):
+    for key in ("upstream", "plan_configured", "ratio_proxy", "ratio_seconds", "upstream_undercounted", "plan_built"):
         assert again[key] == recorded[key], key
     assert recorded["upstream"]["units"] == 408 and recorded["plan_configured"]["units"] == 161
     assert recorded["plan_built"]["units"] == recorded["plan_built"]["build_units"] == 117
+    # the measured build is the other reading: upstream's sampled estimate over the build's own CPU-seconds
+    built = recorded["plan_built"]
+    assert built["ratio_seconds_measured"] == round(recorded["upstream"]["seconds"] / built["build_cpu_seconds"], 2)
+    assert built["ratio_seconds_measured"] < built["ratio_seconds"]  # one sample a family undercounted the plan
 
 
 def test_a_sample_past_the_timeout_counts_at_it_not_at_the_mean() -> None:
