@@ -4,8 +4,8 @@ The emitted Windows script checks Visual Studio, CUDA, long paths and the venv a
 says the same up front, so a user installs them before copying the script over. The estimate comes from a
 measured build per kernel profile (issue "A desktop's build": the sm_120 vLLM wheel's 169 compile units took
 18,094 CPU-seconds on Linux, 801 s on 32 cores; with ``--kernels gemma4`` its 117 units took 12,442 on 16 cores,
-912 s for the whole command); MSVC builds are not measured, so Windows is given as the same work, said to be
-likely slower.
+912 s for the whole command, and 543 s on 32), packed on the jobs as those builds were; MSVC builds are not
+measured, so Windows is given as the same work, said to be likely slower.
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ from g4build.pins.model import Pin
 # the measured sm_120 vLLM wheel: every nvcc/host unit, summed, per kernel profile (tests/device/results/
 # wheel-sm120.json's 32-core run, wheel-sm120-16c.json)
 COMPILE_CPU_SECONDS = {"all": 18_094, "gemma4": 12_442}
-SETUP_MINUTES = 10  # source fetch, the series, pip's build requirements and the wheel's packing, roughly
+LONGEST_UNIT_S = 310  # no job count builds faster than its longest unit (FlashAttention 2's split hdim-128 forward)
+SPAN_OVER_BOUND = 1.05  # ninja's span over that packing bound with the long units first: 1.03 on 16 cores, 1.10 on 32
+REST_S = 130  # the rest of the command with its inputs at hand (configure, link, pack, validate): 123-134 s measured
+FETCH = "torch, the pin's sdist and the build requirements"  # a first run's downloads: the network decides
 
 
 def prerequisites(pin: Pin, target: Target, opts: Options) -> tuple[str, ...]:
@@ -35,11 +38,20 @@ def prerequisites(pin: Pin, target: Target, opts: Options) -> tuple[str, ...]:
     )
 
 
+def estimate_seconds(kernels: str, jobs: int) -> float:
+    """The whole command with its downloads cached: the compile work packed on ``jobs`` (never under the longest
+    unit), at the span the measured builds had over that bound, plus the rest of the command as measured (16 jobs:
+    947 s against 912 measured; 32: 538 against 543)."""
+    work = COMPILE_CPU_SECONDS.get(kernels, COMPILE_CPU_SECONDS["all"])
+    return max(work / max(1, jobs), LONGEST_UNIT_S) * SPAN_OVER_BOUND + REST_S
+
+
 def estimate(target: Target, opts: Options) -> str:
     """Time and disk for the build, from the measured compile work and MAX_JOBS."""
     work = COMPILE_CPU_SECONDS.get(opts.kernels, COMPILE_CPU_SECONDS["all"])
-    minutes = work / max(1, opts.jobs) / 60 + SETUP_MINUTES
+    minutes = estimate_seconds(opts.kernels, opts.jobs) / 60
     where = " (measured on Linux; MSVC on Windows is likely slower)" if target.os == "windows" else ""
-    return (f"about {minutes:.0f} minutes with MAX_JOBS={opts.jobs}: {work:,} CPU-seconds of "
-            f"compiling spread over the jobs, plus ~{SETUP_MINUTES} minutes of fetching and installing{where}; "
+    return (f"about {minutes:.0f} minutes with MAX_JOBS={opts.jobs} once its downloads are cached: {work:,} "
+            f"CPU-seconds of compiling spread over the jobs, and ~{REST_S / 60:.0f} minutes of configuring, linking "
+            f"and packing{where}; a first run also downloads {FETCH} (minutes, by your network); "
             f"{MIN_FREE_GB:.0f} GB free at the build root (the build checks it)")
