@@ -1,0 +1,28 @@
+"""Mutations of the series' split-KV verification dispatch (dflash-batched-verification 0007 on 0.21.0: its
+guards, its bound and its variable, run by Triton's CPU interpreter), of the build estimate held to the timed
+builds, and of the compile-work fold's timeout floor."""
+
+from run_mutations import PKG, Mutation
+
+PATCH = "patches/dflash-batched-verification/vllm-0.21.0/0007-triton-verification-split-kv.patch"
+KERNEL = ("tests/integration/test_verify_attention_interpreter.py",)
+
+MUTATIONS: tuple[Mutation, ...] = (
+    Mutation("vs-sliding", PATCH, "+        and sliding_window_val <= 0", "+        and True", KERNEL,
+             "a sliding-window layer keeps the 2D kernel for a verification"),
+    Mutation("vs-rows", PATCH, "+        and q.shape[0] <= softmax_segm_output.shape[0]", "+        and True", KERNEL,
+             "the split kernel only where the segment buffers hold a row for every query token"),
+    Mutation("vs-mm", PATCH, "+        and not use_mm_prefix", "+        and True", KERNEL,
+             "multimodal prefix ranges keep the 2D kernel"),
+    Mutation("vs-bound", PATCH, "+        1 < max_seqlen_q <= verify_split_kv_max_query",
+             "+        1 < max_seqlen_q <= verify_split_kv_max_query + 1", KERNEL,
+             "17 query tokens a request stay on 2D with the bound 16"),
+    Mutation("vs-env", PATCH, '+    raw = os.environ.get("G4B_TRITON_VERIFY_SPLIT_KV", "16")', '+    raw = "16"', KERNEL,
+             "G4B_TRITON_VERIFY_SPLIT_KV sets the bound (0 or 1 turns it off)"),
+    Mutation("vs-estimate-rest", f"{PKG}/builder/prereqs.py", "REST_S = 130", "REST_S = 600",
+             ("tests/unit/builder/test_windows_plan_first_hour.py",),
+             "the build estimate stays within a tenth of each timed build"),
+    Mutation("cw-timeout-floor", "tests/device/compile_work_result.py", "            per = floors[fam][cfg]\n",
+             "            per = fallback\n", ("tests/unit/gpu_scripts/test_compile_work_result.py",),
+             "a compile-work sample past the timeout counts at the timeout"),
+)
