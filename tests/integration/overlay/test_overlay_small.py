@@ -74,6 +74,20 @@ def test_validate_catches_a_missing_fingerprint(tmp_path: Path, project: Path) -
     assert failed == {"series": "beta: vllm/spec/utils.py lacks 'LIMIT = 32'"}
 
 
+def test_a_wheel_of_an_older_series_version_is_told_so(tmp_path: Path, project: Path) -> None:
+    """The checkout's series moved on (v2 asks for a fingerprint v1 lacks): validate names both versions and the
+    way to the newer one, not only the missing text."""
+    result = overlay_wheel(build_wheel(tmp_path / "in"), _plan(), tmp_path / "out")  # type: ignore[arg-type]
+    meta = project / "patches" / "beta" / "series.yaml"
+    text = meta.read_text()
+    assert "version: 1\n" in text
+    meta.write_text(text.replace("LIMIT = 16", "LIMIT = 32").replace("version: 1\n", "version: 2\n", 1))
+    failed = {c.name: c.detail for c in validate_wheel(result.wheel, ValidateOptions()).failures()}
+    assert failed == {"series": "beta: the wheel carries v1, this checkout v2 (vllm/spec/utils.py lacks 'LIMIT = 32'): "
+                                "make it again with this checkout (`g4build wheel`, or `g4build overlay` of the wheel "
+                                "it was overlaid on) to have v2, or validate it with the checkout that made it"}
+
+
 def test_wheel_of_another_version_is_refused(tmp_path: Path, project: Path) -> None:
     src = build_wheel(tmp_path / "in", version="0.33.0")
     with pytest.raises(UsageError, match=r"is vLLM 0.33.0, pin vllm-0.21.0 expects 0.21.0"):

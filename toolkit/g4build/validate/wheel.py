@@ -181,13 +181,23 @@ def check_series(c: Contents, pin_name: str | None, known_pins: frozenset[str] =
             problems.append(f"series {name} has no variant for pin {claimed_pin} in this checkout: its "
                             "fingerprints cannot be checked")
             continue
+        missing: list[str] = []
         for rel, texts in variant.fingerprints.items():
             member = c.members.get(rel)
             if member is None or member.text is None:
-                problems.append(f"{name}: {rel} is not in the wheel")
+                missing.append(f"{name}: {rel} is not in the wheel")
                 continue
             content = member.text.decode("utf-8", "replace")
-            problems.extend(f"{name}: {rel} lacks {t!r}" for t in texts if t not in content)
+            missing.extend(f"{name}: {rel} lacks {t!r}" for t in texts if t not in content)
+        if missing and str(entry.get("version")) != str(series.version):
+            # an older (or newer) series than this checkout's: the fingerprints it lacks are the change between
+            problems.append(f"{name}: the wheel carries v{entry.get('version')}, this checkout v{series.version} ("
+                            + "; ".join(m.removeprefix(f"{name}: ") for m in missing)
+                            + f"): make it again with this checkout (`g4build wheel`, or `g4build overlay` of the "
+                            f"wheel it was overlaid on) to have v{series.version}, or validate it with the checkout "
+                            "that made it")
+        else:
+            problems.extend(missing)
         seen.append(f"{name} v{entry.get('version')}")
     if problems:
         return Check(name="series", ok=False, detail="; ".join(problems))
