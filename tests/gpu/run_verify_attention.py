@@ -23,6 +23,7 @@ source tree this does not recognise.
 from __future__ import annotations
 
 import argparse
+import ast
 import enum
 import importlib.util
 import json
@@ -38,6 +39,7 @@ import torch
 
 KERNEL_FILE = "vllm/v1/attention/ops/triton_unified_attention.py"
 HELPERS_FILE = "vllm/v1/attention/ops/triton_attention_helpers.py"
+KV_FILE = "vllm/v1/kv_cache_interface.py"
 GATE = "or max_seqlen_q > 1\n"  # the released condition that keeps a multi-token query off the 3D kernel
 # the series' own dispatch (dflash-batched-verification 0007)
 SERIES_DISPATCH = "verify_split_kv_max_query = _verify_split_kv_max_query()"
@@ -49,12 +51,28 @@ SHAPES = {"gemma4-full": (16, 2, 512, 16, -1), "gemma4-sliding": (16, 8, 256, 16
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 4e-3}  # of the largest output value
 
 
-class _KVQuantMode(enum.IntEnum):  # the values vLLM's kernels compare against (kv_cache_interface.py)
+class _KVQuantMode(enum.IntEnum):  # 0.21.0's values (kv_cache_interface.py), where a tree's own cannot be read
     NONE = 0
     FP8_PER_TENSOR = 1
     INT8_PER_TOKEN_HEAD = 2
     FP8_PER_TOKEN_HEAD = 3
     NVFP4 = 4
+
+
+def kv_quant_mode(source: Path | None) -> type[enum.IntEnum]:
+    """The tree's own KVQuantMode (its members and values differ between releases: 0.29.0 put INT4 at 4), read
+    as data from ``vllm/v1/kv_cache_interface.py``: the integer assignments of that class, nothing executed."""
+    path = source / KV_FILE if source is not None else None
+    if path is None or not path.is_file():
+        return _KVQuantMode
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ClassDef) and node.name == "KVQuantMode":
+            members = {t.id: v.value for item in node.body if isinstance(item, ast.Assign)
+                       for t in item.targets if isinstance(t, ast.Name)
+                       if isinstance((v := item.value), ast.Constant) and isinstance(v.value, int)}
+            if members:
+                return enum.IntEnum("KVQuantMode", members)  # type: ignore[return-value]
+    return _KVQuantMode
 
 
 def _package(name: str) -> types.ModuleType:
@@ -63,7 +81,7 @@ def _package(name: str) -> types.ModuleType:
     return mod
 
 
-def _stub_vllm() -> None:
+def _stub_vllm(source: Path | None = None) -> None:
     """The few vLLM modules the kernel file imports, as plain modules (no vLLM install needed)."""
     import triton
     import triton.language as tl
@@ -78,7 +96,7 @@ def _stub_vllm() -> None:
     triton_utils = types.ModuleType("vllm.triton_utils")
     triton_utils.tl, triton_utils.triton = tl, triton  # type: ignore[attr-defined]
     kv = types.ModuleType("vllm.v1.kv_cache_interface")
-    kv.KVQuantMode = _KVQuantMode  # type: ignore[attr-defined]
+    kv.KVQuantMode = kv_quant_mode(source)  # type: ignore[attr-defined]
     for mod in (envs, logger, platforms, triton_utils, kv):
         mods[mod.__name__] = mod
     sys.modules.update(mods)
@@ -116,7 +134,7 @@ def load_kernels(source: Path, work: Path) -> dict[str, types.ModuleType]:
     that carries the series' dispatch (dflash-batched-verification 0007) is run as it is, against itself with the
     dispatch set back to one query token (as released): the module's own bound, which G4B_TRITON_VERIFY_SPLIT_KV
     sets when it is imported."""
-    _stub_vllm()
+    _stub_vllm(source)
     _load(source / HELPERS_FILE, "vllm.v1.attention.ops.triton_attention_helpers")
     if not (source / KERNEL_FILE).is_file():
         _refuse(f"{source / KERNEL_FILE}: not found: expected a vLLM source tree")

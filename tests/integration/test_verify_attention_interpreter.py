@@ -54,6 +54,29 @@ def test_the_split_kernel_verifies_as_the_released_one(shape: str, queries: str)
     assert [r["query"] for r in report["rows"]] == [int(q) for q in queries.split(",")]
 
 
+@pytest.mark.parametrize("pin", ["vllm-0.26.0", "vllm-0.29.0"])
+def test_the_split_kernel_verifies_on_the_later_pins_that_keep_the_gate(pin: str) -> None:
+    """0.26.0 and 0.29.0 keep 0.21.0's gate over a kernel that grew (per-request causality, R-SWA, INT4): their
+    split kernel, widened the same way, verifies as their 2D one and as torch; the stub's KVQuantMode is each
+    tree's own (both put INT4 at 4 and NVFP4 at 5, where 0.21.0 has NVFP4 at 4)."""
+    proc = _run(sdist_tree(pin), "--queries", "1,9,16", "--context", "300")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["ok"] and report["dispatch"] == "experiment"
+    kernels = [(r["released_kernel"], r["3d_kernel"]) for r in report["rows"]]
+    assert kernels == [("3d", "3d"), ("2d", "3d"), ("2d", "3d")]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rva_modes", SCRIPT)
+    assert spec and spec.loader
+    rva = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rva)
+    modes = rva.kv_quant_mode(sdist_tree(pin))
+    assert modes.NONE == 0 and modes.FP8_PER_TENSOR == 1
+    assert (modes.INT4_PER_TOKEN_HEAD, modes.NVFP4) == (4, 5)
+    assert rva.kv_quant_mode(sdist_tree("vllm-0.21.0")).NVFP4 == 4
+
+
 def test_a_tree_without_the_released_condition_is_refused() -> None:
     """0.33.0 already lets short queries take the split kernel (its own bound): nothing for the experiment to widen."""
     proc = _run(sdist_tree("vllm-0.33.0"), "--queries", "4")
