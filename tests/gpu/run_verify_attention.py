@@ -62,17 +62,25 @@ class _KVQuantMode(enum.IntEnum):  # 0.21.0's values (kv_cache_interface.py), wh
 def kv_quant_mode(source: Path | None) -> type[enum.IntEnum]:
     """The tree's own KVQuantMode (its members and values differ between releases: 0.29.0 put INT4 at 4), read
     as data from ``vllm/v1/kv_cache_interface.py``: the integer assignments of that class, nothing executed."""
-    path = source / KV_FILE if source is not None else None
-    if path is None or not path.is_file():
+    if source is None:
         return _KVQuantMode
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    path = source / KV_FILE
+    if not path.is_file():
+        _refuse(f"{path}: not found: the kernels compare against this tree's KVQuantMode (its values differ between "
+                "releases); carry it beside the kernel files")
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (SyntaxError, UnicodeDecodeError) as exc:
+        _refuse(f"{path}: not readable as Python source: {exc}")
+    for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and node.name == "KVQuantMode":
             members = {t.id: v.value for item in node.body if isinstance(item, ast.Assign)
                        for t in item.targets if isinstance(t, ast.Name)
                        if isinstance((v := item.value), ast.Constant) and isinstance(v.value, int)}
             if members:
                 return enum.IntEnum("KVQuantMode", members)  # type: ignore[return-value]
-    return _KVQuantMode
+    _refuse(f"{path}: no KVQuantMode class of integer members: this tree's kernels cannot be given its values")
+    raise AssertionError("unreachable")
 
 
 def _package(name: str) -> types.ModuleType:
@@ -134,10 +142,10 @@ def load_kernels(source: Path, work: Path) -> dict[str, types.ModuleType]:
     that carries the series' dispatch (dflash-batched-verification 0007) is run as it is, against itself with the
     dispatch set back to one query token (as released): the module's own bound, which G4B_TRITON_VERIFY_SPLIT_KV
     sets when it is imported."""
-    _stub_vllm(source)
-    _load(source / HELPERS_FILE, "vllm.v1.attention.ops.triton_attention_helpers")
     if not (source / KERNEL_FILE).is_file():
         _refuse(f"{source / KERNEL_FILE}: not found: expected a vLLM source tree")
+    _stub_vllm(source)
+    _load(source / HELPERS_FILE, "vllm.v1.attention.ops.triton_attention_helpers")
     text = (source / KERNEL_FILE).read_text(encoding="utf-8")
     if SERIES_DISPATCH in text:
         copy = work / "unified_series.py"

@@ -88,6 +88,19 @@ def test_a_wheel_of_an_older_series_version_is_told_so(tmp_path: Path, project: 
                                 "it was overlaid on) to have v2, or validate it with the checkout that made it"}
 
 
+def test_a_wheel_of_a_newer_series_version_asks_for_a_newer_checkout(tmp_path: Path, project: Path) -> None:
+    """The wheel was made by a checkout ahead of this one (its v1 against this v0 that asks for other text): the
+    advice is to update the checkout, never to make the wheel again with the older series."""
+    result = overlay_wheel(build_wheel(tmp_path / "in"), _plan(), tmp_path / "out")  # type: ignore[arg-type]
+    meta = project / "patches" / "beta" / "series.yaml"
+    text = meta.read_text()
+    meta.write_text(text.replace("LIMIT = 16", "LIMIT = 32").replace("version: 1\n", "version: 0\n", 1))
+    failed = {c.name: c.detail for c in validate_wheel(result.wheel, ValidateOptions()).failures()}
+    assert failed == {"series": "beta: the wheel carries v1, newer than this checkout's v0 (vllm/spec/utils.py "
+                                "lacks 'LIMIT = 32'): update this checkout, or validate the wheel with the one that "
+                                "made it"}
+
+
 def test_wheel_of_another_version_is_refused(tmp_path: Path, project: Path) -> None:
     src = build_wheel(tmp_path / "in", version="0.33.0")
     with pytest.raises(UsageError, match=r"is vLLM 0.33.0, pin vllm-0.21.0 expects 0.21.0"):

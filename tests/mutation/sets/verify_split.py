@@ -1,6 +1,7 @@
 """Mutations of the series' split-KV verification dispatch (dflash-batched-verification 0007 on 0.21.0: its
 guards, its bound and its variable, run by Triton's CPU interpreter), of the build estimate held to the timed
-builds, and of the compile-work fold's timeout floor."""
+builds, and of the compile-work fold's timeout floor. The vs- mutations' tests read the pins' sdists (marked
+network): run them with --network (the sdists cached, nothing fetched)."""
 
 from run_mutations import PKG, Mutation
 
@@ -19,7 +20,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "17 query tokens a request stay on 2D with the bound 16"),
     Mutation("vs-env", PATCH, '+    raw = os.environ.get("G4B_TRITON_VERIFY_SPLIT_KV", "16")', '+    raw = "16"',
              KERNEL, "G4B_TRITON_VERIFY_SPLIT_KV sets the bound (0 or 1 turns it off)"),
-    Mutation("vs-estimate-rest", f"{PKG}/builder/prereqs.py", "REST_S = 130", "REST_S = 600",
+    Mutation("vs-estimate-rest", f"{PKG}/builder/prereqs.py", "REST_S = 130", "REST_S = 13",
              ("tests/unit/builder/test_windows_plan_first_hour.py",),
              "the build estimate stays within a tenth of each timed build"),
     Mutation("cw-timeout-floor", "tests/device/compile_work_result.py", "            per = floors[fam][cfg]\n",

@@ -34,7 +34,7 @@ def test_the_plan_gives_time_and_disk(capsys: pytest.CaptureFixture[str]) -> Non
     code, out, _ = run_cli([*PLAN, "--jobs", "16"], capsys)
     assert code == 0
     assert COMPILE_CPU_SECONDS == {"all": 18_094, "gemma4": 12_442}
-    minutes = 22  # 18,094 CPU-seconds over 16 jobs (1,131 s) x 1.05, and 130 s of the rest
+    minutes = 23  # 18,094 CPU-seconds over 16 jobs (1,131 s) x 1.10, and 130 s of the rest
     text = " ".join(out.split())
     assert f"estimate: about {minutes} minutes with MAX_JOBS=16 once its downloads are cached: 18,094 CPU-seconds" \
         in text
@@ -64,6 +64,19 @@ def test_the_estimate_is_within_a_tenth_of_each_timed_build(cores: int) -> None:
     assert 0.98 * measured <= estimate_seconds("gemma4", cores) <= 1.10 * measured
     # and the longest unit bounds it below whatever the cores
     assert estimate_seconds("gemma4", 1000) == estimate_seconds("gemma4", 10_000)
+
+
+def test_the_whole_sets_estimate_is_near_its_32_core_build() -> None:
+    """--kernels all (the Windows plan's profile) against the 32-core build the build page records (801 s, before
+    the long units went first, so the estimate may be under it), within 10%; and never under the gemma4 one."""
+    from pathlib import Path
+
+    page = " ".join((Path(__file__).resolve().parents[3] / "toolkit/docs/routes/build.md").read_text().split())
+    assert "(`--kernels all`) took 12.7 minutes on 64 cores (the vLLM step 12.1) and 13.4 minutes on 32 (801 s;" in page
+    assert 0.90 * 801 <= estimate_seconds("all", 32) <= 1.10 * 801
+    for jobs in (2, 8, 16, 32, 64):
+        assert estimate_seconds("all", jobs) > estimate_seconds("gemma4", jobs)
+    assert estimate_seconds("all", 1000) == 341 * 1.10 + 130
 
 
 def test_max_jobs_is_the_targets_default_not_this_machines(capsys: pytest.CaptureFixture[str]) -> None:

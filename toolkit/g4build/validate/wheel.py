@@ -189,13 +189,19 @@ def check_series(c: Contents, pin_name: str | None, known_pins: frozenset[str] =
                 continue
             content = member.text.decode("utf-8", "replace")
             missing.extend(f"{name}: {rel} lacks {t!r}" for t in texts if t not in content)
-        if missing and str(entry.get("version")) != str(series.version):
-            # an older (or newer) series than this checkout's: the fingerprints it lacks are the change between
-            problems.append(f"{name}: the wheel carries v{entry.get('version')}, this checkout v{series.version} ("
-                            + "; ".join(m.removeprefix(f"{name}: ") for m in missing)
-                            + f"): make it again with this checkout (`g4build wheel`, or `g4build overlay` of the "
-                            f"wheel it was overlaid on) to have v{series.version}, or validate it with the checkout "
-                            "that made it")
+        claimed_version = entry.get("version")
+        if missing and isinstance(claimed_version, int) and claimed_version != series.version:
+            # another version of the series than this checkout's: the fingerprints it lacks are the change between
+            lacks = "; ".join(m.removeprefix(f"{name}: ") for m in missing)
+            if claimed_version < series.version:
+                problems.append(f"{name}: the wheel carries v{claimed_version}, this checkout v{series.version} "
+                                f"({lacks}): make it again with this checkout (`g4build wheel`, or `g4build overlay` "
+                                f"of the wheel it was overlaid on) to have v{series.version}, or validate it with "
+                                "the checkout that made it")
+            else:
+                problems.append(f"{name}: the wheel carries v{claimed_version}, newer than this checkout's "
+                                f"v{series.version} ({lacks}): update this checkout, or validate the wheel with the "
+                                "one that made it")
         else:
             problems.extend(missing)
         seen.append(f"{name} v{entry.get('version')}")
