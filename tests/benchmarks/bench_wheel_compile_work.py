@@ -87,6 +87,26 @@ def families(units: Iterable[CompileUnit], build: Path) -> dict[str, list[Compil
     return dict(sorted(found.items()))
 
 
+def sampled_mean(times: dict[str, dict[str, float]] | None, cfg: str) -> float | None:
+    """The mean of a configuration's sampled families: what a family without a time of its own takes."""
+    sampled = [t for fam_times in (times or {}).values() if (t := fam_times.get(cfg)) is not None]
+    return statistics.fmean(sampled) if sampled else None
+
+
+def per_unit_seconds(fam: str, cfg: str, times: dict[str, dict[str, float]] | None,
+                     timed_out: dict[str, dict[str, float]] | None, fallback: float | None,
+                     ) -> tuple[float | None, str]:
+    """A family's seconds a unit and how they were had: its sampled mean ("timed"), else the timeout its sample
+    ran past ("timed_out": a floor, the family took longer), else the configuration's mean ("untimed")."""
+    mean = (times or {}).get(fam, {}).get(cfg)
+    if mean is not None:
+        return mean, "timed"
+    floor = (timed_out or {}).get(fam, {}).get(cfg)
+    if floor is not None:
+        return floor, "timed_out"
+    return fallback, "untimed"
+
+
 def compile_work(fams: dict[str, dict[str, list[CompileUnit]]], times: dict[str, dict[str, float]] | None,
                  timed_out: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
     """Per configuration: units, proxy items and (with times) estimated seconds, per family and in total. A family
@@ -94,18 +114,15 @@ def compile_work(fams: dict[str, dict[str, list[CompileUnit]]], times: dict[str,
     configuration's mean."""
     out: dict[str, Any] = {}
     for cfg, by_family in fams.items():
-        sampled = [t for fam_times in (times or {}).values() if (t := fam_times.get(cfg)) is not None]
-        fallback = statistics.fmean(sampled) if sampled else None
+        fallback = sampled_mean(times, cfg)
         rows = {}
         for fam, units in by_family.items():
-            mean = (times or {}).get(fam, {}).get(cfg)
-            floor = (timed_out or {}).get(fam, {}).get(cfg)
-            per_unit = mean if mean is not None else floor if floor is not None else fallback
+            per_unit, how = per_unit_seconds(fam, cfg, times, timed_out, fallback)
             rows[fam] = {"units": len(units), "cuda_units": sum(u.language == "CUDA" for u in units),
                          "proxy_items": sum(proxy_items(u) for u in units),
                          "codes": sorted({c for u in units for c in u.codes}),
-                         "seconds": None if per_unit is None else len(units) * per_unit, "timed": mean is not None,
-                         "timed_out": mean is None and floor is not None}
+                         "seconds": None if per_unit is None else len(units) * per_unit, "timed": how == "timed",
+                         "timed_out": how == "timed_out"}
         out[cfg] = {"families": rows,
                     "units": sum(r["units"] for r in rows.values()),
                     "proxy_items": sum(r["proxy_items"] for r in rows.values()),

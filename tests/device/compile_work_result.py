@@ -23,15 +23,15 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "toolkit"), str(ROOT)]
 
-from tests.benchmarks.bench_wheel_compile_work import family_from  # noqa: E402
+from tests.benchmarks.bench_wheel_compile_work import family_from, per_unit_seconds, sampled_mean  # noqa: E402
 
 TIMEOUT_LINE = re.compile(r"^TIMEOUT (upstream|plan) (\S+)\s*$", re.M)
 OBJECT = re.compile(r"(?:^|/)CMakeFiles/([^/]+)\.dir/(.+)\.o$")
@@ -54,40 +54,24 @@ def timeouts(bench: Path, measured: dict[str, Any], timeout: float | None) -> di
 
 def weigh(rows: dict[str, dict[str, Any]], cfg: str, times: dict[str, dict[str, float]],
           floors: dict[str, dict[str, float]]) -> dict[str, Any]:
-    """Seconds of one configuration's families: sampled mean, else the timeout floor, else the mean of the
-    configuration's sampled families (the benchmark's own fallback)."""
-    sampled = [t[cfg] for t in times.values() if cfg in t]
-    fallback = statistics.fmean(sampled)
+    """Seconds of one configuration's families, each a unit as the benchmark counts it (per_unit_seconds)."""
+    fallback = sampled_mean(times, cfg)
     seconds = 0.0
-    timed_out, untimed = [], []
+    how: dict[str, list[str]] = {"timed": [], "timed_out": [], "untimed": []}
     for fam, row in rows.items():
-        if cfg in times.get(fam, {}):
-            per = times[fam][cfg]
-        elif cfg in floors.get(fam, {}):
-            per = floors[fam][cfg]
-            timed_out.append(fam)
-        else:
-            per = fallback
-            untimed.append(fam)
-        seconds += row["units"] * per
+        per, way = per_unit_seconds(fam, cfg, times, floors, fallback)
+        seconds += row["units"] * (per or 0.0)
+        how[way].append(fam)
     return {"units": sum(r["units"] for r in rows.values()), "seconds": round(seconds),
-            "timed_out_families": sorted(timed_out), "untimed_families": sorted(untimed)}
+            "timed_out_families": sorted(how["timed_out"]), "untimed_families": sorted(how["untimed"])}
 
 
 def build_units(ninja_log: Path) -> dict[str, int]:
     """Family -> objects compiled, from a .ninja_log (the last entry of each output; links are not units)."""
-    seen: dict[str, str] = {}
-    for line in ninja_log.read_text(errors="replace").splitlines():
-        cols = line.split("\t")
-        if line.startswith("#") or len(cols) < 4:
-            continue
-        m = OBJECT.search(cols[3])
-        if m:
-            seen[cols[3]] = family_from(m[1], m[2])
-    out: dict[str, int] = {}
-    for fam in seen.values():
-        out[fam] = out.get(fam, 0) + 1
-    return dict(sorted(out.items()))
+    objects = {cols[3] for line in ninja_log.read_text(errors="replace").splitlines()
+               if not line.startswith("#") and len(cols := line.split("\t")) >= 4}
+    found = Counter(family_from(m[1], m[2]) for o in objects if (m := OBJECT.search(o)))
+    return dict(sorted(found.items()))
 
 
 def result(bench: Path, timeout: float | None, skipped: list[str], build: Path | None,
@@ -120,9 +104,9 @@ def result(bench: Path, timeout: float | None, skipped: list[str], build: Path |
     }
     if ninja_log:
         units = build_units(ninja_log)
-        plan_sampled = [t["plan"] for t in times.values() if "plan" in t]
+        fallback = sampled_mean(times, "plan")
         missing = [f for f in units if "plan" not in times.get(f, {})]
-        secs = sum(n * times.get(f, {}).get("plan", statistics.fmean(plan_sampled)) for f, n in units.items())
+        secs = sum(n * (per_unit_seconds(f, "plan", times, None, fallback)[0] or 0.0) for f, n in units.items())
         built: dict[str, Any] = {"units": sum(units.values()), "seconds": round(secs),
                                  "families_untimed": missing, "ratio_seconds": round(up["seconds"] / secs, 2)}
         if build:

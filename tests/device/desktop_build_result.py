@@ -14,15 +14,17 @@ the session took every 2 s (MemTotal - MemAvailable).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "toolkit"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from wheel_e2e_result import build_summary, load
+
+from g4build.pins.index import sha256_file
 
 EXITED = re.compile(r"g4build wheel exited (\d+) after (\d+) s")
 
@@ -46,12 +48,8 @@ def wheel_facts(wheel: Path, built: list[str]) -> dict[str, Any]:
     build cannot stand in for this one's)."""
     if wheel.name not in built:
         raise SystemExit(f"{wheel}: not the wheel this build wrote (its manifest names {built or 'none'})")
-    digest = hashlib.sha256()
-    with wheel.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
     label = wheel.name.split("-")[1].rsplit(".g4.", 1)
-    return {"file": wheel.name, "sha256": digest.hexdigest(), "bytes": wheel.stat().st_size,
+    return {"file": wheel.name, "sha256": sha256_file(wheel), "bytes": wheel.stat().st_size,
             "manifest_digest": label[1] if len(label) == 2 else None}
 
 

@@ -51,19 +51,9 @@ SHAPES = {"gemma4-full": (16, 2, 512, 16, -1), "gemma4-sliding": (16, 8, 256, 16
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 4e-3}  # of the largest output value
 
 
-class _KVQuantMode(enum.IntEnum):  # 0.21.0's values (kv_cache_interface.py), where a tree's own cannot be read
-    NONE = 0
-    FP8_PER_TENSOR = 1
-    INT8_PER_TOKEN_HEAD = 2
-    FP8_PER_TOKEN_HEAD = 3
-    NVFP4 = 4
-
-
-def kv_quant_mode(source: Path | None) -> type[enum.IntEnum]:
+def kv_quant_mode(source: Path) -> type[enum.IntEnum]:
     """The tree's own KVQuantMode (its members and values differ between releases: 0.29.0 put INT4 at 4), read
     as data from ``vllm/v1/kv_cache_interface.py``: the integer assignments of that class, nothing executed."""
-    if source is None:
-        return _KVQuantMode
     path = source / KV_FILE
     if not path.is_file():
         _refuse(f"{path}: not found: the kernels compare against this tree's KVQuantMode (its values differ between "
@@ -89,7 +79,7 @@ def _package(name: str) -> types.ModuleType:
     return mod
 
 
-def _stub_vllm(source: Path | None = None) -> None:
+def _stub_vllm(source: Path) -> None:
     """The few vLLM modules the kernel file imports, as plain modules (no vLLM install needed)."""
     import triton
     import triton.language as tl

@@ -37,6 +37,30 @@ def _run(source: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, env=env, timeout=600)
 
 
+def _probe(tree: Path, body: str) -> str:
+    """Run ``body`` in a fresh interpreter (Triton's, on the CPU) where ``tree``'s kernel file is vLLM's
+    ``triton_unified_attention`` (the rest stubbed as run_verify_attention.py stubs it) and TRITON_ATTN's backend
+    module calls it; ``rva``, ``ops``, ``backend``, ``torch``, ``types`` and ``Path`` are there. Its stdout."""
+    preamble = f"""
+import sys, types
+from pathlib import Path
+sys.path.insert(0, {str(SCRIPT.parent)!r}); sys.path.insert(0, {str(SCRIPT.parent / "e2e")!r})
+import run_verify_attention as rva, torch
+tree = Path({str(tree)!r})
+rva._stub_vllm(tree)
+rva._load(tree / rva.HELPERS_FILE, "vllm.v1.attention.ops.triton_attention_helpers")
+ops = rva._load(tree / rva.KERNEL_FILE, "vllm.v1.attention.ops.triton_unified_attention")
+backend = types.ModuleType("vllm.v1.attention.backends.triton_attn")
+backend.unified_attention = ops.unified_attention
+sys.modules["vllm.v1.attention.backends"] = rva._package("vllm.v1.attention.backends")
+sys.modules[backend.__name__] = backend
+"""
+    proc = subprocess.run([sys.executable, "-c", preamble + body], capture_output=True, text=True, timeout=300,
+                          env=_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
 @pytest.mark.parametrize(("shape", "queries"), [("small", "1,9,16"), ("small-sliding", "5,16")])
 def test_the_split_kernel_verifies_as_the_released_one(shape: str, queries: str) -> None:
     proc = _run(sdist_tree("vllm-0.21.0"), "--shape", shape, "--queries", queries, "--context", "300")
@@ -154,20 +178,8 @@ def test_step_costs_gives_tritons_backend_the_widened_attention(tmp_path: Path) 
     """step_costs.py --verify-split-kv: in a process whose vLLM is the pinned tree's kernel file (the rest stubbed
     as run_verify_attention.py stubs it), TRITON_ATTN's backend module calls the widened unified_attention: a
     verification of 4 tokens through it takes the split kernel, and the run's counts say so."""
-    tree = sdist_tree("vllm-0.21.0")
-    probe = f"""
-import sys, types, importlib.util
-from pathlib import Path
-sys.path.insert(0, {str(SCRIPT.parent)!r}); sys.path.insert(0, {str(SCRIPT.parent / "e2e")!r})
-import run_verify_attention as rva
-rva._stub_vllm()
-rva._load(Path({str(tree)!r}) / rva.HELPERS_FILE, "vllm.v1.attention.ops.triton_attention_helpers")
-ops = rva._load(Path({str(tree)!r}) / rva.KERNEL_FILE, "vllm.v1.attention.ops.triton_unified_attention")
-backend = types.ModuleType("vllm.v1.attention.backends.triton_attn")
-backend.unified_attention = ops.unified_attention
-sys.modules["vllm.v1.attention.backends"] = rva._package("vllm.v1.attention.backends")
-sys.modules[backend.__name__] = backend
-import step_costs, torch
+    out = _probe(sdist_tree("vllm-0.21.0"), """
+import step_costs
 path, counts = step_costs.install_verify_split(16)
 src = Path(path).read_text()
 b = rva.make_batch("small", 2, 4, 100, torch.float32, "cpu")
@@ -175,12 +187,9 @@ out, segm = torch.zeros_like(b["q"]), rva.buffers(b)
 rva.launch(types.SimpleNamespace(unified_attention=backend.unified_attention), b, out, segm)
 print(backend.unified_attention is not ops.unified_attention, "max_seqlen_q > 16" in src,
       "max_seqlen_q > 1\\n" not in src, rva.kernel_seen(segm), counts)
-"""
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
-                          env=_env())
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    words = proc.stdout.split(maxsplit=4)
-    assert words[:4] == ["True", "True", "True", "3d"], proc.stdout  # a verification through the backend: split
+""")
+    words = out.split(maxsplit=4)
+    assert words[:4] == ["True", "True", "True", "3d"], out  # a verification through the backend: split
     assert ast.literal_eval(words[4]) == {"calls": 1, "verify_calls": 1, "verify_calls_eligible": 1}
 
 
@@ -189,31 +198,16 @@ def test_step_costs_sets_the_series_bound_on_a_patched_wheel(bound: int, kernel:
     """On a wheel that carries 0007, step_costs.py --verify-split-kv Q keeps vLLM's own file and sets its bound:
     16 verifies through the split kernel, 1 (the baseline beside it) through the released 2D dispatch; the
     counts say which calls were eligible either way."""
-    tree = patched_tree("vllm-0.21.0")
-    probe = f"""
-import sys, types
-from pathlib import Path
-sys.path.insert(0, {str(SCRIPT.parent)!r}); sys.path.insert(0, {str(SCRIPT.parent / "e2e")!r})
-import run_verify_attention as rva
-rva._stub_vllm()
-rva._load(Path({str(tree)!r}) / rva.HELPERS_FILE, "vllm.v1.attention.ops.triton_attention_helpers")
-ops = rva._load(Path({str(tree)!r}) / rva.KERNEL_FILE, "vllm.v1.attention.ops.triton_unified_attention")
-backend = types.ModuleType("vllm.v1.attention.backends.triton_attn")
-backend.unified_attention = ops.unified_attention
-sys.modules["vllm.v1.attention.backends"] = rva._package("vllm.v1.attention.backends")
-sys.modules[backend.__name__] = backend
-import step_costs, torch
+    out = _probe(patched_tree("vllm-0.21.0"), f"""
+import step_costs
 path, counts = step_costs.install_verify_split({bound})
 b = rva.make_batch("small", 2, 4, 100, torch.float32, "cpu")
 out, segm = torch.zeros_like(b["q"]), rva.buffers(b)
 rva.launch(types.SimpleNamespace(unified_attention=backend.unified_attention), b, out, segm)
 print(path == ops.__file__, ops.verify_split_kv_max_query, rva.kernel_seen(segm), counts)
-"""
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
-                          env=_env())
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    words = proc.stdout.split(maxsplit=3)
-    assert words[:3] == ["True", str(bound), kernel], proc.stdout
+""")
+    words = out.split(maxsplit=3)
+    assert words[:3] == ["True", str(bound), kernel], out
     eligible = 1 if bound >= 4 else 0
     assert ast.literal_eval(words[3]) == {"calls": 1, "verify_calls": 1, "verify_calls_eligible": eligible}
 
@@ -221,15 +215,7 @@ print(path == ops.__file__, ops.verify_split_kv_max_query, rva.kernel_seen(segm)
 def test_the_series_dispatch_keeps_multimodal_prefix_ranges_on_2d() -> None:
     """A call that carries multimodal prefix ranges (bidirectional image spans) keeps the released 2D kernel
     for a verification: the split kernel was not checked with them. Seen as which kernel wrote the buffers."""
-    tree = patched_tree("vllm-0.21.0")
-    probe = f"""
-import sys, types
-from pathlib import Path
-sys.path.insert(0, {str(SCRIPT.parent)!r})
-import run_verify_attention as rva, torch
-rva._stub_vllm()
-rva._load(Path({str(tree)!r}) / rva.HELPERS_FILE, "vllm.v1.attention.ops.triton_attention_helpers")
-ops = rva._load(Path({str(tree)!r}) / rva.KERNEL_FILE, "g4_probe_series")
+    out = _probe(patched_tree("vllm-0.21.0"), """
 b = rva.make_batch("small", 2, 4, 100, torch.float32, "cpu")
 seen = []
 for ranges in (None, torch.zeros((2, 1, 2), dtype=torch.int32)):
@@ -238,8 +224,5 @@ for ranges in (None, torch.zeros((2, 1, 2), dtype=torch.int32)):
     rva.launch(types.SimpleNamespace(unified_attention=call), b, out, segm)
     seen.append(rva.kernel_seen(segm))
 print(*seen)
-"""
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
-                          env=_env())
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == ["3d", "2d"]
+""")
+    assert out.split() == ["3d", "2d"]

@@ -74,31 +74,32 @@ def test_validate_catches_a_missing_fingerprint(tmp_path: Path, project: Path) -
     assert failed == {"series": "beta: vllm/spec/utils.py lacks 'LIMIT = 32'"}
 
 
-def test_a_wheel_of_an_older_series_version_is_told_so(tmp_path: Path, project: Path) -> None:
-    """The checkout's series moved on (v2 asks for a fingerprint v1 lacks): validate names both versions and the
-    way to the newer one, not only the missing text."""
+def _validated_after_the_series_moved(tmp_path: Path, project: Path, version: int) -> dict[str, str]:
+    """A wheel overlaid with beta v1, then validated by a checkout whose beta is ``version`` and asks for a
+    fingerprint v1 lacks: the failed checks."""
     result = overlay_wheel(build_wheel(tmp_path / "in"), _plan(), tmp_path / "out")  # type: ignore[arg-type]
     meta = project / "patches" / "beta" / "series.yaml"
     text = meta.read_text()
     assert "version: 1\n" in text
-    meta.write_text(text.replace("LIMIT = 16", "LIMIT = 32").replace("version: 1\n", "version: 2\n", 1))
-    failed = {c.name: c.detail for c in validate_wheel(result.wheel, ValidateOptions()).failures()}
-    assert failed == {"series": "beta: the wheel carries v1, this checkout v2 (vllm/spec/utils.py lacks 'LIMIT = 32'): "
-                                "make it again with this checkout (`g4build wheel`, or `g4build overlay` of the wheel "
-                                "it was overlaid on) to have v2, or validate it with the checkout that made it"}
+    meta.write_text(text.replace("LIMIT = 16", "LIMIT = 32").replace("version: 1\n", f"version: {version}\n", 1))
+    return {c.name: c.detail for c in validate_wheel(result.wheel, ValidateOptions()).failures()}
+
+
+def test_a_wheel_of_an_older_series_version_is_told_so(tmp_path: Path, project: Path) -> None:
+    """The checkout's series moved on (v2 asks for a fingerprint v1 lacks): validate names both versions and the
+    way to the newer one, not only the missing text."""
+    assert _validated_after_the_series_moved(tmp_path, project, 2) == {
+        "series": "beta: the wheel carries v1, this checkout v2 (vllm/spec/utils.py lacks 'LIMIT = 32'): make it "
+                  "again with this checkout (`g4build wheel`, or `g4build overlay` of the wheel it was overlaid on) "
+                  "to have v2, or validate it with the checkout that made it"}
 
 
 def test_a_wheel_of_a_newer_series_version_asks_for_a_newer_checkout(tmp_path: Path, project: Path) -> None:
     """The wheel was made by a checkout ahead of this one (its v1 against this v0 that asks for other text): the
     advice is to update the checkout, never to make the wheel again with the older series."""
-    result = overlay_wheel(build_wheel(tmp_path / "in"), _plan(), tmp_path / "out")  # type: ignore[arg-type]
-    meta = project / "patches" / "beta" / "series.yaml"
-    text = meta.read_text()
-    meta.write_text(text.replace("LIMIT = 16", "LIMIT = 32").replace("version: 1\n", "version: 0\n", 1))
-    failed = {c.name: c.detail for c in validate_wheel(result.wheel, ValidateOptions()).failures()}
-    assert failed == {"series": "beta: the wheel carries v1, newer than this checkout's v0 (vllm/spec/utils.py "
-                                "lacks 'LIMIT = 32'): update this checkout, or validate the wheel with the one that "
-                                "made it"}
+    assert _validated_after_the_series_moved(tmp_path, project, 0) == {
+        "series": "beta: the wheel carries v1, newer than this checkout's v0 (vllm/spec/utils.py lacks "
+                  "'LIMIT = 32'): update this checkout, or validate the wheel with the one that made it"}
 
 
 def test_wheel_of_another_version_is_refused(tmp_path: Path, project: Path) -> None:

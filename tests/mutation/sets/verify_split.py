@@ -23,7 +23,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("vs-estimate-rest", f"{PKG}/builder/prereqs.py", "REST_S = 130", "REST_S = 13",
              ("tests/unit/builder/test_windows_plan_first_hour.py",),
              "the build estimate stays within a tenth of each timed build"),
-    Mutation("cw-timeout-floor", "tests/device/compile_work_result.py", "            per = floors[fam][cfg]\n",
-             "            per = fallback\n", ("tests/unit/gpu_scripts/test_compile_work_result.py",),
+    Mutation("cw-timeout-floor", "tests/benchmarks/bench_wheel_compile_work.py", '        return floor, "timed_out"',
+             '        return fallback, "timed_out"',
+             ("tests/unit/gpu_scripts/test_compile_work_result.py", "tests/unit/builder/test_build_units.py"),
              "a compile-work sample past the timeout counts at the timeout"),
 )

@@ -43,19 +43,24 @@ def prerequisites(pin: Pin, target: Target, opts: Options) -> tuple[str, ...]:
     )
 
 
+def _profile(kernels: str) -> str:
+    """The measured profile a build's work is counted as (one never measured: the whole set)."""
+    return kernels if kernels in COMPILE_CPU_SECONDS else "all"
+
+
 def estimate_seconds(kernels: str, jobs: int) -> float:
     """The whole command with its downloads cached: the profile's compile work packed on ``jobs`` (never under its
     longest unit), at the span the measured builds had over that bound, plus the fitted rest (gemma4, 16 jobs: 947 s
     against 912 measured; 32: 538 against 543; the whole set on 32: 752 against 801 from a run without the long
     units first)."""
-    profile = kernels if kernels in COMPILE_CPU_SECONDS else "all"
+    profile = _profile(kernels)
     packed = max(COMPILE_CPU_SECONDS[profile] / max(1, jobs), LONGEST_UNIT_S[profile])
     return packed * SPAN_OVER_BOUND[profile] + REST_S
 
 
 def estimate(target: Target, opts: Options) -> str:
     """Time and disk for the build, from the measured compile work and MAX_JOBS."""
-    work = COMPILE_CPU_SECONDS.get(opts.kernels, COMPILE_CPU_SECONDS["all"])
+    work = COMPILE_CPU_SECONDS[_profile(opts.kernels)]
     minutes = estimate_seconds(opts.kernels, opts.jobs) / 60
     where = " (measured on Linux; MSVC on Windows is likely slower)" if target.os == "windows" else ""
     return (f"about {minutes:.0f} minutes with MAX_JOBS={opts.jobs} once its downloads are cached: {work:,} "

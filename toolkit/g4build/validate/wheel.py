@@ -181,18 +181,18 @@ def check_series(c: Contents, pin_name: str | None, known_pins: frozenset[str] =
             problems.append(f"series {name} has no variant for pin {claimed_pin} in this checkout: its "
                             "fingerprints cannot be checked")
             continue
-        missing: list[str] = []
+        missing: list[str] = []  # what the wheel lacks of this checkout's variant, each "PATH lacks TEXT"
         for rel, texts in variant.fingerprints.items():
             member = c.members.get(rel)
             if member is None or member.text is None:
-                missing.append(f"{name}: {rel} is not in the wheel")
+                missing.append(f"{rel} is not in the wheel")
                 continue
             content = member.text.decode("utf-8", "replace")
-            missing.extend(f"{name}: {rel} lacks {t!r}" for t in texts if t not in content)
+            missing.extend(f"{rel} lacks {t!r}" for t in texts if t not in content)
         claimed_version = entry.get("version")
         if missing and isinstance(claimed_version, int) and claimed_version != series.version:
             # another version of the series than this checkout's: the fingerprints it lacks are the change between
-            lacks = "; ".join(m.removeprefix(f"{name}: ") for m in missing)
+            lacks = "; ".join(missing)
             if claimed_version < series.version:
                 problems.append(f"{name}: the wheel carries v{claimed_version}, this checkout v{series.version} "
                                 f"({lacks}): make it again with this checkout (`g4build wheel`, or `g4build overlay` "
@@ -203,7 +203,7 @@ def check_series(c: Contents, pin_name: str | None, known_pins: frozenset[str] =
                                 f"v{series.version} ({lacks}): update this checkout, or validate the wheel with the "
                                 "one that made it")
         else:
-            problems.extend(missing)
+            problems.extend(f"{name}: {m}" for m in missing)
         seen.append(f"{name} v{entry.get('version')}")
     if problems:
         return Check(name="series", ok=False, detail="; ".join(problems))
