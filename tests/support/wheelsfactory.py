@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import yaml
 
 import g4build
 from g4build.data import patches_dir
+from tests.support.yamltext import yaml_text
 
 PIN = "vllm-0.21.0"
 TAG = "cp38-abi3-manylinux_2_24_x86_64"
@@ -103,7 +103,7 @@ def make_project(root: Path, series: list[SeriesSpec], *, pins_text: str | None 
     if pins_text is None:
         pins_text = (patches_dir() / "pins.yaml").read_text()
     (patches / "pins.yaml").write_text(pins_text)
-    (patches / "series.yaml").write_text(yaml.safe_dump({"order": [s.name for s in series]}))
+    (patches / "series.yaml").write_text(yaml_text({"order": [s.name for s in series]}))
     for s in series:
         folder = patches / s.name / PIN
         folder.mkdir(parents=True, exist_ok=True)
@@ -113,7 +113,7 @@ def make_project(root: Path, series: list[SeriesSpec], *, pins_text: str | None 
             entries.append({"file": f"{PIN}/{i:04d}-change.patch", "subject": f"change {i}"})
         meta = {"name": s.name, "version": s.version, "title": s.name, "python_only": s.python_only,
                 "pins": {PIN: {"patches": entries, "fingerprints": s.fingerprints}}}
-        (patches / s.name / "series.yaml").write_text(yaml.safe_dump(meta))
+        (patches / s.name / "series.yaml").write_text(yaml_text(meta))
     return root
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 from tests.support.wheelsfactory import SeriesSpec, git_patch, make_project, run_g4build
+from tests.support.yamltext import yaml_text
 
 from g4build.data import patches_dir
 
@@ -63,7 +64,7 @@ def _project(root: Path, sdist: Path, work: Path) -> Path:
     patch = git_patch({"vllm/spec.py": SPEC_OLD}, {"vllm/spec.py": SPEC_NEW}, work / "patch")
     make_project(root, [SeriesSpec(name="standin-drafts", patches=[patch],
                                    fingerprints={"vllm/spec.py": ["G4 standin: longer drafts"]})],
-                 pins_text=yaml.safe_dump(pins))
+                 pins_text=yaml_text(pins))
     (root / "patches" / "deps").mkdir(exist_ok=True)
     (root / "patches" / "deps" / "series.yaml").write_text("order: []\n")
     return root

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.support.yamltext import yaml_text
 
 from g4build.data import project_root
 
@@ -60,7 +61,7 @@ def set_windows_base(root: Path, pin: str, present: bool) -> None:
     else:
         bases.pop("windows", None)
     data["pins"][pin]["bases"] = bases
-    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    path.write_text(yaml_text(data, sort_keys=False), encoding="utf-8")
 
 
 @pytest.fixture

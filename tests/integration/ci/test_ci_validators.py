@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support.yamltext import yaml_text
 
 from g4build.ci.workflows import WORKFLOWS_DIR
 from g4build.data import project_root
@@ -55,7 +56,7 @@ def test_schema_check_rejects_a_broken_workflow(tmp_path: Path) -> None:
     broken["jobs"]["test"]["timeout-minutes"] = "ninety"
     broken["jobs"]["test"]["runs_on"] = broken["jobs"]["test"].pop("runs-on")
     path = tmp_path / "broken.yml"
-    path.write_text(yaml.safe_dump(broken), encoding="utf-8")
+    path.write_text(yaml_text(broken), encoding="utf-8")
     done = subprocess.run([tool, "--builtin-schema", "vendor.github-workflows", str(path)],
                           capture_output=True, text=True, timeout=120, check=False, env=_offline_env())
     assert done.returncode != 0
@@ -80,7 +81,7 @@ def test_zizmor_would_catch_an_injection_and_an_unpinned_action(tmp_path: Path) 
     steps[-1]["run"] = "g4build ci resolve --pin ${{ inputs.pin }}\n"
     folder = tmp_path / ".github" / "workflows"
     folder.mkdir(parents=True)
-    (folder / "bad.yml").write_text(yaml.safe_dump(bad, sort_keys=False), encoding="utf-8")
+    (folder / "bad.yml").write_text(yaml_text(bad, sort_keys=False), encoding="utf-8")
     done = _zizmor(folder)
     assert done.returncode != 0
     assert "template-injection" in done.stdout and "unpinned-uses" in done.stdout

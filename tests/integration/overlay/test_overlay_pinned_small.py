@@ -16,6 +16,7 @@ import pytest
 import yaml
 from tests.support.index_server import serve_index
 from tests.support.wheelsfactory import PRISTINE, build_wheel, record_hash, run_g4build
+from tests.support.yamltext import yaml_text
 
 from g4build.errors import IntegrityError, ValidationError
 from g4build.overlay.wheel import OverlayPlan, overlay_wheel, plan_overlay
@@ -43,7 +44,7 @@ def pinned(tmp_path: Path, project: Path) -> Pinned:
     pins_file = project / "patches" / "pins.yaml"
     pins = yaml.safe_load(pins_file.read_text())
     pins["pins"][PIN]["wheels"] = {"manylinux_x86_64": {"file": wheel.name, "sha256": sha}}
-    pins_file.write_text(yaml.safe_dump(pins))
+    pins_file.write_text(yaml_text(pins))
     return Pinned(wheel=wheel, sha256=sha, plan=plan_overlay(load_pins().get(PIN), load_all()))
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 from tests.support.index_server import serve_index
 from tests.support.wheelsfactory import build_wheel, run_g4build
+from tests.support.yamltext import yaml_text
 
 from g4build.cli.progress import STEP_UNKNOWN, LineProgress
 
@@ -23,7 +24,7 @@ def test_a_piped_overlay_shows_its_download_on_stderr(tmp_path: Path, project: P
     pins = yaml.safe_load(pins_file.read_text())
     pins["pins"][PIN]["wheels"] = {"manylinux_x86_64": {"file": wheel.name,
                                                         "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}}
-    pins_file.write_text(yaml.safe_dump(pins))
+    pins_file.write_text(yaml_text(pins))
     with serve_index() as index:
         index.add(wheel)
         done = run_g4build("overlay", "--pin", PIN, "--out", str(tmp_path / "out"), "--no-validate",

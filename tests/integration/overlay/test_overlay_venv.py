@@ -22,6 +22,7 @@ from tests.support.wheelsfactory import (
     record_hash,
     run_g4build,
 )
+from tests.support.yamltext import yaml_text
 
 from g4build.data import patches_dir
 from g4build.errors import ValidationError
@@ -167,7 +168,7 @@ def test_overlay_without_wheel_fetches_the_pins_registry_wheel(tmp_path: Path, p
     sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
     pins = yaml.safe_load((patches_dir() / "pins.yaml").read_text())
     pins["pins"]["vllm-0.21.0"]["wheels"] = {"manylinux_x86_64": {"file": wheel.name, "sha256": sha}}
-    (project / "patches" / "pins.yaml").write_text(yaml.safe_dump(pins))
+    (project / "patches" / "pins.yaml").write_text(yaml_text(pins))
     with serve_index() as index:
         index.add(wheel)
         env = {"PIP_INDEX_URL": index.url, "G4BUILD_CACHE": str(tmp_path / "cache")}

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import yaml
+from tests.support.yamltext import yaml_text
 
 from g4build.cli import main
 from g4build.cli._common import console
@@ -136,7 +136,7 @@ def _write_series(home: Path, name: str, pin: str, patches: list[tuple[str, byte
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
         (folder / rel).write_bytes(data)
         entries.append({"file": rel, "subject": subject})
-    (folder / "series.yaml").write_text(yaml.safe_dump({
+    (folder / "series.yaml").write_text(yaml_text({
         "name": name, "version": 1, "title": name, "python_only": True,
         "pins": {pin: {"patches": entries, "fingerprints": {TARGET: [fingerprint]} if fingerprint else {}}},
     }))
@@ -165,7 +165,7 @@ def synthetic_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pat
         ("Edit line 300", real_diff(work, tree, TARGET, drifted,
                                     lambda ls: _replace(299, "# changed\n")(drifted(ls)))),
     ])
-    (home / "patches" / "series.yaml").write_text(yaml.safe_dump({"order": ["syn-a", "syn-up", "syn-drift"]}))
+    (home / "patches" / "series.yaml").write_text(yaml_text({"order": ["syn-a", "syn-up", "syn-drift"]}))
     monkeypatch.setenv("G4BUILD_HOME", str(home))
     return home, tree
 
@@ -193,7 +193,7 @@ def test_synthetic_series_on_the_real_tree(synthetic_home: tuple[Path, Path], tm
     assert (clone / TARGET).read_bytes() == original
     assert _git(clone, "status", "--porcelain") == ""
 
-    (home / "patches" / "series.yaml").write_text(yaml.safe_dump({"order": ["syn-a", "syn-up"]}))
+    (home / "patches" / "series.yaml").write_text(yaml_text({"order": ["syn-a", "syn-up"]}))
     code, out, err = run("apply", "--pin", "vllm-0.21.0", "--tree", str(clone), "--json")
     assert code == 0, err
     applied = json.loads(out)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import git
 import pytest
-import yaml
 from tests.support.index_server import serve_index
+from tests.support.yamltext import yaml_text
 
 from g4build.errors import IntegrityError, SourceError, UsageError
 from g4build.pins.index import cache_root, sha256_file
@@ -104,7 +104,7 @@ def _pins_home(tmp_path: Path, remote: Path, commit: str) -> Path:
             }
         },
     }
-    (home / "patches" / "pins.yaml").write_text(yaml.safe_dump(pins))
+    (home / "patches" / "pins.yaml").write_text(yaml_text(pins))
     return home
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import git
 import pytest
 import yaml
+from tests.support.yamltext import yaml_text
 
 from g4build.data import project_root
 from g4build.errors import BaseConflictError, ConfigError, SourceError
@@ -101,7 +102,7 @@ def _home(tmp_path: Path, fork: dict[str, str], **base: object) -> Path:
     pins_file = home / "patches" / "pins.yaml"
     data = yaml.safe_load(pins_file.read_text())
     data["pins"][PIN]["bases"] = {"windows": {**fork, "keep_pin": KEEP, **base}}
-    pins_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    pins_file.write_text(yaml_text(data, sort_keys=False))
     return home
 
 
@@ -223,7 +224,7 @@ def test_bad_base_entries_are_config_errors(tmp_path: Path, monkeypatch: pytest.
     pins_file = home / "patches" / "pins.yaml"
     data = yaml.safe_load(pins_file.read_text())
     data["pins"][PIN]["bases"] = {"windows": {"remote": "https://example.invalid/f.git", "commit": "c" * 40, **base}}
-    pins_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    pins_file.write_text(yaml_text(data, sort_keys=False))
     monkeypatch.setenv("G4BUILD_HOME", str(home))
     with pytest.raises(ConfigError, match=text):
         load_pins()

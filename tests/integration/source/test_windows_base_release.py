@@ -19,6 +19,7 @@ import git
 import pytest
 import yaml
 from tests.support.trees import sdist_tree
+from tests.support.yamltext import yaml_text
 
 from g4build.data import project_root
 from g4build.errors import SourceError
@@ -66,7 +67,7 @@ def _home(tmp_path: Path, base: dict[str, str]) -> Path:
     pins_file = home / "patches" / "pins.yaml"
     data = yaml.safe_load(pins_file.read_text())
     data["pins"][PIN]["bases"] = {"windows": base}
-    pins_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    pins_file.write_text(yaml_text(data, sort_keys=False))
     return home
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support.yamltext import yaml_text
 
 from g4build.ci import MatrixSpec, load_matrix
 from g4build.data import project_root
@@ -30,7 +31,7 @@ def spec_from(tmp_path: Path) -> Callable[[dict[str, Any]], MatrixSpec]:
 
     def load(data: dict[str, Any]) -> MatrixSpec:
         path = tmp_path / "matrix.yaml"
-        path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        path.write_text(yaml_text(data, sort_keys=False), encoding="utf-8")
         return load_matrix(path)
 
     return load

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from tests.support.index_server import serve_index
+from tests.support.yamltext import yaml_text
 
 from g4build.ci import (
     MatrixSpec,
@@ -304,7 +305,7 @@ def _pins_with_windows(tmp_path: Path, *pins_with_base: str) -> PinSet:
         pin["bases"] = {"windows": {"remote": "https://example.invalid/w.git", "commit": "abcdef1"}} \
             if name in pins_with_base else {}
     path = tmp_path / "pins.yaml"
-    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    path.write_text(yaml_text(data), encoding="utf-8")
     return load_pins(path)
 
 

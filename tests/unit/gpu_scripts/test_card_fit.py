@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support.yamltext import yaml_text
 
 from .test_acceptance import _load
 
@@ -191,7 +192,7 @@ def _without_cards(tmp: Path) -> str:
     data = yaml.safe_load((ROOT / "recipes" / "gemma4-26b-a4b-nvfp4-dflash.yaml").read_text(encoding="utf-8"))
     data.pop("cards")
     path = tmp / "gemma4-26b-a4b-nvfp4-dflash.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    path.write_text(yaml_text(data, sort_keys=False), encoding="utf-8")
     return str(path)
 
 

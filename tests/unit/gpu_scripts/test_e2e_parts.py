@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-import yaml
+from tests.support.yamltext import yaml_text
 
 SCRIPT = Path(__file__).resolve().parents[2] / "gpu" / "e2e" / "parts.py"
 MIB = 1024 * 1024
@@ -32,7 +32,7 @@ def _wheel_and_pins(tmp_path: Path) -> tuple[Path, Path]:
     wheel = tmp_path / "vllm-9.9.9-cp38-abi3-manylinux_2_24_x86_64.whl"
     wheel.write_bytes(data)
     pins = tmp_path / "pins.yaml"
-    pins.write_text(yaml.safe_dump({"pins": {"vllm-9.9.9": {"wheels": {"manylinux_x86_64": {
+    pins.write_text(yaml_text({"pins": {"vllm-9.9.9": {"wheels": {"manylinux_x86_64": {
         "file": wheel.name, "sha256": hashlib.sha256(data).hexdigest()}}}}}))
     return wheel, pins
 

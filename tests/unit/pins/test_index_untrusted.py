@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support.yamltext import yaml_text
 
 from g4build.errors import ConfigError, UsageError
 from g4build.pins import index
@@ -272,7 +273,7 @@ def test_the_pins_loader_types_every_version(tmp_path: Path, key: str, value: st
     data = yaml.safe_load((REPO / "patches" / "pins.yaml").read_text(encoding="utf-8"))
     data["pins"]["vllm-0.21.0"][key] = value
     path = tmp_path / "pins.yaml"
-    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    path.write_text(yaml_text(data), encoding="utf-8")
     with pytest.raises(ConfigError, match=f"{key}: not a version"):
         load_pins(path)
 
@@ -283,7 +284,7 @@ def test_the_pins_loader_types_remotes(tmp_path: Path, remote: str) -> None:
     data = yaml.safe_load((REPO / "patches" / "pins.yaml").read_text(encoding="utf-8"))
     data["pins"]["vllm-0.21.0"]["upstream"]["remote"] = remote
     path = tmp_path / "pins.yaml"
-    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    path.write_text(yaml_text(data), encoding="utf-8")
     with pytest.raises(ConfigError, match="expected a git URL or path"):
         load_pins(path)
 

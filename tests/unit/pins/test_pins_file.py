@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.support.yamltext import yaml_text
 
 from g4build.errors import ConfigError, UnknownPinError
 from g4build.pins.model import load_pins
@@ -38,7 +39,7 @@ def test_unknown_pin_names_the_known_ones() -> None:
 
 def _write(tmp_path: Path, data: object) -> Path:
     path = tmp_path / "pins.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path.write_text(yaml_text(data))
     return path
 
 

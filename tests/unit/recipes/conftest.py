@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from tests.support.yamltext import yaml_text
 
 BASE: dict[str, Any] = {
     "name": "unit-recipe",
@@ -35,7 +35,7 @@ def base_data() -> dict[str, Any]:
 def write_recipe(tmp_path: Path):  # type: ignore[no-untyped-def]
     def write(data: dict[str, Any]) -> Path:
         path = tmp_path / f"{data['name']}.yaml"
-        path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+        path.write_text(yaml_text(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
         return path
 
     return write

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.support.yamltext import yaml_text
 
 from g4build.errors import ConfigError, UsageError
 from g4build.recipes import load_recipe, render
@@ -67,7 +68,7 @@ def _recipe_with(tmp_path: Path, cards: object) -> str:
     data = yaml.safe_load((ROOT / "recipes" / f"{SHIPPED[0]}.yaml").read_text(encoding="utf-8"))
     data["cards"] = cards
     path = tmp_path / f"{SHIPPED[0]}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    path.write_text(yaml_text(data, sort_keys=False), encoding="utf-8")
     return str(path)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from tests.support.yamltext import yaml_text
 
 import g4build
 from g4build.data import load_yaml_mapping, recipes_dir
@@ -40,7 +40,7 @@ def shipped(name: str) -> dict[str, Any]:
 def recipe_file(tmp_path: Path) -> Callable[[dict[str, Any]], str]:
     def write(data: dict[str, Any]) -> str:
         path = tmp_path / f"{data['name']}.yaml"
-        path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        path.write_text(yaml_text(data, sort_keys=False), encoding="utf-8")
         return str(path)
     return write
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import yaml
+from tests.support.yamltext import yaml_text
 from tests.unit.series.series_support import PINS_YAML, Home, diff_of
 
 
@@ -14,7 +14,7 @@ from tests.unit.series.series_support import PINS_YAML, Home, diff_of
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
     root = tmp_path / "home"
     (root / "patches").mkdir(parents=True)
-    (root / "patches" / "pins.yaml").write_text(yaml.safe_dump(PINS_YAML, sort_keys=False))
+    (root / "patches" / "pins.yaml").write_text(yaml_text(PINS_YAML, sort_keys=False))
     (root / "patches" / "series.yaml").write_text("# order\norder: []\n")
     monkeypatch.setenv("G4BUILD_HOME", str(root))
     return Home(root=root)

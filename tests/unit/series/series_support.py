@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tests.support.yamltext import yaml_text
 
 from g4build.series.model import Series, load_all
 
@@ -130,10 +131,10 @@ class Home:
                 "origin": "g4build", "bug": "", "forwarded": "no", "applied_upstream": applied_upstream,
                 "python_only": True, "pins": pins}
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "series.yaml").write_text("# test series\n" + yaml.safe_dump(meta, sort_keys=False))
+        (folder / "series.yaml").write_text("# test series\n" + yaml_text(meta, sort_keys=False))
         order_file = self.patches / "series.yaml"
         order = yaml.safe_load(order_file.read_text())["order"]
-        order_file.write_text("# order\n" + yaml.safe_dump({"order": [*order, name]}))
+        order_file.write_text("# order\n" + yaml_text({"order": [*order, name]}))
         return self.get(name)
 
     def get(self, name: str) -> Series:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from tests.support.yamltext import yaml_text
 from tests.unit.series.series_support import (
     BASE,
     PIN,
@@ -170,7 +171,7 @@ def _require(home: Home, name: str, pin: str, required: list[str]) -> None:
     path = home.patches / name / "series.yaml"
     meta = yaml.safe_load(path.read_text())
     meta["pins"][pin]["requires"] = required
-    path.write_text(yaml.safe_dump(meta, sort_keys=False))
+    path.write_text(yaml_text(meta, sort_keys=False))
 
 
 def test_apply_refuses_a_subset_without_a_series_another_requires(home: Home, mkdiff: Diff, tmp_path: Path) -> None:

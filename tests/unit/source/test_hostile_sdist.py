@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.index_server import serve_index
+from tests.support.yamltext import yaml_text
 
 from g4build.pins.model import FileRef, GitRef, Pin
 from g4build.source import gittree
@@ -214,7 +215,7 @@ def test_patches_check_and_port_of_a_hostile_sdist_run_nothing(tmp_path: Path, m
         "version": VERSION, "upstream": {"remote": "https://example.invalid/vllm.git", "commit": "0" * 40},
         "sdist": {"file": f"{TOP}.tar.gz", "sha256": hashlib.sha256(body).hexdigest()},
         "torch": "2.11.0", "cuda": "13.0", "flashinfer": "0.6.8", "wheels": {}, "bases": {}}
-    (project / "patches" / "pins.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    (project / "patches" / "pins.yaml").write_text(yaml_text(data), encoding="utf-8")
     with serve_index() as idx:
         idx.add(f"{TOP}.tar.gz", body)
         monkeypatch.setenv("PIP_INDEX_URL", idx.url)

@@ -4,13 +4,17 @@
 from __future__ import annotations
 
 import os
+import random
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 from tests.support.hangs import within
 
 from g4build.errors import ConfigError, ValidationError
 from g4build.pins.pinsfile import scalar
+from g4build.series.yamlfile import dump as series_dump
 from g4build.util.safeload import (
     MAX_PATCH_BYTES,
     loads_json,
@@ -20,7 +24,7 @@ from g4build.util.safeload import (
     read_patch,
     read_regular,
 )
-from g4build.util.yamlsafe import load_mapping, load_text
+from g4build.util.yamlsafe import Dumper, load_mapping, load_text
 
 BOM = b"\xef\xbb\xbf"  # what Windows Notepad writes first when it saves "UTF-8" (with BOM)
 
@@ -51,6 +55,27 @@ def test_a_yaml_1_1_key_is_refused() -> None:
 @pytest.mark.parametrize("value", ["yes", "1e5", "0o17", "010", "2024-01-01", "plain"])
 def test_pins_file_quotes_what_would_not_read_back(value: str) -> None:
     assert load_text(f"key: {scalar(value)}\n", "x.yaml") == {"key": value}
+
+
+# a short commit such as 531e968659 is text to YAML 1.1 and a number to 1.2: a CI run once failed on one
+WRITTEN = [*REFUSED_PLAIN, "531e968659", "1234567890", "0x1F", ".5", "-1E3", "null", "~", "True", "<<", "",
+           "line one\nline two", "off-by-one", "v1.2"]
+
+
+@pytest.mark.parametrize("value", WRITTEN)
+def test_what_g4build_writes_reads_back_as_the_same_text(value: str) -> None:
+    data = {"commit": value, "list": [value], value or "empty": 1}
+    assert load_text(series_dump(data), "series.yaml") == data
+    assert load_text(yaml.dump(data, Dumper=Dumper), "x.yaml") == data
+
+
+def test_every_short_commit_written_reads_back() -> None:
+    rng = random.Random(20261129)
+    commits = ["".join(rng.choice("0123456789e") for _ in range(n)) for n in (7, 9, 10, 12, 40) for _ in range(400)]
+    text = series_dump({"commits": commits})
+    assert load_text(text, "series.yaml") == {"commits": commits}
+    plain = {line[2:] for line in text.splitlines()[1:] if not line.startswith("- '")}
+    assert plain and not any(re.fullmatch(r"[0-9]+(e[0-9]+)?", c) for c in plain)  # quoted only where needed
 
 
 @pytest.mark.parametrize(("text", "needle"), [

@@ -19,6 +19,7 @@ import g4build.ci.scripts as scripts
 from g4build.ci.matrix import select_archs
 from g4build.ci.spec import MatrixSpec
 from g4build.fsutil import umasked, write_atomic
+from g4build.util.yamlsafe import Dumper
 
 WORKFLOWS_DIR = Path(".github") / "workflows"
 HEADER = (
@@ -45,21 +46,8 @@ class Rendered:
     text: str
 
 
-class _Dumper(yaml.SafeDumper):
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
-
-
 def _dump(spec: MatrixSpec, workflow: dict[str, Any]) -> str:
-    text = yaml.dump(workflow, Dumper=_Dumper, sort_keys=False, width=1000, allow_unicode=True)
+    text = yaml.dump(workflow, Dumper=Dumper, sort_keys=False, width=1000, allow_unicode=True)
     versions = {a.ref: a.version for a in spec.actions.values()}
 
     def comment(m: re.Match[str]) -> str:

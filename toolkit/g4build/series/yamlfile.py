@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from g4build.errors import ConfigError
-from g4build.util.yamlsafe import load_text
+from g4build.util.yamlsafe import Dumper, load_text
 
 _BLANK_OR_COMMENT = re.compile(r"^\s*(#.*)?$")
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")  # a patch path YAML reads back as the same string
@@ -155,16 +155,5 @@ def header(text: str) -> str:
     return out
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
-
-
-_Dumper.add_representer(str, _str)
-
-
 def dump(data: dict[str, Any]) -> str:
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=110, default_flow_style=False)
+    return yaml.dump(data, Dumper=Dumper, sort_keys=False, allow_unicode=True, width=110, default_flow_style=False)

@@ -121,6 +121,29 @@ for _tag, _pattern, _first in _CORE_12:
     _Loader.add_implicit_resolver(_tag, re.compile(f"^(?:{_pattern})$"), list(_first))
 
 
+_CORE_12_TYPED = re.compile("^(?:" + "|".join(pattern for _, pattern, _ in _CORE_12) + ")$")
+
+
+class Dumper(yaml.SafeDumper):
+    """PyYAML's SafeDumper, writing text that ``load_text`` reads back as the same text.
+
+    SafeDumper quotes a string only where YAML 1.1 would type it otherwise; ``531e968659`` (a short commit) or
+    ``0o17`` are text there but numbers in YAML 1.2, so it wrote them plain and the reader here refused them.
+    Text goes out plain only where both versions read it as text; text with a newline as a literal block.
+    """
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True  # anchors and aliases are refused on reading
+
+
+def _represent_text(dumper: yaml.SafeDumper, value: str) -> ScalarNode:
+    style = "|" if "\n" in value else "'" if _CORE_12_TYPED.match(value) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+Dumper.add_representer(str, _represent_text)
+
+
 def _int_12(text: str) -> int:
     sign, digits = (-1, text[1:]) if text[:1] == "-" else (1, text.lstrip("+"))
     base = 16 if digits[:2] == "0x" else 8 if digits[:2] == "0o" else 10
