@@ -90,7 +90,11 @@ def _stub_vllm(source: Path) -> None:
     logger = types.ModuleType("vllm.logger")
     logger.init_logger = logging.getLogger  # type: ignore[attr-defined]
     platforms = types.ModuleType("vllm.platforms")
-    platforms.current_platform = types.SimpleNamespace(fp8_dtype=lambda: torch.float8_e4m3fn)  # type: ignore[attr-defined]
+    platforms.current_platform = types.SimpleNamespace(  # type: ignore[attr-defined]
+        fp8_dtype=lambda: torch.float8_e4m3fn,
+        # 0.26.0 on ask it of a 256-wide head with several query tokens (their tuned launch is for family 100)
+        is_device_capability_family=lambda family: (torch.cuda.is_available()
+                                                    and torch.cuda.get_device_capability()[0] == family // 10))
     triton_utils = types.ModuleType("vllm.triton_utils")
     triton_utils.tl, triton_utils.triton = tl, triton  # type: ignore[attr-defined]
     kv = types.ModuleType("vllm.v1.kv_cache_interface")

@@ -118,6 +118,7 @@ def test_the_widened_dispatch_keeps_2d_where_the_buffers_lack_rows() -> None:
     assert [(r["query"], r["3d_kernel"]) for r in rows] == [(1, "3d"), (4, "2d")]  # 2 requests x 4 rows > 4
 
 
+@pytest.mark.parametrize("pin", ["vllm-0.21.0", "vllm-0.29.0"])
 @pytest.mark.parametrize(("shape", "args", "expected"), [
     # a full-attention layer: the split kernel up to 16 query tokens a request, the 2D one past it
     ("small", ("--queries", "1,9,16,17"), [(1, "3d", "3d"), (9, "2d", "3d"), (16, "2d", "3d"), (17, "2d", "2d")]),
@@ -129,11 +130,11 @@ def test_the_widened_dispatch_keeps_2d_where_the_buffers_lack_rows() -> None:
     # batch): the split kernel, equal to torch on every real row
     ("small", ("--queries", "9,16", "--seqs", "3", "--mixed", "--pad", "3"), [(9, "2d", "3d"), (16, "2d", "3d")]),
 ])
-def test_the_series_dispatch_of_the_patched_tree(shape: str, args: tuple[str, ...],
+def test_the_series_dispatch_of_the_patched_tree(pin: str, shape: str, args: tuple[str, ...],
                                                   expected: list[tuple[int, str, str]]) -> None:
-    """dflash-batched-verification 0007 on 0.21.0: the patched tree's own kernel file, run as it is and with its
-    bound set back to one query token (the released dispatch), both equal to torch."""
-    proc = _run(patched_tree("vllm-0.21.0"), "--shape", shape, "--context", "300", *args)
+    """dflash-batched-verification 0007 on 0.21.0 and 0.29.0: the patched tree's own kernel file, run as it is and
+    with its bound set back to one query token (the released dispatch), both equal to torch."""
+    proc = _run(patched_tree(pin), "--shape", shape, "--context", "300", *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     assert report["dispatch"] == "series" and report["max_3d_query"] == 16 and report["ok"]
@@ -226,3 +227,44 @@ for ranges in (None, torch.zeros((2, 1, 2), dtype=torch.int32)):
 print(*seen)
 """)
     assert out.split() == ["3d", "2d"]
+
+
+def test_the_later_pins_carry_the_same_dispatch() -> None:
+    """0.26.0 and 0.29.0 release one kernel file; 0007 makes the same file of both (so the runs above on 0.29.0's
+    patched tree are 0.26.0's too)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rva_same", SCRIPT)
+    assert spec and spec.loader
+    rva = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rva)
+    texts = [(patched_tree(pin) / rva.KERNEL_FILE).read_text(encoding="utf-8")
+             for pin in ("vllm-0.26.0", "vllm-0.29.0")]
+    assert texts[0] == texts[1] and rva.SERIES_DISPATCH in texts[0]
+
+
+def test_the_later_pins_keep_their_other_cases_on_2d() -> None:
+    """On 0.29.0 a verification keeps the released 2D kernel for what its split kernel was not checked with here
+    (0.33.0's own dispatch keeps the first four off it too): multimodal prefix ranges, a non-causal call,
+    per-request causality, R-SWA. A plain causal one takes the split kernel. Seen as which kernel wrote the
+    buffers; each run is also compared with the 2D kernel's output."""
+    out = _probe(patched_tree("vllm-0.29.0"), """
+b = rva.make_batch("small", 2, 4, 100, torch.float32, "cpu")
+cases = {"causal": {}, "mm-prefix": {"mm_prefix_range": torch.zeros((2, 1, 2), dtype=torch.int32)},
+         "bidirectional": {"causal": False}, "per-request": {"causal": torch.ones(2, dtype=torch.bool)},
+         "r-swa": {"rswa_prefix_lens": torch.zeros(2, dtype=torch.int32), "rswa_window": 32}}
+for name, extra in cases.items():
+    seen = []
+    for bound in (16, 1):
+        ops.verify_split_kv_max_query = bound
+        out, segm = torch.zeros_like(b["q"]), rva.buffers(b)
+        call = lambda **kw: ops.unified_attention(**(kw | extra))
+        rva.launch(types.SimpleNamespace(unified_attention=call), b, out, segm)
+        seen.append((rva.kernel_seen(segm), out))
+    print(name, seen[0][0], seen[1][0], float((seen[0][1] - seen[1][1]).abs().max()))
+""")
+    rows = {name: (kernel, off, float(diff)) for name, kernel, off, diff in (line.split() for line in out.splitlines())}
+    assert {name: row[:2] for name, row in rows.items()} == {
+        "causal": ("3d", "2d"), "mm-prefix": ("2d", "2d"), "bidirectional": ("2d", "2d"),
+        "per-request": ("2d", "2d"), "r-swa": ("2d", "2d")}
+    assert all(row[2] < 1e-5 for row in rows.values()), rows

@@ -1,11 +1,13 @@
-"""Mutations of the series' split-KV verification dispatch (dflash-batched-verification 0007 on 0.21.0: its
-guards, its bound and its variable, run by Triton's CPU interpreter), of the build estimate held to the timed
-builds, and of the compile-work fold's timeout floor. The vs- mutations' tests read the pins' sdists (marked
-network): run them with --network (the sdists cached, nothing fetched)."""
+"""Mutations of the series' split-KV verification dispatch (dflash-batched-verification 0007 on 0.21.0, 0.26.0
+and 0.29.0: its guards, its bound and its variable, run by Triton's CPU interpreter), of the build estimate
+held to the timed builds, and of the compile-work fold's timeout floor. The vs- mutations' tests read the pins'
+sdists (marked network): run them with --network (the sdists cached, nothing fetched)."""
 
 from run_mutations import PKG, Mutation
 
 PATCH = "patches/dflash-batched-verification/vllm-0.21.0/0007-triton-verification-split-kv.patch"
+PATCH_29 = "patches/dflash-batched-verification/vllm-0.29.0/0007-triton-verification-split-kv.patch"
+PATCH_26 = "patches/dflash-batched-verification/vllm-0.26.0/0007-triton-verification-split-kv.patch"
 KERNEL = ("tests/integration/test_verify_attention_interpreter.py",)
 
 MUTATIONS: tuple[Mutation, ...] = (
@@ -20,6 +22,16 @@ MUTATIONS: tuple[Mutation, ...] = (
              "17 query tokens a request stay on 2D with the bound 16"),
     Mutation("vs-env", PATCH, '+    raw = os.environ.get("G4B_TRITON_VERIFY_SPLIT_KV", "16")', '+    raw = "16"',
              KERNEL, "G4B_TRITON_VERIFY_SPLIT_KV sets the bound (0 or 1 turns it off)"),
+    Mutation("vs29-causal", PATCH_29, "+        and use_causal", "+        and True", KERNEL,
+             "a non-causal call keeps the 2D kernel on 0.29.0"),
+    Mutation("vs29-per-request", PATCH_29, "+        and not use_per_seq_causal", "+        and True", KERNEL,
+             "per-request causality keeps the 2D kernel on 0.29.0"),
+    Mutation("vs29-rswa", PATCH_29, "+        and not use_rswa", "+        and True", KERNEL,
+             "R-SWA layers keep the 2D kernel on 0.29.0"),
+    Mutation("vs29-sliding", PATCH_29, "+        and sliding_window_val <= 0", "+        and True", KERNEL,
+             "a sliding-window layer keeps the 2D kernel on 0.29.0"),
+    Mutation("vs26-mm", PATCH_26, "+        and not use_mm_prefix", "+        and True", KERNEL,
+             "0.26.0's file is 0.29.0's"),
     Mutation("vs-estimate-rest", f"{PKG}/builder/prereqs.py", "REST_S = 130", "REST_S = 13",
              ("tests/unit/builder/test_windows_plan_first_hour.py",),
              "the build estimate stays within a tenth of each timed build"),
