@@ -12,7 +12,7 @@ and compares each with attention computed in float32 by torch from the same page
 them (CUDA events, the median of --iters launches after a warm-up).
 
   python run_verify_attention.py --source TREE [--device cpu|cuda] [--shape NAME] [--queries 1,4,9,16]
-                                 [--context N] [--seqs N] [--iters N] [--json]
+                                 [--context N] [--seqs N] [--iters N] [--low-scores] [--json]
 
 On a CPU set TRITON_INTERPRET=1 before Python starts (tests/integration/series_dflash does, in a subprocess):
 Triton's interpreter runs the kernels on numpy, slowly, so the CPU shapes are small. Exit 0 when every output is
@@ -167,11 +167,14 @@ def query_lengths(seqs: int, query: int, mixed: bool) -> list[int]:
 
 
 def make_batch(shape: str, seqs: int, query: int, context: int, dtype: torch.dtype, device: str,
-               seed: int = 0, mixed: bool = False, pad: int = 0) -> dict[str, Any]:
+               seed: int = 0, mixed: bool = False, pad: int = 0, low_scores: bool = False) -> dict[str, Any]:
     """``seqs`` requests of ``context`` tokens each (the last query tokens of each the step's queries, see
     :func:`query_lengths`; the requests' lengths differ a little so that segment boundaries fall differently),
     their K/V in a paged cache under a shuffled block table; ``pad`` query rows past the last request, as a CUDA
-    graph's padded batch launches them (no request owns them; their outputs are not compared)."""
+    graph's padded batch launches them (no request owns them; their outputs are not compared). ``low_scores``: every
+    key leans one way and every query the other, so that every attention score lies far below 0 (about -110 in
+    units of the softmax): softmax does not care where the scores lie, a kernel that rescales by a maximum of 0
+    loses them all to underflow."""
     heads, kv_heads, head, block, window = SHAPES[shape]
     gen = torch.Generator().manual_seed(seed)
     lens = [context - 7 * i for i in range(seqs)]
@@ -183,6 +186,10 @@ def make_batch(shape: str, seqs: int, query: int, context: int, dtype: torch.dty
     v = torch.randn(num_blocks, block, kv_heads, head, generator=gen).to(dtype)
     qlens = query_lengths(seqs, query, mixed)
     q = torch.randn(sum(qlens) + pad, heads, head, generator=gen).to(dtype)
+    if low_scores:
+        lean = torch.randn(head, generator=gen)
+        lean = lean / lean.norm() * (110 * head ** 0.5) ** 0.5
+        k, q = (k.float() + lean).to(dtype), (q.float() - lean).to(dtype)
     cu = torch.tensor([sum(qlens[:i]) for i in range(seqs + 1)], dtype=torch.int32)
     return {"shape": shape, "heads": heads, "kv_heads": kv_heads, "head": head, "block": block, "window": window,
             "lens": lens, "query": max(qlens), "qlens": qlens, "real_rows": sum(qlens),
@@ -270,12 +277,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         rows = []
         for query in args.queries:
             b = make_batch(args.shape, args.seqs, query, args.context, dtype, args.device, mixed=args.mixed,
-                           pad=args.pad)
+                           pad=args.pad, low_scores=args.low_scores)
             b["buffer_rows"] = args.buffer_rows
             ref = reference(b)
             row: dict[str, Any] = {"shape": args.shape, "seqs": args.seqs, "query": query, "context": args.context}
             if args.mixed or args.pad:
                 row |= {"query_lengths": b["qlens"], "pad_rows": args.pad}
+            if args.low_scores:
+                row["low_scores"] = True
             outs = {}
             scale = ref.abs().max().item()
             for name, module in kernels.items():
@@ -334,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mixed", action="store_true",
                     help="the requests' query lengths differ: a verification, a decode and a short chunk in turn")
     ap.add_argument("--pad", type=int, default=0, help="query rows past the last request (a padded CUDA graph batch)")
+    ap.add_argument("--low-scores", action="store_true",
+                    help="every attention score far below 0 (a softmax that rescales by 0 underflows)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.pad < 0:

@@ -4,7 +4,8 @@ kernel, which it launches only for one query token a request, gives the same att
 torch for up to 16 query tokens, full and sliding-window layers alike. What the GPU run then measures is only
 whether it is faster (tests/gpu/results/verify-attention/: on full layers at 16K tokens, up to 7x). The series'
 dispatch (dflash-batched-verification 0007) makes it so on full-attention layers where the buffers hold the rows,
-with no kernel change; its patched tree runs here as it is, against itself set back to the released dispatch."""
+with the attention kernels unchanged and their segments' reduction mended (a segment that held no key a token may see
+no longer sets the maximum); its patched tree runs here as it is, against itself set back to the released dispatch."""
 
 from __future__ import annotations
 
@@ -141,6 +142,19 @@ def test_the_series_dispatch_of_the_patched_tree(pin: str, shape: str, args: tup
     assert report["split_taken"] == sum(q > 1 and k == "3d" for q, _, k in expected)
     assert [(r["query"], r["released_kernel"], r["3d_kernel"]) for r in report["rows"]] == expected
     assert all(r["released_vs_3d"] < 1e-5 for r in report["rows"])
+
+
+@pytest.mark.parametrize("pin", ["vllm-0.21.0", "vllm-0.29.0"])
+def test_the_split_kernel_keeps_scores_far_below_zero(pin: str) -> None:
+    """Every score about -110: with several query tokens a request, a segment can hold only later tokens' keys for
+    an earlier token; its online softmax ends at maximum 0, sum 0, and the released reduction scaled every other
+    segment by exp(max - 0), which underflowed (up to 81% of the largest output wrong at 129 keys, series v5).
+    0007's reduction leaves such segments out of the maximum: the split kernel equals torch and the 2D kernel."""
+    proc = _run(patched_tree(pin), "--queries", "4,9,16", "--context", "129", "--low-scores")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["ok"] and report["split_taken"] == 3
+    assert all(r["low_scores"] and r["3d_relative_error"] < 1e-4 for r in report["rows"])
 
 
 @pytest.mark.parametrize("value", ["0", "1", "many"])
