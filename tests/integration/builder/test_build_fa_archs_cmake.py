@@ -29,7 +29,7 @@ HARNESS = REPO / "tests" / "fixtures" / "fa_arch_harness"
 # vLLM 0.21.0's CMakeLists.txt, CUDA >= 13.0 branch
 _SUPPORTED = re.compile(r'VERSION_GREATER_EQUAL 13\.0\)\s*\n(?:\s*#[^\n]*\n)*\s*set\(CUDA_SUPPORTED_ARCHS "([^"]+)"\)')
 
-pytestmark = [pytest.mark.nvcc, pytest.mark.cmake]
+pytestmark = [pytest.mark.nvcc, pytest.mark.cmake, pytest.mark.network]  # the pin's sdist (cached after once)
 
 
 CMAKE = find_cmake()

@@ -181,10 +181,14 @@ def test_a_minimum_rate_of_zero_switches_the_floor_off(
     dest = tmp_path / NAME
     index.download(url, dest, hashlib.sha256(short).hexdigest(), attempts=1, limits=limits)
     assert dest.read_bytes() == short and srv.hits["file"] == 1
-    # the control: the same stream with the default floor is stopped
+    # the control: the same trickle with the default floor is stopped; 600 bytes (~3 s), so that a client thread
+    # held up for a moment does not find the whole body buffered and read it at once
     monkeypatch.delenv("G4BUILD_MIN_RATE")
+    longer = BODY[:600]
+    slow = serve(modes=["trickle"], body=longer)
+    again = f"{slow.url.rsplit('/', 1)[0]}/files/{NAME}"
     with pytest.raises(DownloadError, match="below the minimum of 1024 bytes/s"):
-        index.download(url, tmp_path / "again", hashlib.sha256(short).hexdigest(), attempts=1,
+        index.download(again, tmp_path / "again", hashlib.sha256(longer).hexdigest(), attempts=1,
                        limits=dataclasses.replace(index.Limits.from_env(), rate_window_s=0.05))
 
 

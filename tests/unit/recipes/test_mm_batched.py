@@ -108,6 +108,7 @@ def test_the_way_out_never_names_a_step_vllm_refuses() -> None:
         assert named == [2496], hint
 
 
+@pytest.mark.network  # the pins' sdists (cached after once)
 @pytest.mark.parametrize("pin", PINS)
 def test_the_figures_are_each_pins_own(pin: str) -> None:
     """gemma4_mm.py's video item (frames x (soft tokens + 2 + 6)), the refusal in encoder_cache_manager.py, Gemma 4
