@@ -258,10 +258,10 @@ def test_the_later_pins_carry_the_same_dispatch() -> None:
 
 
 def test_the_later_pins_keep_their_other_cases_on_2d() -> None:
-    """On 0.29.0 a verification keeps the released 2D kernel for what its split kernel was not checked with here
-    (0.33.0's own dispatch keeps the first four off it too): multimodal prefix ranges, a non-causal call,
-    per-request causality, R-SWA. A plain causal one takes the split kernel. Seen as which kernel wrote the
-    buffers; each run is also compared with the 2D kernel's output."""
+    """On 0.29.0 a verification keeps the released 2D kernel for what its split kernel was not checked with here:
+    multimodal prefix ranges, a non-causal call and per-request causality (0.33.0's own dispatch keeps these off
+    it too), and R-SWA (ours). A plain causal one takes the split kernel. Seen as which kernel wrote the buffers;
+    each run is also compared with the 2D kernel's output."""
     out = _probe(patched_tree("vllm-0.29.0"), """
 b = rva.make_batch("small", 2, 4, 100, torch.float32, "cpu")
 cases = {"causal": {}, "mm-prefix": {"mm_prefix_range": torch.zeros((2, 1, 2), dtype=torch.int32)},
@@ -282,3 +282,53 @@ for name, extra in cases.items():
         "causal": ("3d", "2d"), "mm-prefix": ("2d", "2d"), "bidirectional": ("2d", "2d"),
         "per-request": ("2d", "2d"), "r-swa": ("2d", "2d")}
     assert all(row[2] < 1e-5 for row in rows.values()), rows
+
+
+@pytest.mark.parametrize("pin", ["vllm-0.21.0", "vllm-0.29.0"])
+def test_what_the_guards_let_through_verifies_as_the_2d_kernel(pin: str) -> None:
+    """A verification's other call options reach the split kernel too: attention sinks, ALiBi slopes, a softcap and
+    a query-query bias (a tree drafter's). Each, on a batch that mixes a verification, a decode and a short chunk
+    with padded rows after them, takes the split kernel and gives the 2D kernel's output on every real row; the
+    padded rows are left as they were (0.33.0's reduction skips them too)."""
+    out = _probe(patched_tree(pin), """
+gen = torch.Generator().manual_seed(7)
+b = rva.make_batch("small", 3, 9, 100, torch.float32, "cpu", mixed=True, pad=2)
+heads, real = b["heads"], b["real_rows"]
+cases = {"plain": {}, "sinks": {"sinks": torch.randn(heads, generator=gen) * 3},
+         "alibi": {"alibi_slopes": torch.rand(heads, generator=gen) * 0.5}, "softcap": {"softcap": 2.0},
+         "qq-bias": {"qq_bias": torch.randn(16, 16, generator=gen)}}
+for name, extra in cases.items():
+    runs = []
+    for bound in (16, 1):
+        ops.verify_split_kv_max_query = bound
+        out, segm = torch.zeros_like(b["q"]), rva.buffers(b)
+        call = lambda **kw: ops.unified_attention(**(kw | extra))
+        rva.launch(types.SimpleNamespace(unified_attention=call), b, out, segm)
+        runs.append((rva.kernel_seen(segm), out))
+    (k3, o3), (k2, o2) = runs
+    untouched = bool((o3[real:] == 0).all() and (o2[real:] == 0).all())
+    print(name, k3, k2, float((o3[:real] - o2[:real]).abs().max() / o2[:real].abs().max()), untouched)
+""")
+    rows = {name: (k3, k2, float(diff), untouched) for name, k3, k2, diff, untouched in
+            (line.split() for line in out.splitlines())}
+    assert set(rows) == {"plain", "sinks", "alibi", "softcap", "qq-bias"}, out
+    assert all(r[:2] == ("3d", "2d") and r[2] < 1e-5 and r[3] == "True" for r in rows.values()), rows
+
+
+def test_the_tuned_large_head_launch_keeps_2d() -> None:
+    """0.29.0 tunes a 256-wide head's launch for several query tokens on capability family 100 (B200) and keeps
+    that launch on its 2D kernel: 0007 does too. The platform stub answers family 100 here; the same call with
+    the ordinary launch (another family) takes the split kernel."""
+    out = _probe(patched_tree("vllm-0.29.0"), """
+rva.SHAPES["full-256"] = (8, 2, 256, 16, -1)
+b = rva.make_batch("full-256", 2, 4, 64, torch.float32, "cpu")
+platform = sys.modules["vllm.platforms"].current_platform
+seen = []
+for family in (100, 90):
+    platform.is_device_capability_family = lambda f, family=family: f == family
+    out, segm = torch.zeros_like(b["q"]), rva.buffers(b)
+    rva.launch(types.SimpleNamespace(unified_attention=ops.unified_attention), b, out, segm)
+    seen.append(rva.kernel_seen(segm))
+print(*seen)
+""")
+    assert out.split() == ["2d", "3d"]

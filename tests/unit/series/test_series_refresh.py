@@ -23,6 +23,7 @@ from g4build.series.apply import apply_stack
 from g4build.series.check import check_stack
 from g4build.series.model import load_all
 from g4build.series.refresh import diff_patch, new_series, patches_from_commits, refresh
+from g4build.util.yamlsafe import load_mapping
 
 OTHER_PIN = "vllm-2.0.0"
 
@@ -148,6 +149,11 @@ def test_new_series_from_uncommitted_diff(home: Home, mkdiff: Diff, tmp_path: Pa
     with pytest.raises(UsageError, match=r"series name 'evil\\n': expected"):
         new_series(home.patches, name="evil\n", pin=PIN, patch=patch, title="t")
     assert not (home.patches / "evil\n").exists()
+    # names YAML would read as something else go into the order quoted, and the series is made whole
+    for odd in ("yes", "1e5", "010"):
+        new_series(home.patches, name=odd, pin=PIN, patch=patch, title="odd name")
+        assert home.get(odd).name == odd
+    assert load_mapping(home.patches / "series.yaml")["order"] == ["a", "fix-thing", "yes", "1e5", "010"]
 
 
 def test_new_series_detects_non_python_changes(home: Home, tmp_path: Path) -> None:

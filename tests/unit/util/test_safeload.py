@@ -69,6 +69,13 @@ def test_what_g4build_writes_reads_back_as_the_same_text(value: str) -> None:
     assert load_text(yaml.dump(data, Dumper=Dumper), "x.yaml") == data
 
 
+@pytest.mark.parametrize("value", ["a\x85b", "x\x07y", "two\nlines\x85"])
+def test_a_control_character_written_is_refused_on_reading_not_turned_into_a_break(value: str) -> None:
+    """NEL written raw would read back as a line break (a space in a value): escaped, the reader names it."""
+    with pytest.raises(ConfigError, match="control character"):
+        load_text(series_dump({"title": value}), "series.yaml")
+
+
 def test_every_short_commit_written_reads_back() -> None:
     rng = random.Random(20261129)
     commits = ["".join(rng.choice("0123456789e") for _ in range(n)) for n in (7, 9, 10, 12, 40) for _ in range(400)]

@@ -138,10 +138,14 @@ def append_order(text: str, name: str, source: str = "series.yaml") -> str:
             end = _block_end(lines, at, 0, list_at_parent=True)
             items = [ln for ln in lines[at + 1:end] if _content(ln)]
             pad = " " * (_indent(items[0]) if items else 2)
-            new = ["order:\n", *lines[at + 1:end], f"{pad}- {name}\n"]
+            entry = dump([name])  # "- NAME", quoted where plain text would read as something else (yes, 1e5)
+            new = ["order:\n", *lines[at + 1:end], f"{pad}{entry}"]
             edited = "".join(lines[:at] + new + lines[end:])
-            if load_text(edited, source) == data:
-                return edited
+            try:
+                if load_text(edited, source) == data:
+                    return edited
+            except ConfigError:
+                pass
     return header(text) + dump(data)
 
 
@@ -155,5 +159,5 @@ def header(text: str) -> str:
     return out
 
 
-def dump(data: dict[str, Any]) -> str:
+def dump(data: dict[str, Any] | list[Any]) -> str:
     return yaml.dump(data, Dumper=Dumper, sort_keys=False, allow_unicode=True, width=110, default_flow_style=False)

@@ -129,7 +129,9 @@ class Dumper(yaml.SafeDumper):
 
     SafeDumper quotes a string only where YAML 1.1 would type it otherwise; ``531e968659`` (a short commit) or
     ``0o17`` are text there but numbers in YAML 1.2, so it wrote them plain and the reader here refused them.
-    Text goes out plain only where both versions read it as text; text with a newline as a literal block.
+    Text goes out plain only where both versions read it as text; text with a newline as a literal block; text
+    with a control character or a Unicode line break escaped in double quotes (the reader then refuses it,
+    rather than read NEL back as a space).
     """
 
     def ignore_aliases(self, data: Any) -> bool:
@@ -137,7 +139,10 @@ class Dumper(yaml.SafeDumper):
 
 
 def _represent_text(dumper: yaml.SafeDumper, value: str) -> ScalarNode:
-    style = "|" if "\n" in value else "'" if _CORE_12_TYPED.match(value) else None
+    if _BAD_CHAR.search(value) or any(ch in value for ch in "\x85\u2028\u2029"):
+        style: str | None = '"'  # escaped: written raw, NEL and the Unicode line breaks would read back as breaks
+    else:
+        style = "|" if "\n" in value else "'" if _CORE_12_TYPED.match(value) else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
