@@ -286,17 +286,18 @@ for name, extra in cases.items():
 
 @pytest.mark.parametrize("pin", ["vllm-0.21.0", "vllm-0.29.0"])
 def test_what_the_guards_let_through_verifies_as_the_2d_kernel(pin: str) -> None:
-    """A verification's other call options reach the split kernel too: attention sinks, ALiBi slopes, a softcap and
-    a query-query bias (a tree drafter's). Each, on a batch that mixes a verification, a decode and a short chunk
-    with padded rows after them, takes the split kernel and gives the 2D kernel's output on every real row; the
-    padded rows are left as they were (0.33.0's reduction skips them too)."""
+    """A verification's other call options reach the split kernel too: attention sinks, ALiBi slopes and a softcap.
+    Each, on a batch that mixes a verification, a decode and a short chunk with padded rows after them, takes the
+    split kernel and gives the 2D kernel's output on every real row; the padded rows are left as they were
+    (0.33.0's reduction skips them too). A tree drafter's query-query bias is not checked here: its helper masks
+    with Python's ``and``, which Triton compiles elementwise but its CPU interpreter does not (it keeps the right
+    operand), so the interpreter reads outside the bias for context keys and both kernels see garbage."""
     out = _probe(patched_tree(pin), """
 gen = torch.Generator().manual_seed(7)
 b = rva.make_batch("small", 3, 9, 100, torch.float32, "cpu", mixed=True, pad=2)
 heads, real = b["heads"], b["real_rows"]
 cases = {"plain": {}, "sinks": {"sinks": torch.randn(heads, generator=gen) * 3},
-         "alibi": {"alibi_slopes": torch.rand(heads, generator=gen) * 0.5}, "softcap": {"softcap": 2.0},
-         "qq-bias": {"qq_bias": torch.randn(16, 16, generator=gen)}}
+         "alibi": {"alibi_slopes": torch.rand(heads, generator=gen) * 0.5}, "softcap": {"softcap": 2.0}}
 for name, extra in cases.items():
     runs = []
     for bound in (16, 1):
@@ -311,7 +312,7 @@ for name, extra in cases.items():
 """)
     rows = {name: (k3, k2, float(diff), untouched) for name, k3, k2, diff, untouched in
             (line.split() for line in out.splitlines())}
-    assert set(rows) == {"plain", "sinks", "alibi", "softcap", "qq-bias"}, out
+    assert set(rows) == {"plain", "sinks", "alibi", "softcap"}, out
     assert all(r[:2] == ("3d", "2d") and r[2] < 1e-5 and r[3] == "True" for r in rows.values()), rows
 
 
