@@ -41,7 +41,9 @@ def _run(source: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def _probe(tree: Path, body: str) -> str:
     """Run ``body`` in a fresh interpreter (Triton's, on the CPU) where ``tree``'s kernel file is vLLM's
     ``triton_unified_attention`` (the rest stubbed as run_verify_attention.py stubs it) and TRITON_ATTN's backend
-    module calls it; ``rva``, ``ops``, ``backend``, ``torch``, ``types`` and ``Path`` are there. Its stdout."""
+    module calls it; ``rva``, ``ops``, ``backend``, ``torch``, ``types`` and ``Path`` are there, and
+    ``on_and_off(batch, extra)``: the call with ``extra`` keywords at the series' bound (16), then set back to one
+    query token, as ``[(kernel seen, output), ...]``. Its stdout."""
     preamble = f"""
 import sys, types
 from pathlib import Path
@@ -55,6 +57,16 @@ backend = types.ModuleType("vllm.v1.attention.backends.triton_attn")
 backend.unified_attention = ops.unified_attention
 sys.modules["vllm.v1.attention.backends"] = rva._package("vllm.v1.attention.backends")
 sys.modules[backend.__name__] = backend
+
+def on_and_off(b, extra):
+    runs = []
+    for bound in (16, 1):
+        ops.verify_split_kv_max_query = bound
+        out, segm = torch.zeros_like(b["q"]), rva.buffers(b)
+        call = lambda **kw: ops.unified_attention(**(kw | extra))
+        rva.launch(types.SimpleNamespace(unified_attention=call), b, out, segm)
+        runs.append((rva.kernel_seen(segm), out))
+    return runs
 """
     proc = subprocess.run([sys.executable, "-c", preamble + body], capture_output=True, text=True, timeout=300,
                           env=_env())
@@ -268,14 +280,8 @@ cases = {"causal": {}, "mm-prefix": {"mm_prefix_range": torch.zeros((2, 1, 2), d
          "bidirectional": {"causal": False}, "per-request": {"causal": torch.ones(2, dtype=torch.bool)},
          "r-swa": {"rswa_prefix_lens": torch.zeros(2, dtype=torch.int32), "rswa_window": 32}}
 for name, extra in cases.items():
-    seen = []
-    for bound in (16, 1):
-        ops.verify_split_kv_max_query = bound
-        out, segm = torch.zeros_like(b["q"]), rva.buffers(b)
-        call = lambda **kw: ops.unified_attention(**(kw | extra))
-        rva.launch(types.SimpleNamespace(unified_attention=call), b, out, segm)
-        seen.append((rva.kernel_seen(segm), out))
-    print(name, seen[0][0], seen[1][0], float((seen[0][1] - seen[1][1]).abs().max()))
+    (k3, o3), (k2, o2) = on_and_off(b, extra)
+    print(name, k3, k2, float((o3 - o2).abs().max()))
 """)
     rows = {name: (kernel, off, float(diff)) for name, kernel, off, diff in (line.split() for line in out.splitlines())}
     assert {name: row[:2] for name, row in rows.items()} == {
@@ -299,14 +305,7 @@ heads, real = b["heads"], b["real_rows"]
 cases = {"plain": {}, "sinks": {"sinks": torch.randn(heads, generator=gen) * 3},
          "alibi": {"alibi_slopes": torch.rand(heads, generator=gen) * 0.5}, "softcap": {"softcap": 2.0}}
 for name, extra in cases.items():
-    runs = []
-    for bound in (16, 1):
-        ops.verify_split_kv_max_query = bound
-        out, segm = torch.zeros_like(b["q"]), rva.buffers(b)
-        call = lambda **kw: ops.unified_attention(**(kw | extra))
-        rva.launch(types.SimpleNamespace(unified_attention=call), b, out, segm)
-        runs.append((rva.kernel_seen(segm), out))
-    (k3, o3), (k2, o2) = runs
+    (k3, o3), (k2, o2) = on_and_off(b, extra)
     untouched = bool((o3[real:] == 0).all() and (o2[real:] == 0).all())
     print(name, k3, k2, float((o3[:real] - o2[:real]).abs().max() / o2[:real].abs().max()), untouched)
 """)
